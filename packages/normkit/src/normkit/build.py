@@ -1,0 +1,141 @@
+"""`normkit.build`: turn a spec into an nn.Module."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+from torch import nn
+
+from normkit import plugins
+from normkit.errors import SpecError, did_you_mean
+from normkit.layer import NormLayer
+from normkit.registry import Entry
+from normkit.spec import Part, Spec, params_of, parse
+from normkit.stages import BuildContext, Pipeline
+
+
+def _with_overrides(spec: Spec, overrides: dict[str, Any]) -> list[Part]:
+    """Apply keyword overrides to every part that declares them (explicit spec values win)."""
+    parts = [Part(p.entry, dict(p.params)) for p in spec.parts]
+    for key, value in overrides.items():
+        targets = [p for p in parts if key in {q.name for q in p.entry.params}]
+        if not targets:
+            valid = sorted({q.name for p in parts for q in p.entry.params})
+            raise SpecError(f"{spec.text}: unknown parameter {key!r}{did_you_mean(key, valid)};"
+                            f" valid: {', '.join(valid) or 'none'}")
+        for part in targets:
+            if key not in part.params:
+                declared = {q.name: q for q in part.entry.params}[key]
+                part.params[key] = declared.coerce(value, part.name)
+    return parts
+
+
+def _activation_module(name: str, params: dict[str, Any], ctx: BuildContext) -> nn.Module:
+    entry = plugins.registry().lookup(name)
+    if entry.kind != "activation":
+        raise SpecError(f"{name!r} is a {entry.kind}, not an activation")
+    return entry.factory(ctx, **params)
+
+
+def _place_stages(spec: Spec, pipeline: Pipeline, parts: list[Part], activation: str | None) -> None:
+    after = pipeline.core
+    for part in parts[1:]:
+        entry, params = part.entry, part.params
+        if entry.kind == "step":
+            if pipeline.core is None:
+                raise SpecError(f"{spec.text}: {parts[0].name!r} has no normalizing step to place "
+                                f"{entry.name!r} {entry.position}")
+            factory = functools.partial(entry.factory, **params)
+            if entry.position == "before":
+                pipeline.steps.insert(pipeline.core, factory)
+                pipeline.core += 1
+                after += 1
+            else:
+                after += 1
+                pipeline.steps.insert(after, factory)
+        elif entry.kind == "activation":
+            if activation is not None and _canon(activation) != entry.name:
+                raise SpecError(f"{spec.text}: the spec's activation {entry.name!r} differs from the "
+                                f"model's {activation!r} after this norm; drop '+{entry.name}'")
+            pipeline.activation, pipeline.activation_params = entry.name, dict(params)
+        else:
+            _place_post(spec, pipeline, entry, params, activation)
+    if pipeline.activation is None and activation is not None:
+        pipeline.activation = _canon(activation)
+
+
+def _place_post(spec: Spec, pipeline: Pipeline, entry: Entry, params: dict[str, Any],
+                activation: str | None) -> None:
+    current = pipeline.activation or (_canon(activation) if activation else None)
+    key = entry.activation_param
+    if key is None:
+        if current is None:
+            raise SpecError(f"{spec.text}: post-activation step {entry.name!r} needs an activation "
+                            f"before it, e.g. '{spec.norm.name}+relu+{entry.name}'")
+    elif key in params:
+        wanted = _canon(str(params[key]))
+        if current is not None and current != wanted:
+            raise SpecError(f"{spec.text}: {entry.name}({key}={params[key]}) conflicts with the "
+                            f"activation {current!r} that follows this norm")
+        current = wanted
+    elif current is None:
+        current = _canon(str({p.name: p for p in entry.params}[key].default))
+    if key is not None:
+        params = {**params, key: current}
+    pipeline.activation = current
+    pipeline.post = functools.partial(entry.factory, **params)
+    pipeline.post_name = entry.name
+
+
+def _canon(name: str) -> str:
+    return plugins.registry().lookup(name).name
+
+
+def build(spec: str | Spec, num_channels: int, *, channel_dim: int = 1,
+          activation: str | None = None, **overrides: Any) -> nn.Module:
+    """Build the layer a spec names, for `num_channels` channels.
+
+    channel_dim: 1 for `N, C, *` inputs, -1 for channels-last tokens `N, *, C`.
+    activation: the activation that follows this norm in the model; the layer then owns it
+        (needed by post-activation steps such as `pn`). Default: no activation.
+    overrides: parameter values applied to every part that declares them, unless the spec
+        sets them explicitly (e.g. `build("bn", 64, momentum=0.01)`).
+    """
+    parsed = parse(spec)
+    parts = _with_overrides(parsed, overrides)
+    head = parts[0]
+    if head.entry.factory is not None:
+        factory = head.entry.factory
+        kwargs = dict(head.params)
+        if "channel_dim" in inspect.signature(factory).parameters:
+            kwargs["channel_dim"] = channel_dim
+        module = factory(num_channels, **kwargs)
+        if activation is not None:
+            module = nn.Sequential(module, _activation_module(activation, {}, BuildContext(
+                num_channels, channel_dim, None, activation)))
+        return module
+    pipeline = head.entry.pipeline(**head.params)
+    if not isinstance(pipeline, Pipeline):
+        raise SpecError(f"norm {head.name!r} (plugin {head.entry.plugin}) did not return a Pipeline")
+    pipeline = pipeline.copy()
+    _place_stages(parsed, pipeline, parts, activation)
+    act = None
+    if pipeline.activation is not None:
+        ctx = BuildContext(num_channels, channel_dim, pipeline.partition, pipeline.activation)
+        act = _activation_module(pipeline.activation, pipeline.activation_params, ctx)
+    return NormLayer(pipeline, num_channels, channel_dim=channel_dim, spec=parsed.text,
+                     activation_module=act)
+
+
+def available() -> list[dict[str, Any]]:
+    """Every registered norm and stage: name, kind, aliases, plugin, summary, parameters, citation."""
+    reg = plugins.registry()
+    out = []
+    for entry in reg.of_kind("norm", "step", "activation", "post_activation"):
+        d = entry.as_dict()
+        d["parameters"] = {p.name: {"type": p.type_name, "default": p.default}
+                           for p in params_of(entry, reg)}
+        out.append(d)
+    return out

@@ -1,0 +1,166 @@
+"""`normkit.convert`: swap every torch norm layer in a model for a spec's layer, in place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from normkit.build import build
+from normkit.errors import SpecError
+from normkit.spec import Spec, params_of, parse
+from normkit import plugins
+
+_TORCH_NORMS = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm,
+                nn.modules.instancenorm._InstanceNorm)
+_STATE = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
+
+
+@dataclass
+class Replacement:
+    path: str
+    old: str
+    new: str
+    copied: list[str]
+    activation: str | None = None
+
+
+@dataclass
+class ConversionSummary:
+    """What `convert` replaced: one Replacement per norm layer."""
+
+    spec: str
+    replaced: list[Replacement] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.replaced)
+
+    def __iter__(self):
+        return iter(self.replaced)
+
+    def __str__(self) -> str:
+        lines = [f"converted {len(self.replaced)} norm layers to {self.spec!r}"]
+        for r in self.replaced:
+            extra = f", owns {r.activation}" if r.activation else ""
+            lines.append(f"  {r.path}: {r.old} -> {r.new} (copied {', '.join(r.copied) or 'nothing'}{extra})")
+        return "\n".join(lines)
+
+
+def _activation_name(module: nn.Module) -> str | None:
+    """The registered activation name a module computes with default settings, else None."""
+    simple = {nn.ReLU: "relu", nn.SiLU: "silu", nn.Tanh: "tanh", nn.Sigmoid: "sigmoid",
+              nn.Mish: "mish", nn.Identity: None}
+    if type(module) in simple:
+        return simple[type(module)]
+    if type(module) is nn.GELU and module.approximate == "none":
+        return "gelu"
+    if type(module) is nn.LeakyReLU and module.negative_slope == 0.01:
+        return "leaky-relu"
+    if type(module) is nn.ELU and module.alpha == 1.0:
+        return "elu"
+    return None
+
+
+def _layout(path: str, module: nn.Module) -> tuple[int, int, dict[str, Any]]:
+    """(num_channels, channel_dim, settings to carry over) of a torch norm layer."""
+    if isinstance(module, nn.modules.batchnorm._BatchNorm):
+        return module.num_features, 1, {"eps": module.eps, "momentum": module.momentum,
+                                        "affine": module.affine,
+                                        "track_running_stats": module.track_running_stats}
+    if isinstance(module, nn.modules.instancenorm._InstanceNorm):
+        return module.num_features, 1, {"eps": module.eps, "affine": module.affine}
+    if isinstance(module, nn.GroupNorm):
+        return module.num_channels, 1, {"eps": module.eps, "groups": module.num_groups,
+                                        "affine": module.affine}
+    shape = tuple(module.normalized_shape)
+    if len(shape) != 1:
+        raise SpecError(f"cannot convert {path} (LayerNorm over {shape}): only LayerNorm over the "
+                        "last dim (channels-last tokens) is supported")
+    return shape[0], -1, {"eps": module.eps, "affine": module.elementwise_affine}
+
+
+def _needs_activation(spec: Spec) -> bool:
+    return any(p.entry.kind in ("activation", "post_activation") for p in spec.parts)
+
+
+def _plan(model: nn.Module, spec: Spec) -> list[tuple[nn.Module, str, str, nn.Module, str | None, str | None]]:
+    """Find every norm (parent, child name, path, module, activation name, activation child)."""
+    plan = []
+    needs_act = _needs_activation(spec)
+
+    def visit(parent: nn.Module, prefix: str) -> None:
+        children = list(parent.named_children())
+        for i, (name, child) in enumerate(children):
+            path = f"{prefix}{name}"
+            if isinstance(child, _TORCH_NORMS):
+                act_name = act_child = None
+                if needs_act:
+                    nxt = children[i + 1] if i + 1 < len(children) else None
+                    if isinstance(parent, nn.Sequential) and nxt is not None:
+                        act_name = _activation_name(nxt[1])
+                        act_child = nxt[0] if act_name else None
+                    if act_name is None:
+                        raise SpecError(
+                            f"cannot place {spec.text!r} at {path}: no activation module directly "
+                            "follows it in an nn.Sequential, so there is no activation step to take "
+                            "over; build the model from norm-activation blocks (docs/norms/proxy.md)"
+                        )
+                plan.append((parent, name, path, child, act_name, act_child))
+            else:
+                visit(child, path + ".")
+
+    visit(model, "")
+    return plan
+
+
+def convert(model: nn.Module, spec: str | Spec) -> ConversionSummary:
+    """Replace every BatchNorm*/SyncBatchNorm/GroupNorm/LayerNorm/InstanceNorm* in `model`.
+
+    Channel count and layout come from each layer; affine parameters, running statistics and
+    settings (eps, momentum, groups, affine) are copied where the new layer has them. Specs with
+    an activation or post-activation step take over the activation module that directly follows
+    the norm in an nn.Sequential (replaced by nn.Identity). Nothing is changed when any layer
+    cannot be converted. Returns a summary of what was replaced.
+    """
+    parsed = parse(spec)
+    if isinstance(model, _TORCH_NORMS):
+        raise SpecError("convert() replaces norms inside a model; use normkit.build() for one layer")
+    declared = {p.name for part in parsed.parts for p in params_of(part.entry, plugins.registry())}
+    plan = _plan(model, parsed)
+    built = []
+    for parent, name, path, old, act_name, act_child in plan:
+        channels, channel_dim, settings = _layout(path, old)
+        overrides = {k: v for k, v in settings.items() if k in declared}
+        try:
+            new = build(parsed, channels, channel_dim=channel_dim, activation=act_name, **overrides)
+        except SpecError as exc:
+            raise SpecError(f"cannot convert {path} ({type(old).__name__}({channels})): {exc}") from exc
+        copied = _copy_state(old, new)
+        built.append((parent, name, new, act_child, Replacement(path, type(old).__name__, parsed.text,
+                                                                copied, act_name)))
+    summary = ConversionSummary(parsed.text)
+    for parent, name, new, act_child, record in built:
+        setattr(parent, name, new)
+        if act_child is not None:
+            setattr(parent, act_child, nn.Identity())
+        summary.replaced.append(record)
+    return summary
+
+
+def _copy_state(old: nn.Module, new: nn.Module) -> list[str]:
+    ref = next(iter(old.parameters()), None)
+    if ref is None:
+        ref = next(iter(old.buffers()), None)
+    if ref is not None:
+        new.to(device=ref.device, dtype=ref.dtype if ref.is_floating_point() else None)
+    new.train(old.training)
+    copied = []
+    with torch.no_grad():
+        for key in _STATE:
+            src, dst = getattr(old, key, None), getattr(new, key, None)
+            if isinstance(src, torch.Tensor) and isinstance(dst, torch.Tensor) and src.shape == dst.shape:
+                dst.copy_(src)
+                copied.append(key)
+    return copied

@@ -1,0 +1,134 @@
+"""The spec grammar, syntax only (names are resolved against the registry in `spec.py`).
+
+    spec := part ('+' part)*
+    part := name ['(' key=value {',' key=value} ')']
+    value := int | float | true | false | none | name
+
+A `--norms` list splits on commas outside parentheses (`split_specs`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from normkit.errors import SpecError
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
+_INT = re.compile(r"[+-]?\d+")
+_FLOAT = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?|[+-]?(inf|nan)", re.I)
+
+
+@dataclass(frozen=True)
+class RawPart:
+    """One `name(key=value, ...)` as typed, before the registry gives it meaning."""
+
+    name: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+def canonical_name(name: str) -> str:
+    """Names compare case-insensitively; '_' and '-' are the same character."""
+    return name.strip().lower().replace("_", "-")
+
+
+def split_specs(text: str) -> list[str]:
+    """Split a comma list of specs, ignoring commas inside parentheses."""
+    items, depth, current = [], 0, []
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth < 0:
+                raise SpecError(f"unbalanced ')' in {text!r}")
+        if ch == "," and depth == 0:
+            items.append("".join(current).strip())
+            current = []
+        else:
+            current.append(ch)
+    if depth != 0:
+        raise SpecError(f"unbalanced '(' in {text!r}")
+    items.append("".join(current).strip())
+    if any(not item for item in items):
+        raise SpecError(f"empty entry in norm list {text!r}; separate specs with single commas")
+    return items
+
+
+def parse_value(text: str) -> Any:
+    """A parameter value: int, float, true/false, none, or a bare name (kept as a string)."""
+    t = text.strip()
+    low = t.lower()
+    if low == "true":
+        return True
+    if low == "false":
+        return False
+    if low == "none":
+        return None
+    if _INT.fullmatch(t):
+        return int(t)
+    if _FLOAT.fullmatch(t):
+        return float(t)
+    if _NAME.fullmatch(t):
+        return t
+    raise SpecError(f"cannot read value {text!r}; use a number, true/false, none or a name")
+
+
+def parse_raw(spec: str) -> list[RawPart]:
+    """Parse `spec` into parts; raises SpecError with the position of a syntax problem."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise SpecError("empty norm spec; try 'bn' or see `normkit list`")
+    parts: list[RawPart] = []
+    for chunk in _split_plus(spec):
+        parts.append(_parse_part(chunk, spec))
+    return parts
+
+
+def _split_plus(spec: str) -> list[str]:
+    chunks, depth, current = [], 0, []
+    for ch in spec:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "+" and depth == 0:
+            chunks.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    chunks.append("".join(current))
+    if depth != 0:
+        raise SpecError(f"unbalanced parentheses in {spec!r}")
+    for chunk in chunks:
+        if not chunk.strip():
+            raise SpecError(f"empty part in {spec!r}; join parts with single '+'")
+    return chunks
+
+
+def _parse_part(chunk: str, spec: str) -> RawPart:
+    text = chunk.strip()
+    m = _NAME.match(text)
+    if not m:
+        raise SpecError(f"expected a norm or stage name at {text!r} in {spec!r}")
+    name = m.group(0)
+    rest = text[m.end() :].strip()
+    params: dict[str, Any] = {}
+    if rest:
+        if not (rest.startswith("(") and rest.endswith(")")):
+            raise SpecError(f"expected '(key=value, ...)' after {name!r} in {spec!r}, got {rest!r}")
+        body = rest[1:-1].strip()
+        if body:
+            for item in body.split(","):
+                if "=" not in item:
+                    raise SpecError(
+                        f"parameter {item.strip()!r} of {name!r} needs the form key=value"
+                    )
+                key, value = item.split("=", 1)
+                key = key.strip()
+                if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                    raise SpecError(f"bad parameter name {key!r} in {name!r}")
+                if key.lower() in params:
+                    raise SpecError(f"parameter {key!r} given twice in {name!r}")
+                params[key.lower()] = parse_value(value)
+    return RawPart(name, params)

@@ -1,0 +1,210 @@
+"""NormLayer: the nn.Module built from a Pipeline (partition, steps, recovery, activation)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from normkit.errors import NormkitError, SpecError
+from normkit.stages import BuildContext, Pipeline, PostActivationStep, Step
+
+Probe = Callable[["NormLayer", Tensor], "Tensor | None"]
+
+
+class NormShapeError(NormkitError, ValueError):
+    """An input whose shape the norm cannot take (e.g. batch of one in BN training)."""
+
+
+class NormLayer(nn.Module):
+    """A composed normalization layer.
+
+    Works on inputs `N, C, *` (channel_dim=1) or channels-last tokens `N, *, C`
+    (channel_dim=-1). Statistics are computed in float32 even under autocast; the output has the
+    input's dtype. Parameters and buffers are registered flat on the layer (`weight`, `bias`,
+    `running_mean`, ...), so checkpoints of torch's own norm layers load into the matching spec.
+    """
+
+    def __init__(self, pipeline: Pipeline, num_channels: int, *, channel_dim: int = 1,
+                 spec: str = "", activation_module: nn.Module | None = None) -> None:
+        super().__init__()
+        if not isinstance(num_channels, int) or isinstance(num_channels, bool) or num_channels < 1:
+            raise SpecError(f"{spec or 'norm'}: num_channels must be a positive int, got {num_channels!r}")
+        if channel_dim not in (1, -1):
+            raise SpecError(f"{spec or 'norm'}: channel_dim must be 1 (N,C,*) or -1 (N,*,C), got {channel_dim}")
+        self.spec = spec
+        self.num_channels = num_channels
+        self.channel_dim = channel_dim
+        self.partition = pipeline.partition
+        if self.partition is not None:
+            self.partition.check(num_channels, spec or "norm")
+        self.pipeline = pipeline
+        ctx = BuildContext(num_channels, channel_dim, self.partition, pipeline.activation)
+        self.steps: list[Step] = [factory(ctx) for factory in pipeline.steps]
+        self.recovery = pipeline.recovery
+        if self.recovery in ("affine", "gain"):
+            self.weight = nn.Parameter(torch.ones(num_channels))
+        else:
+            self.register_parameter("weight", None)
+        if self.recovery == "affine":
+            self.bias = nn.Parameter(torch.zeros(num_channels))
+        else:
+            self.register_parameter("bias", None)
+        for step in self.steps:
+            step.setup(self)
+        self.act = activation_module if activation_module is not None else nn.Identity()
+        self.has_activation = pipeline.activation is not None
+        self.post: PostActivationStep | None = pipeline.post(ctx) if pipeline.post else None
+        if self.post is not None:
+            self.post.setup(self)
+        self.probes: list[Probe] = []
+        self.recording = False
+        self.records: dict[str, Tensor] = {}
+
+    # -- helpers for steps ------------------------------------------------------------------
+
+    @property
+    def tokens(self) -> bool:
+        """True when channels are the last dim (`N, *, C`)."""
+        return self.channel_dim == -1
+
+    @property
+    def applies_recovery(self) -> bool:
+        """False when a post-activation step took the affine over."""
+        return not (self.post is not None and self.post.owns_recovery)
+
+    def recovery_params(self) -> tuple[Tensor | None, Tensor | None]:
+        """(weight, bias) to apply after the steps, None where not applied."""
+        if not self.applies_recovery:
+            return None, None
+        return self.weight, self.bias
+
+    def shape_error(self, problem: str) -> NormShapeError:
+        return NormShapeError(f"{self.spec or 'norm'}: {problem}")
+
+    def record(self, key: str, value: Tensor | Callable[[], Tensor]) -> None:
+        """Keep a detached copy of `value` for inspection, only while recording is on."""
+        if self.recording:
+            v = value() if callable(value) else value
+            self.records[key] = v.detach().clone()
+
+    def add_probe(self, probe: Probe) -> Callable[[], None]:
+        """Call `probe(layer, values)` on the post-norm values (before recovery); returns remover.
+
+        A probe may return a replacement tensor (e.g. to inject noise). While any probe is
+        attached, the layer takes its generic path so the values exist.
+        """
+        self.probes.append(probe)
+        return lambda: self.probes.remove(probe) if probe in self.probes else None
+
+    # -- forward ----------------------------------------------------------------------------
+
+    def _check(self, x: Tensor) -> None:
+        if x.dim() < 2:
+            raise self.shape_error(f"expects at least 2 dims (N, C, ...), got shape {tuple(x.shape)}")
+        cdim = 1 if self.channel_dim == 1 else x.dim() - 1
+        if x.shape[cdim] != self.num_channels:
+            layout = "N,C,*" if self.channel_dim == 1 else "N,*,C"
+            raise self.shape_error(
+                f"expects {self.num_channels} channels in dim {cdim} ({layout}), got shape {tuple(x.shape)}"
+            )
+
+    def forward(self, x: Tensor) -> Tensor:
+        self._check(x)
+        in_dtype = x.dtype
+        with torch.autocast(x.device.type, enabled=False):
+            xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+            out = None
+            if not self.probes and not self.recording:
+                for step in self.steps:
+                    out = step.fused_forward(xf, self)
+                    if out is not None:
+                        break
+            if out is None:
+                out = self._generic(xf)
+            elif self.has_activation or self.post is not None:
+                out = self._after_norm(out, normalized_only=not self.applies_recovery)
+        return out.to(in_dtype) if out.dtype != in_dtype else out
+
+    def _to_ncs(self, x: Tensor) -> Tensor:
+        n, c = x.shape[0], self.num_channels
+        if self.tokens:
+            return x.reshape(n, -1, c).transpose(1, 2)
+        return x.reshape(n, c, -1)
+
+    def _from_ncs(self, y3: Tensor, like: Tensor) -> Tensor:
+        if self.tokens:
+            return y3.transpose(1, 2).reshape(like.shape)
+        return y3.reshape(like.shape)
+
+    def _generic(self, x: Tensor) -> Tensor:
+        x3 = self._to_ncs(x)
+        if self.partition is not None:
+            g, groups = self.partition.group(x3, self.tokens)
+            for step in self.steps:
+                g = step.forward(g, groups, self)
+            y3 = groups.ungroup(g)
+        else:
+            y3 = x3
+        for probe in self.probes:
+            replaced = probe(self, y3)
+            if replaced is not None:
+                y3 = replaced
+        self.record("post_norm", y3)
+        y3 = self._recover_and_activate(y3)
+        return self._from_ncs(y3, x)
+
+    def _recover_and_activate(self, y3: Tensor) -> Tensor:
+        if self.post is not None and self.post.owns_recovery:
+            return self.post.forward(y3, None, self)
+        weight, bias = self.recovery_params()
+        if weight is not None:
+            y3 = y3 * weight.view(1, -1, 1)
+        if bias is not None:
+            y3 = y3 + bias.view(1, -1, 1)
+        y3 = self.act(y3)
+        if self.post is not None:
+            y3 = self.post.forward(y3, None, self)
+        return y3
+
+    def _after_norm(self, out: Tensor, normalized_only: bool) -> Tensor:
+        """Activation/post step after a fused path (which applied recovery unless owned)."""
+        y3 = self._to_ncs(out)
+        if normalized_only:
+            y3 = self.post.forward(y3, None, self)
+        else:
+            y3 = self.act(y3)
+            if self.post is not None:
+                y3 = self.post.forward(y3, None, self)
+        return self._from_ncs(y3, out)
+
+    # -- description ------------------------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        """The stages of this layer, for `normkit show` and reports."""
+        recovery = self.recovery if self.applies_recovery else f"none ({self.recovery} moved into {self.pipeline.post_name})"
+        return {
+            "spec": self.spec,
+            "partition": str(self.partition) if self.partition else "none",
+            "layout": "N,*,C" if self.tokens else "N,C,*",
+            "steps": [(s.name, s.describe()) for s in self.steps],
+            "recovery": recovery,
+            "activation": self.pipeline.activation,
+            "post_activation": (self.pipeline.post_name, self.post.describe()) if self.post else None,
+            "parameters": {n: tuple(p.shape) for n, p in self.named_parameters()},
+            "buffers": {n: tuple(b.shape) for n, b in self.named_buffers()},
+            "learnable": sum(p.numel() for p in self.parameters()),
+        }
+
+    def decay(self) -> dict[str, bool]:
+        """Weight-decay policy declared by steps: parameter name -> decayed?"""
+        policy: dict[str, bool] = {}
+        for step in [*self.steps, *([self.post] if self.post else [])]:
+            policy.update(step.decay())
+        return policy
+
+    def extra_repr(self) -> str:
+        layout = "N,*,C" if self.tokens else "N,C,*"
+        return f"{self.spec!r}, {self.num_channels}, layout={layout}"

@@ -1,0 +1,122 @@
+"""Parameter declarations read from factory signatures, and typing of spec values.
+
+A plugin declares parameters the Pythonic way, as keyword arguments with type hints and
+defaults; normkit reads them so `gn(groups=8)` is typed, checked and listed without a
+separate schema.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Union
+
+from normkit.errors import SpecError
+
+_SCALARS = (bool, int, float, str)
+
+
+@dataclass(frozen=True)
+class Param:
+    """One declared parameter of a norm or stage."""
+
+    name: str
+    type: Any
+    default: Any
+    help: str = ""
+
+    @property
+    def type_name(self) -> str:
+        return _type_name(self.type)
+
+    def coerce(self, value: Any, owner: str) -> Any:
+        """Convert a parsed spec value (or a Python value) to this parameter's type."""
+        ok, result = _coerce(value, self.type)
+        if not ok:
+            raise SpecError(
+                f"{owner}: parameter {self.name!r} expects {self.type_name}, got {value!r}"
+            )
+        return result
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return "none"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
+    origin = typing.get_origin(tp)
+    if tp is Any or tp is inspect.Parameter.empty:
+        return True, value
+    if origin is Literal:
+        for choice in typing.get_args(tp):
+            if isinstance(value, str) and isinstance(choice, str):
+                if value.lower() == choice.lower():
+                    return True, choice
+            elif value == choice and type(value) is type(choice):
+                return True, choice
+        return False, None
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        # Try exact-type members first so 3 stays an int in `int | float`.
+        for arg in sorted(args, key=lambda a: 0 if type(value) is a else 1):
+            ok, result = _coerce(value, arg)
+            if ok:
+                return True, result
+        return False, None
+    if tp is type(None) or tp is None:
+        return (value is None), None
+    if tp is bool:
+        return (isinstance(value, bool)), value
+    if tp is int:
+        if isinstance(value, bool):
+            return False, None
+        if isinstance(value, int):
+            return True, value
+        if isinstance(value, float) and value.is_integer():
+            return True, int(value)
+        return False, None
+    if tp is float:
+        if isinstance(value, bool):
+            return False, None
+        if isinstance(value, (int, float)):
+            return True, float(value)
+        return False, None
+    if tp is str:
+        return (isinstance(value, str)), value
+    if isinstance(tp, type):
+        return isinstance(value, tp), value
+    return True, value
+
+
+def signature_params(fn: Callable[..., Any], skip: int = 0) -> tuple[Param, ...]:
+    """Declared parameters of `fn`: its keyword arguments after the first `skip` positionals.
+
+    Every parameter must have a default (that is what a bare `gn` uses). The type comes
+    from the annotation, or from the default's type when there is none.
+    """
+    sig = inspect.signature(fn)
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # noqa: BLE001 - unresolved forward refs: fall back to defaults' types
+        hints = {}
+    params = []
+    for i, (name, p) in enumerate(sig.parameters.items()):
+        if i < skip or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if p.default is inspect.Parameter.empty:
+            raise TypeError(f"{fn!r}: parameter {name!r} needs a default value")
+        tp = hints.get(name)
+        if tp is None:
+            tp = type(p.default) if p.default is not None else Any
+        params.append(Param(name, tp, p.default))
+    return tuple(params)

@@ -1,0 +1,161 @@
+"""The registry of norms, stages, models and datasets, filled by plugins through `register`.
+
+Norms and stages share one namespace (both appear in spec strings); models and datasets have
+their own. Every name and alias is unique: a second registration fails naming both plugins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from normkit.errors import PluginError, SpecError, did_you_mean
+from normkit.grammar import canonical_name
+from normkit.params import Param, signature_params
+
+Kind = Literal["norm", "step", "activation", "post_activation", "model", "dataset"]
+STAGE_KINDS = ("step", "activation", "post_activation")
+
+
+@dataclass
+class Entry:
+    """One registered item and everything `normkit list` / `available()` shows about it."""
+
+    name: str
+    kind: Kind
+    plugin: str
+    summary: str = ""
+    citation: str = ""
+    aliases: tuple[str, ...] = ()
+    params: tuple[Param, ...] = ()
+    pipeline: Callable[..., Any] | None = None  # norms: (**params) -> Pipeline
+    compose: str | None = None  # norms: spec this name expands to
+    factory: Callable[..., Any] | None = None  # norms: (C, **p) -> Module; stages: (ctx, **p)
+    position: Literal["before", "after"] | None = None  # steps: relative to the core step
+    activation_param: str | None = None  # post-activation stages that bring their activation
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "aliases": list(self.aliases),
+            "plugin": self.plugin,
+            "summary": self.summary,
+            "parameters": {p.name: {"type": p.type_name, "default": p.default} for p in self.params},
+            "citation": self.citation,
+            **({"expands_to": self.compose} if self.compose else {}),
+        }
+
+
+class Registry:
+    """Name -> Entry maps; `registrar(plugin)` gives the `register` callables for one plugin."""
+
+    def __init__(self) -> None:
+        self.spec_names: dict[str, Entry] = {}  # norms and stages, names and aliases
+        self.models: dict[str, Entry] = {}
+        self.datasets: dict[str, Entry] = {}
+        self.entries: list[Entry] = []
+
+    # -- registration -----------------------------------------------------------------------
+
+    def _table(self, kind: Kind) -> dict[str, Entry]:
+        return {"model": self.models, "dataset": self.datasets}.get(kind, self.spec_names)
+
+    def add(self, entry: Entry) -> None:
+        table = self._table(entry.kind)
+        keys = [canonical_name(entry.name), *(canonical_name(a) for a in entry.aliases)]
+        if len(set(keys)) != len(keys):
+            raise PluginError(f"plugin {entry.plugin!r} registers {entry.name!r} with a repeated alias")
+        for key in keys:
+            if key in table:
+                other = table[key]
+                raise PluginError(
+                    f"{key!r} is registered twice: by plugin {other.plugin!r} ({other.kind} "
+                    f"{other.name!r}) and by plugin {entry.plugin!r}; uninstall one or disable it "
+                    "with NORMKIT_DISABLED_PLUGINS"
+                )
+        for key in keys:
+            table[key] = entry
+        self.entries.append(entry)
+
+    def remove_plugin(self, plugin: str) -> None:
+        """Roll back everything a plugin registered (used when its hook fails half-way)."""
+        self.entries = [e for e in self.entries if e.plugin != plugin]
+        for table in (self.spec_names, self.models, self.datasets):
+            for key in [k for k, e in table.items() if e.plugin == plugin]:
+                del table[key]
+
+    def registrars(self, plugin: str) -> dict[str, Callable[..., None]]:
+        """The `register` callable handed to each hook, stamped with the plugin's name."""
+
+        def register_norm(name: str, *, pipeline: Callable[..., Any] | None = None,
+                          compose: str | None = None, factory: Callable[..., Any] | None = None,
+                          aliases: Sequence[str] = (), summary: str = "", citation: str = "") -> None:
+            given = [x for x in (pipeline, compose, factory) if x is not None]
+            if len(given) != 1:
+                raise PluginError(f"plugin {plugin!r}: norm {name!r} needs exactly one of "
+                                  "pipeline=, compose= or factory=")
+            if pipeline is not None:
+                params = signature_params(pipeline)
+            elif factory is not None:
+                params = signature_params(factory, skip=1)
+            else:
+                params = ()  # a composition's parameters are those of its parts
+            self.add(Entry(name, "norm", plugin, summary, citation, tuple(aliases), params,
+                           pipeline=pipeline, compose=compose, factory=factory))
+
+        def register_stage(name: str, factory: Callable[..., Any], *,
+                           kind: Literal["step", "activation", "post_activation"] = "step",
+                           position: Literal["before", "after"] = "after",
+                           activation_param: str | None = None, aliases: Sequence[str] = (),
+                           summary: str = "", citation: str = "") -> None:
+            if kind not in STAGE_KINDS:
+                raise PluginError(f"plugin {plugin!r}: stage {name!r} has unknown kind {kind!r}; "
+                                  f"use one of {', '.join(STAGE_KINDS)}")
+            if position not in ("before", "after"):
+                raise PluginError(f"plugin {plugin!r}: stage {name!r}: position must be 'before' or 'after'")
+            params = signature_params(factory, skip=1)
+            if activation_param and activation_param not in {p.name for p in params}:
+                raise PluginError(f"plugin {plugin!r}: stage {name!r} has no parameter {activation_param!r}")
+            self.add(Entry(name, kind, plugin, summary, citation, tuple(aliases), params,
+                           factory=factory, position=position if kind == "step" else None,
+                           activation_param=activation_param))
+
+        def register_item(kind: Kind) -> Callable[..., None]:
+            def register(name: str, factory: Callable[..., Any], *, aliases: Sequence[str] = (),
+                         summary: str = "", citation: str = "", skip: int = 0, **meta: Any) -> None:
+                params = signature_params(factory, skip=skip)
+                self.add(Entry(name, kind, plugin, summary, citation, tuple(aliases), params,
+                               factory=factory, meta=meta))
+
+            return register
+
+        return {
+            "normkit_register_norms": register_norm,
+            "normkit_register_stages": register_stage,
+            "normkit_register_models": register_item("model"),
+            "normkit_register_datasets": register_item("dataset"),
+        }
+
+    # -- lookup -----------------------------------------------------------------------------
+
+    def lookup(self, name: str) -> Entry:
+        """A norm or stage by name or alias (case-insensitive)."""
+        key = canonical_name(name)
+        if key not in self.spec_names:
+            raise SpecError(f"unknown norm or stage {name!r}{did_you_mean(key, self.spec_names)}"
+                            " (see `normkit list`)")
+        return self.spec_names[key]
+
+    def lookup_item(self, kind: Literal["model", "dataset"], name: str) -> Entry:
+        table = self._table(kind)
+        key = canonical_name(name)
+        if key not in table:
+            known = ", ".join(sorted({e.name for e in table.values()})) or "none installed"
+            raise SpecError(f"unknown {kind} {name!r}{did_you_mean(key, table)} (available: {known})")
+        return table[key]
+
+    def of_kind(self, *kinds: Kind) -> list[Entry]:
+        return sorted((e for e in self.entries if e.kind in kinds), key=lambda e: (e.kind != "norm", e.name))

@@ -1,0 +1,160 @@
+"""Resolve spec strings against the registry: expand aliases, type parameters, check compositions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from normkit import plugins
+from normkit.errors import SpecError, did_you_mean
+from normkit.grammar import RawPart, parse_raw
+from normkit.params import Param
+from normkit.registry import Entry, Registry
+
+
+@dataclass(frozen=True)
+class Part:
+    """One resolved part: the registry entry and the parameters given explicitly (typed)."""
+
+    entry: Entry
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    def __str__(self) -> str:
+        if not self.params:
+            return self.name
+        args = ",".join(f"{k}={_fmt(v)}" for k, v in self.params.items())
+        return f"{self.name}({args})"
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "none"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A validated spec: `text` as the user wrote it (canonical case), `parts` after expansion."""
+
+    text: str
+    parts: tuple[Part, ...]
+
+    @property
+    def norm(self) -> Part:
+        return self.parts[0]
+
+    @property
+    def stages(self) -> tuple[Part, ...]:
+        return self.parts[1:]
+
+    def expanded(self) -> str:
+        return "+".join(str(p) for p in self.parts)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def params_of(entry: Entry, reg: Registry) -> tuple[Param, ...]:
+    """Declared parameters; a composition's are the union of its parts' (first declaration wins)."""
+    if entry.compose is None:
+        return entry.params
+    seen: dict[str, Param] = {}
+    for raw in parse_raw(entry.compose):
+        for p in params_of(reg.lookup(raw.name), reg):
+            seen.setdefault(p.name, p)
+    return tuple(seen.values())
+
+
+def _expand(raw: RawPart, reg: Registry, depth: int = 0) -> list[tuple[Entry, dict[str, Any]]]:
+    """Expand aliases of compositions, routing each given parameter to the parts declaring it."""
+    entry = reg.lookup(raw.name)
+    if entry.compose is None:
+        return [(entry, dict(raw.params))]
+    if depth > 8:
+        raise SpecError(f"composition {entry.name!r} expands into itself")
+    expanded: list[tuple[Entry, dict[str, Any]]] = []
+    for sub in parse_raw(entry.compose):
+        expanded.extend(_expand(sub, reg, depth + 1))
+    for key, value in raw.params.items():
+        targets = [params for e, params in expanded if key in {p.name for p in e.params}]
+        if not targets:
+            valid = sorted({p.name for e, _ in expanded for p in e.params})
+            raise SpecError(
+                f"unknown parameter {key!r} for {entry.name!r} (= {entry.compose})"
+                f"{did_you_mean(key, valid)}; valid: {', '.join(valid) or 'none'}"
+            )
+        for params in targets:
+            params.setdefault(key, value)
+    return expanded
+
+
+def _typed(entry: Entry, params: dict[str, Any]) -> dict[str, Any]:
+    declared = {p.name: p for p in entry.params}
+    out = {}
+    for key, value in params.items():
+        if key not in declared:
+            valid = ", ".join(declared) or "none"
+            raise SpecError(
+                f"unknown parameter {key!r} for {entry.name!r}{did_you_mean(key, declared)}; valid: {valid}"
+            )
+        out[key] = declared[key].coerce(value, entry.name)
+    return out
+
+
+def parse(spec: str | Spec, registry: Registry | None = None) -> Spec:
+    """Parse and validate a spec such as `gn(groups=8)+pn`; raises SpecError with a hint."""
+    if isinstance(spec, Spec):
+        return spec
+    reg = registry or plugins.registry()
+    raws = parse_raw(spec)
+    parts: list[Part] = []
+    for raw in raws:
+        for entry, params in _expand(raw, reg):
+            parts.append(Part(entry, _typed(entry, params)))
+    text = "+".join(str(Part(reg.lookup(r.name), r.params)) for r in raws)
+    _check_composition(parts, text)
+    return Spec(text, tuple(parts))
+
+
+def _check_composition(parts: list[Part], text: str) -> None:
+    head = parts[0]
+    if head.entry.kind != "norm":
+        raise SpecError(
+            f"{text!r} starts with {head.entry.kind} {head.name!r}; a spec starts with a norm, "
+            f"e.g. 'bn+{head.name}' or 'gn+{head.name}'"
+        )
+    norms = [p.name for p in parts if p.entry.kind == "norm"]
+    if len(norms) > 1:
+        raise SpecError(
+            f"{text!r} names {len(norms)} norms ({', '.join(norms)}), i.e. two partitions; "
+            "a spec has one norm followed by '+' stages such as nn, pn or relu"
+        )
+    if head.entry.factory is not None and len(parts) > 1:
+        raise SpecError(f"{head.name!r} is a ready-made module and takes no '+' stages")
+    seen_activation = seen_post = None
+    for part in parts[1:]:
+        kind = part.entry.kind
+        if kind == "step" and (seen_activation or seen_post):
+            raise SpecError(f"{text!r}: step {part.name!r} must come before the activation")
+        if kind == "activation":
+            if seen_activation:
+                raise SpecError(f"{text!r} has two activations ({seen_activation}, {part.name})")
+            if seen_post:
+                raise SpecError(f"{text!r}: activation {part.name!r} must come before {seen_post!r}")
+            seen_activation = part.name
+        if kind == "post_activation":
+            if seen_post:
+                raise SpecError(f"{text!r} has two post-activation steps ({seen_post}, {part.name})")
+            seen_post = part.name
+
+
+def canonical(spec: str) -> str:
+    """Canonical text of a spec (lowercase names), validated."""
+    return parse(spec).text
+

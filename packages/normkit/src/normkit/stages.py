@@ -1,0 +1,286 @@
+"""The stage model (NAP / NOP / NRR): partitions, operation steps and the pipeline description.
+
+A norm layer works on a canonical channels-first view `(N, C, S)` of its input (S = product of
+the spatial or token dims). The partition (NAP) regroups that view so each normalization group
+is reduced over `Groups.dims`; operation steps (NOP) map grouped values to grouped values;
+recovery (NRR) is a per-channel affine or gain on `(N, C, S)`; an activation step may follow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+from torch import Tensor
+
+from normkit.errors import SpecError
+
+if TYPE_CHECKING:
+    from normkit.layer import NormLayer
+
+PartitionKind = Literal["batch", "layer", "instance", "group"]
+RecoveryKind = Literal["affine", "gain", "none"]
+
+
+@dataclass(frozen=True)
+class Partition:
+    """NAP: which values share statistics.
+
+    batch: per channel over batch and spatial dims; layer: per sample over channels and spatial
+    dims (per token over channels for channels-last tokens); instance: per sample and channel over
+    spatial dims; group: per sample and group of C/groups channels over spatial dims.
+    """
+
+    kind: PartitionKind
+    groups: int = 1
+
+    def __str__(self) -> str:
+        return f"group({self.groups})" if self.kind == "group" else self.kind
+
+    @property
+    def uses_batch(self) -> bool:
+        """True when statistics pool over the batch (needs running statistics for eval)."""
+        return self.kind == "batch"
+
+    def check(self, num_channels: int, owner: str) -> None:
+        if self.kind == "group":
+            if self.groups < 1:
+                raise SpecError(f"{owner}: groups must be >= 1, got {self.groups}")
+            if num_channels % self.groups:
+                divisors = [d for d in range(1, num_channels + 1) if num_channels % d == 0]
+                near = sorted(divisors, key=lambda d: abs(d - self.groups))[:3]
+                raise SpecError(
+                    f"{owner}: {num_channels} channels are not divisible into {self.groups} groups;"
+                    f" use groups={' or groups='.join(map(str, sorted(near)))}"
+                )
+
+    def group(self, x3: Tensor, tokens: bool) -> tuple[Tensor, Groups]:
+        """Regroup a `(N, C, S)` view so each normalization group reduces over `Groups.dims`."""
+        n, c, s = x3.shape
+        if self.kind == "batch":
+            return x3, Groups(self, (0, 2), x3.shape, n * s, c)
+        if self.kind == "layer":
+            if tokens:
+                return x3, Groups(self, (1,), x3.shape, c, c)
+            return x3, Groups(self, (1, 2), x3.shape, c * s, c)
+        if self.kind == "instance":
+            return x3, Groups(self, (2,), x3.shape, s, c)
+        g = x3.reshape(n, self.groups, c // self.groups, s)
+        return g, Groups(self, (2, 3), x3.shape, (c // self.groups) * s, c)
+
+
+@dataclass(frozen=True)
+class Groups:
+    """How a grouped tensor maps back to channels: reduction dims, sizes, per-channel views."""
+
+    partition: Partition
+    dims: tuple[int, ...]
+    ncs_shape: torch.Size
+    count: int  # elements in one normalization group
+    num_channels: int
+
+    def per_channel(self, v: Tensor) -> Tensor:
+        """View a `(C,)` tensor so it broadcasts against the grouped values."""
+        if self.partition.kind == "group":
+            g = self.partition.groups
+            return v.view(1, g, self.num_channels // g, 1)
+        return v.view(1, -1, 1)
+
+    def channel_stat(self, stat: Tensor) -> Tensor:
+        """A batch partition's keepdim statistic `(1, C, 1)` as a `(C,)` vector."""
+        return stat.reshape(self.num_channels)
+
+    def ungroup(self, g: Tensor) -> Tensor:
+        return g.reshape(self.ncs_shape)
+
+    def mean(self, t: Tensor) -> Tensor:
+        return t.mean(dim=self.dims, keepdim=True)
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What a stage factory knows when the layer is built."""
+
+    num_channels: int
+    channel_dim: int
+    partition: Partition | None
+    activation: str | None = None
+
+
+class Step:
+    """One NOP operation on grouped values.
+
+    Subclasses implement `forward`; `setup` registers parameters or buffers on the layer (so
+    state_dict keys stay flat, e.g. `running_mean`, `running_lambda`), and `fused_forward` may
+    compute the whole layer (partition, steps and recovery) at once, returning None to decline.
+    """
+
+    name: str = "step"
+
+    def setup(self, layer: NormLayer) -> None:
+        """Register this step's parameters and buffers on `layer`."""
+
+    def forward(self, x: Tensor, groups: Groups, layer: NormLayer) -> Tensor:
+        raise NotImplementedError
+
+    def fused_forward(self, x: Tensor, layer: NormLayer) -> Tensor | None:
+        """Optionally compute partition+steps+recovery on the raw input in one go."""
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        """Parameters shown by `normkit show`."""
+        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+    def decay(self) -> dict[str, bool]:
+        """Weight-decay policy for parameters this step registered: name -> decayed?"""
+        return {}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v}" for k, v in self.describe().items())
+        return f"{self.name}({args})"
+
+
+class PostActivationStep(Step):
+    """A step after the activation (e.g. proxy normalization).
+
+    With `owns_recovery` the layer hands it the values before recovery; the step applies the
+    layer's `weight`/`bias` itself, then `layer.act`, then its own operation.
+    """
+
+    owns_recovery: bool = False
+
+    def forward(self, x: Tensor, groups: Groups, layer: NormLayer) -> Tensor:  # (N, C, S)
+        raise NotImplementedError
+
+
+StepFactory = Callable[[BuildContext], Step]
+
+
+@dataclass
+class Pipeline:
+    """A norm layer's description: partition, ordered steps, recovery, activation, post step.
+
+    `core` indexes the base normalizing step (standardize, RMS scale, ...) that '+' stages are
+    placed before or after; None when the pipeline has none (e.g. `none`).
+    """
+
+    partition: Partition | None
+    steps: list[StepFactory] = field(default_factory=list)
+    recovery: RecoveryKind = "affine"
+    core: int | None = 0
+    activation: str | None = None
+    activation_params: dict[str, Any] = field(default_factory=dict)
+    post: Callable[[BuildContext], PostActivationStep] | None = None
+    post_name: str | None = None
+
+    def copy(self) -> Pipeline:
+        return replace(self, steps=list(self.steps), activation_params=dict(self.activation_params))
+
+
+# --------------------------------------------------------------------------------------------
+# The standard operation steps. Statistics are computed in float32 by the layer.
+
+
+class Standardize(Step):
+    """Centre and scale by the group's biased std; running statistics for batch partitions.
+
+    Matches torch's BatchNorm/LayerNorm/GroupNorm/InstanceNorm: biased variance for
+    normalizing, unbiased for the running estimate, `momentum=None` = cumulative average.
+    """
+
+    name = "standardize"
+
+    def __init__(self, eps: float = 1e-5, momentum: float | None = 0.1,
+                 track_running_stats: bool = True) -> None:
+        if eps <= 0:
+            raise SpecError(f"eps must be > 0, got {eps}")
+        if momentum is not None and not 0.0 <= momentum <= 1.0:
+            raise SpecError(f"momentum must be in [0, 1] or none, got {momentum}")
+        self.eps = eps
+        self.momentum = momentum
+        self.track_running_stats = track_running_stats
+
+    def setup(self, layer: NormLayer) -> None:
+        if layer.partition is not None and layer.partition.uses_batch and self.track_running_stats:
+            c = layer.num_channels
+            layer.register_buffer("running_mean", torch.zeros(c))
+            layer.register_buffer("running_var", torch.ones(c))
+            layer.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
+
+    def describe(self) -> dict[str, Any]:
+        d = {"eps": self.eps}
+        return d | {"momentum": self.momentum, "track_running_stats": self.track_running_stats}
+
+    def uses_running_stats(self, layer: NormLayer) -> bool:
+        return layer.partition.uses_batch and self.track_running_stats and not layer.training
+
+    def update_factor(self, layer: NormLayer) -> float | None:
+        """Bump num_batches_tracked and return the EMA factor, or None when not updating."""
+        if not (layer.training and layer.partition.uses_batch and self.track_running_stats):
+            return None
+        layer.num_batches_tracked.add_(1)
+        if self.momentum is None:
+            return 1.0 / float(layer.num_batches_tracked)
+        return self.momentum
+
+    def statistics(self, x: Tensor, groups: Groups, layer: NormLayer) -> tuple[Tensor, Tensor]:
+        """Mean and biased variance used to normalize `x` (updates running stats when training)."""
+        if self.uses_running_stats(layer):
+            return (groups.per_channel(layer.running_mean.float()),
+                    groups.per_channel(layer.running_var.float()))
+        if groups.count < 2 and layer.partition.uses_batch and layer.training:
+            raise layer.shape_error("needs more than 1 value per channel when training")
+        var, mean = torch.var_mean(x, dim=groups.dims, unbiased=False, keepdim=True)
+        factor = self.update_factor(layer)
+        if factor is not None:
+            n = groups.count
+            with torch.no_grad():
+                unbiased = groups.channel_stat(var) * (n / max(n - 1, 1))
+                layer.running_mean.lerp_(groups.channel_stat(mean).to(layer.running_mean), factor)
+                layer.running_var.lerp_(unbiased.to(layer.running_var), factor)
+        return mean, var
+
+    def forward(self, x: Tensor, groups: Groups, layer: NormLayer) -> Tensor:
+        mean, var = self.statistics(x, groups, layer)
+        return (x - mean) * torch.rsqrt(var + self.eps)
+
+    def fused_forward(self, x: Tensor, layer: NormLayer) -> Tensor | None:
+        """Dispatch a plain standardize+recovery pipeline to torch's native kernels."""
+        if len(layer.steps) != 1:
+            return None
+        from normkit.native import native_standardize
+
+        return native_standardize(self, x, layer)
+
+
+class Centre(Step):
+    """Subtract the group mean (no scaling)."""
+
+    name = "centre"
+
+    def forward(self, x: Tensor, groups: Groups, layer: NormLayer) -> Tensor:
+        return x - groups.mean(x)
+
+
+class RMSScale(Step):
+    """Divide by sqrt(mean(x^2) + eps) over the group, no centring (RMSNorm)."""
+
+    name = "rms-scale"
+
+    def __init__(self, eps: float = 1e-6) -> None:
+        if eps <= 0:
+            raise SpecError(f"eps must be > 0, got {eps}")
+        self.eps = eps
+
+    def forward(self, x: Tensor, groups: Groups, layer: NormLayer) -> Tensor:
+        return x * torch.rsqrt(groups.mean(x * x) + self.eps)
+
+    def fused_forward(self, x: Tensor, layer: NormLayer) -> Tensor | None:
+        if len(layer.steps) != 1 or not layer.tokens or layer.partition.kind != "layer":
+            return None
+        from normkit.native import native_rms
+
+        return native_rms(self, x, layer)
+
