@@ -1,0 +1,32 @@
+"""Proxy normalization for normkit: the post-activation stage `pn` (`gn(groups=8)+pn`, `ln+pn`).
+
+    layer = normkit.build("gn(groups=8)+pn", 64, activation="relu")
+    optimizer = torch.optim.SGD(normkit.param_groups(model, 5e-4), lr=0.1, momentum=0.9)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import normkit
+from normkit.stages import BuildContext
+from normkit_proxynorm.proxy import ProxyNorm, proxy_quantiles
+
+CITATION = ("Labatie, Masters, Eaton-Rosen & Luschi, Proxy-Normalizing Activations to Match Batch "
+            "Normalization while Removing Batch Dependence, NeurIPS 2021, arXiv:2106.03743")
+
+__all__ = ["CITATION", "ProxyNorm", "proxy_normalization", "proxy_quantiles"]
+
+
+def proxy_normalization(ctx: BuildContext, *, act: str = "relu", eps: float = 0.03, samples: int = 200,
+                        proxy_params: bool = True, scale: bool = True) -> ProxyNorm:
+    """Build the `pn` step; `act` arrives resolved by the core (the activation the layer owns)."""
+    return ProxyNorm(act, eps, samples, proxy_params, scale)
+
+
+@normkit.hookimpl
+def normkit_register_stages(register: Any) -> None:
+    register("pn", proxy_normalization, kind="post_activation", activation_param="act",
+             aliases=("proxynorm", "proxy-norm"), citation=CITATION,
+             summary="proxy norm: affine -> activation -> normalize by a Gaussian proxy's statistics "
+                     "(batch-independent; follow ln/gn)")

@@ -1,0 +1,89 @@
+"""pn inside models: convert, weight-decay groups, a few training steps, state_dict round-trip."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import normkit
+from normkit_proxynorm import ProxyNorm
+
+SPECS = ["gn+pn", "ln+pn", "gn(groups=8)+pn", "bn+pn"]
+
+
+def block_net(spec: str, width: int = 32) -> nn.Sequential:
+    """A small conv net of norm-activation blocks, the last pn unscaled before global pooling."""
+    last = spec if spec.startswith("bn") else f"{spec}(scale=false)"
+    return nn.Sequential(
+        nn.Conv2d(3, width, 3, padding=1, bias=False),
+        normkit.build(spec, width, activation="relu"),
+        nn.Conv2d(width, width, 3, padding=1, bias=False),
+        normkit.build(last, width, activation="relu"),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width, 10),
+    )
+
+
+def torch_net() -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+                         nn.Conv2d(16, 16, 3, padding=1), nn.GroupNorm(4, 16), nn.ReLU(),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_trains_without_nan_and_round_trips_state_dict(spec: str) -> None:
+    torch.manual_seed(0)
+    model = block_net(spec)
+    opt = torch.optim.SGD(normkit.param_groups(model, 5e-4), lr=0.1, momentum=0.9)
+    x, y = torch.randn(8, 3, 8, 8), torch.randint(0, 10, (8,))
+    losses = []
+    for _ in range(5):
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert all(torch.isfinite(torch.tensor(losses)))
+    assert losses[-1] < losses[0]
+    copy = block_net(spec)
+    copy.load_state_dict(model.state_dict())
+    model.eval(), copy.eval()
+    torch.testing.assert_close(copy(x), model(x))
+    assert {"1.proxy_beta", "1.proxy_gamma", "1.weight", "1.bias"} <= set(model.state_dict())
+
+
+def test_param_groups_decay_proxy_parameters_but_not_the_moved_affine() -> None:
+    model = block_net("gn(groups=8)+pn")
+    groups = normkit.param_groups(model, 5e-4)
+    decay_of = {id(p): g["weight_decay"] for g in groups for p in g["params"]}
+    moved_affine = {"1.weight", "1.bias", "3.weight", "3.bias"}
+    for name, p in model.named_parameters():
+        assert decay_of[id(p)] == (0.0 if name in moved_affine else 5e-4), name
+    proxy = {"1.proxy_beta", "1.proxy_gamma", "3.proxy_beta", "3.proxy_gamma"}
+    assert proxy <= set(dict(model.named_parameters()))
+    torch.optim.SGD(groups, lr=0.1, momentum=0.9)
+
+
+def test_convert_takes_over_the_activation_after_each_norm() -> None:
+    model = torch_net()
+    summary = normkit.convert(model, "gn(groups=8)+pn")
+    assert [r.activation for r in summary] == ["relu", "relu"]
+    assert isinstance(model[2], nn.Identity) and isinstance(model[5], nn.Identity)
+    assert isinstance(model[1].post, ProxyNorm) and isinstance(model[4].post, ProxyNorm)
+    out = model(torch.randn(2, 3, 8, 8))
+    assert out.shape == (2, 10) and torch.isfinite(out).all()
+
+
+@pytest.mark.xfail(strict=True, reason="core: convert() applies the old norm's eps to every part declaring "
+                                       "eps, so pn gets 1e-5 instead of 0.03 (needs head-only settings)")
+def test_convert_keeps_pn_eps() -> None:
+    model = torch_net()
+    normkit.convert(model, "gn(groups=8)+pn")
+    assert model[1].post.eps == 0.03
+
+
+def test_convert_refuses_a_norm_without_a_following_activation() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 16, 3), nn.GroupNorm(4, 16), nn.Conv2d(16, 16, 3), nn.ReLU())
+    with pytest.raises(normkit.SpecError, match="no activation module directly follows"):
+        normkit.convert(model, "gn+pn")
+    assert isinstance(model[1], nn.GroupNorm)  # nothing changed

@@ -1,0 +1,137 @@
+"""pn's numbers: proxy statistics at init, the output formula, gradients, train == eval."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import normkit
+from normkit_proxynorm import proxy_quantiles
+
+SPECS = ["gn+pn", "ln+pn", "gn(groups=8)+pn", "bn+pn"]
+
+
+def standardized(x: torch.Tensor, groups: int) -> torch.Tensor:
+    return F.group_norm(x, groups, eps=1e-5)
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("activation", [None, "relu"])
+def test_builds_with_and_without_model_activation(spec: str, activation: str | None) -> None:
+    layer = normkit.build(spec, 32, activation=activation)
+    out = layer(torch.randn(4, 32, 3, 3))
+    assert out.shape == (4, 32, 3, 3) and torch.isfinite(out).all()
+    assert layer.describe()["recovery"] == "none (affine moved into pn)"
+
+
+def test_quantile_proxy_statistics_match_the_paper_values() -> None:
+    u = proxy_quantiles(200, dtype=torch.float64)
+    for act, (mu, var) in {F.relu: (0.3985, 0.3380), F.silu: (0.2060, 0.3100)}.items():
+        z = act(u)
+        assert z.mean().item() == pytest.approx(mu, abs=5e-5)
+        assert z.var(unbiased=False).item() == pytest.approx(var, abs=5e-5)
+
+
+def test_relu_output_at_init_is_relu_minus_proxy_mean_over_proxy_std() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(4, 16, 5, 5) * 3 + 1
+    out = normkit.build("gn(groups=8)+pn", 16, activation="relu")(x)
+    expected = (F.relu(standardized(x, 8)) - 0.3985) / (0.3380 + 0.03) ** 0.5
+    torch.testing.assert_close(out, expected, atol=2e-4, rtol=0)
+
+
+def test_silu_output_at_init() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(4, 16, 5, 5)
+    layer = normkit.build("ln+pn(act=silu)", 16)
+    assert isinstance(layer.act, torch.nn.SiLU)
+    expected = (F.silu(standardized(x, 1)) - 0.2060) / (0.3100 + 0.03) ** 0.5
+    torch.testing.assert_close(layer(x), expected, atol=2e-4, rtol=0)
+
+
+def test_unscaled_variant_only_centres() -> None:
+    x = torch.randn(2, 8, 4, 4)
+    out = normkit.build("gn(groups=2)+pn(scale=false)", 8, activation="relu")(x)
+    torch.testing.assert_close(out, F.relu(standardized(x, 2)) - 0.3985, atol=2e-4, rtol=0)
+
+
+def test_variant_without_proxy_parameters_equals_zero_proxy_parameters() -> None:
+    x = torch.randn(2, 8, 4, 4)
+    plain = normkit.build("gn(groups=2)+pn(proxy_params=false)", 8)
+    full = normkit.build("gn(groups=2)+pn", 8)
+    assert not hasattr(plain, "proxy_beta") and not hasattr(plain, "proxy_gamma")
+    torch.testing.assert_close(plain(x), full(x))
+
+
+def test_proxy_parameters_change_the_proxy_distribution() -> None:
+    torch.manual_seed(0)
+    layer = normkit.build("gn(groups=2)+pn", 8)
+    with torch.no_grad():
+        layer.proxy_beta.fill_(0.5)
+        layer.proxy_gamma.fill_(1.0)  # proxy N(0.5, 2^2)
+    u = 0.5 + 2 * proxy_quantiles(200, dtype=torch.float64)
+    z = F.relu(u)
+    x = torch.randn(2, 8, 4, 4)
+    expected = (F.relu(standardized(x, 2)) - z.mean()) / (z.var(unbiased=False) + 0.03).sqrt()
+    torch.testing.assert_close(layer(x), expected.float(), atol=1e-5, rtol=1e-5)
+
+
+def test_gradients_flow_through_the_proxy_statistics() -> None:
+    """Finite differences of the whole layer in float64 agree only if mu~/var~ carry gradients."""
+    torch.manual_seed(0)
+    layer = normkit.build("gn(groups=2)+pn(act=silu)", 4).double()
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    x = torch.randn(2, 4, 3, 3, dtype=torch.float64)
+    names = ["weight", "bias", "proxy_beta", "proxy_gamma"]
+    params = [getattr(layer, n) for n in names]
+
+    def run(*values: torch.Tensor) -> torch.Tensor:
+        return torch.func.functional_call(layer, dict(zip(names, values, strict=True)), (x,))
+
+    assert torch.autograd.gradcheck(run, tuple(p.detach().clone().requires_grad_() for p in params))
+    layer(x).pow(2).sum().backward()
+    for name, p in zip(names, params, strict=True):
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+@pytest.mark.parametrize("spec", ["gn+pn", "ln+pn", "gn(groups=8)+pn"])
+def test_train_and_eval_give_identical_outputs(spec: str) -> None:
+    layer = normkit.build(spec, 32, activation="relu")
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    x = torch.randn(3, 32, 4, 4)
+    train_out = layer.train()(x)
+    torch.testing.assert_close(layer.eval()(x), train_out, rtol=0, atol=0)
+
+
+def test_channels_last_tokens() -> None:
+    x = torch.randn(2, 5, 16)
+    out = normkit.build("ln+pn", 16, channel_dim=-1)(x)
+    expected = (F.relu(F.layer_norm(x, (16,))) - 0.3985) / (0.3380 + 0.03) ** 0.5
+    torch.testing.assert_close(out, expected, atol=2e-4, rtol=0)
+
+
+def test_affine_free_norm_uses_unit_gamma_and_zero_beta() -> None:
+    x = torch.randn(2, 8, 4, 4)
+    layer = normkit.build("gn(groups=2,affine=false)+pn", 8)
+    assert layer.weight is None and layer.decay() == {"proxy_beta": True, "proxy_gamma": True}
+    torch.testing.assert_close(layer(x), normkit.build("gn(groups=2)+pn", 8)(x))
+
+
+@pytest.mark.parametrize("spec, fragment", [
+    ("gn(groups=2)+pn(eps=0)", "eps must be a positive number"),
+    ("gn(groups=2)+pn(samples=1)", "samples must be >= 2"),
+    ("gn+pn(act=nosuch)", "unknown norm or stage"),
+])
+def test_bad_parameters_raise_spec_errors(spec: str, fragment: str) -> None:
+    with pytest.raises(normkit.SpecError, match=fragment):
+        normkit.build(spec, 8)
+
+
+def test_pn_activation_must_match_the_models_activation() -> None:
+    with pytest.raises(normkit.SpecError, match="conflicts"):
+        normkit.build("gn+pn(act=silu)", 32, activation="relu")
