@@ -1,0 +1,201 @@
+"""The `nn` step: power transform to normality plus scaled noise, after a standardizing step.
+
+`forward` is the readable reference on grouped values (used while the layer records or probes,
+and as the oracle in tests); `fused_forward` computes the whole layer through `normality_norm`
+(torch) or the Triton kernel, which compute the same function.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+from normkit import NormkitError, SpecError
+from normkit.stages import BuildContext, Groups, Standardize, Step
+from torch import Tensor
+
+from normkit_normalnorm.functional import normality_norm
+from normkit_normalnorm.yeojohnson import (
+    clamp_lambda,
+    newton_lambda,
+    noise_scale,
+    standard_normal_like,
+    yeo_johnson,
+)
+
+if TYPE_CHECKING:
+    from normkit.layer import NormLayer
+
+Kernel = Literal["auto", "torch", "triton"]
+DEFAULT_NOISE = {"batch": 0.4, "group": 0.4, "instance": 0.4, "layer": 1.0}
+
+
+class NormalityStep(Step):
+    """Estimate lambda per group (one Newton step), apply Yeo-Johnson, add noise when training."""
+
+    name = "nn"
+
+    def __init__(self, partition_kind: str, *, noise: float | None, alpha: float, eps: float,
+                 momentum: float | None, lambda_min: float | None, lambda_max: float | None,
+                 detach_lambda: bool, kernel: Kernel) -> None:
+        _validate(noise, alpha, eps, momentum, lambda_min, lambda_max)
+        self.noise = DEFAULT_NOISE[partition_kind] if noise is None else noise
+        self.alpha = alpha
+        self.eps = eps
+        self.momentum = momentum
+        self.lambda_min = lambda_min
+        self.lambda_max = lambda_max
+        self.detach_lambda = detach_lambda
+        self.kernel = kernel
+        self._standardize: Standardize | None = None
+        self._noise_given = noise is not None
+
+    # -- setup ------------------------------------------------------------------------------
+
+    def setup(self, layer: NormLayer) -> None:
+        index = next(i for i, step in enumerate(layer.steps) if step is self)
+        before = layer.steps[index - 1] if index > 0 else None
+        if not isinstance(before, Standardize):
+            got = before.name if before is not None else "nothing"
+            raise SpecError(f"{layer.spec or 'norm'}: nn needs standardized input, so a standardizing norm "
+                            f"(bn, ln, gn, in) right before it; got {got}")
+        self._standardize = before
+        if self._tracks(layer):
+            layer.register_buffer("running_lambda", torch.ones(layer.num_channels))
+
+    def _tracks(self, layer: NormLayer) -> bool:
+        """Batch partitions with running statistics keep running_lambda for eval."""
+        return layer.partition.uses_batch and self._standardize.track_running_stats
+
+    # -- reference path -----------------------------------------------------------------------
+
+    def forward(self, x: Tensor, groups: Groups, layer: NormLayer) -> Tensor:
+        dims = groups.dims
+        if self._tracks(layer) and not layer.training:
+            lam = clamp_lambda(groups.per_channel(layer.running_lambda.to(x.dtype)),
+                               self.lambda_min, self.lambda_max)
+        else:
+            lam = clamp_lambda(newton_lambda(x, dims, self.alpha, self.eps), self.lambda_min, self.lambda_max)
+            if self.detach_lambda:
+                lam = lam.detach()
+            if self._tracks(layer) and layer.training:
+                with torch.no_grad():
+                    layer.running_lambda.lerp_(groups.channel_stat(lam).to(layer.running_lambda),
+                                               self._factor(layer))
+        layer.record("lambda", lambda: lam.squeeze(dims))
+        out = yeo_johnson(x, lam)
+        layer.record("post_transform", lambda: groups.ungroup(out))
+        if layer.training and self.noise:
+            z = standard_normal_like(groups.ungroup(out)).reshape(out.shape)
+            out = out + self.noise * noise_scale(out, dims) * z
+        return out
+
+    def _factor(self, layer: NormLayer) -> float:
+        """EMA factor for running_lambda (the standardize step already counted this batch)."""
+        if self.momentum is None:
+            return 1.0 / float(layer.num_batches_tracked)
+        return self.momentum
+
+    # -- fast paths ---------------------------------------------------------------------------
+
+    def fused_forward(self, x: Tensor, layer: NormLayer) -> Tensor | None:
+        """The whole layer in one call: standardize, lambda, transform, noise, affine.
+
+        Declines (reference path) when other steps are composed in, or when the standardize step's
+        eps/momentum differ from nn's (the fused contract has one eps and one momentum).
+        """
+        std = self._standardize
+        if len(layer.steps) != 2 or std.eps != self.eps:
+            return None
+        tracks = self._tracks(layer)
+        if tracks and std.momentum != self.momentum:
+            return None
+        n, c = x.shape[0], layer.num_channels
+        x3 = x.reshape(n, -1, c).transpose(1, 2) if layer.tokens else x.reshape(n, c, -1)
+        batch = layer.partition.uses_batch
+        if batch and layer.training and x3.shape[0] * x3.shape[2] < 2:
+            raise layer.shape_error("needs more than 1 value per channel when training")
+        factor = std.update_factor(layer) if tracks else None
+        weight, bias = layer.recovery_params()
+        y3 = self._kernel_for(x)(
+            x3, weight, bias, partition=layer.partition.kind, groups=layer.partition.groups,
+            tokens=layer.tokens, training=layer.training, eps=self.eps, alpha=self.alpha,
+            noise=self.noise, running_mean=layer.running_mean if tracks else None,
+            running_var=layer.running_var if tracks else None,
+            running_lambda=layer.running_lambda if tracks else None,
+            momentum=factor if factor is not None else self.momentum, lambda_min=self.lambda_min,
+            lambda_max=self.lambda_max, detach_lambda=self.detach_lambda)
+        return y3.transpose(1, 2).reshape(x.shape) if layer.tokens else y3.reshape(x.shape)
+
+    def _kernel_for(self, x: Tensor) -> Callable[..., Tensor]:
+        if self.kernel == "torch":
+            return normality_norm
+        if self.kernel == "auto" and not x.is_cuda:
+            return normality_norm
+        try:
+            from normkit_normalnorm import triton_kernels
+        except ImportError as err:
+            if self.kernel == "auto":
+                return normality_norm
+            raise NormkitError(f"nn(kernel=triton): the Triton kernel cannot be imported ({err}); "
+                               "install triton or use kernel=torch") from err
+        if triton_kernels.available():
+            return triton_kernels.normality_triton
+        if self.kernel == "auto":
+            return normality_norm
+        raise NormkitError("nn(kernel=triton): Triton is not available on this machine/device; "
+                           "use kernel=auto or kernel=torch")
+
+    # -- description --------------------------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        clamp = "none" if self.lambda_min is None and self.lambda_max is None else (
+            f"[{'-inf' if self.lambda_min is None else self.lambda_min}, "
+            f"{'inf' if self.lambda_max is None else self.lambda_max}]")
+        return {
+            "noise": self.noise if self._noise_given else f"{self.noise} (default for this partition)",
+            "alpha": self.alpha,
+            "eps": self.eps,
+            "momentum": self.momentum,
+            "lambda_clamp": clamp,
+            "detach_lambda": self.detach_lambda,
+            "kernel": self.kernel,
+        }
+
+
+def _validate(noise: float | None, alpha: float, eps: float, momentum: float | None,
+              lambda_min: float | None, lambda_max: float | None) -> None:
+    if noise is not None and not noise >= 0:
+        raise SpecError(f"nn: noise must be >= 0 (0 turns the noise off), got {noise}")
+    if not alpha > 0:
+        raise SpecError(f"nn: alpha (the Newton step size) must be > 0, got {alpha}")
+    if not eps > 0:
+        raise SpecError(f"nn: eps must be > 0, got {eps}")
+    if momentum is not None and not 0.0 <= momentum <= 1.0:
+        raise SpecError(f"nn: momentum must be in [0, 1] or none, got {momentum}")
+    if lambda_min is not None and lambda_max is not None and not lambda_min <= lambda_max:
+        raise SpecError(f"nn: lambda_min ({lambda_min}) must be <= lambda_max ({lambda_max})")
+    for name, value in (("lambda_min", lambda_min), ("lambda_max", lambda_max)):
+        if value is not None and not math.isfinite(value):
+            raise SpecError(f"nn: {name} must be a finite number or none, got {value}")
+
+
+def normality_stage(ctx: BuildContext, *, noise: float | None = None, alpha: float = 1.0,
+                    eps: float = 1e-5, momentum: float | None = 0.1, lambda_min: float | None = None,
+                    lambda_max: float | None = None, detach_lambda: bool = False,
+                    kernel: Kernel = "auto") -> NormalityStep:
+    """nn: Yeo-Johnson power transform with a one-Newton-step lambda, plus noise scaled per group.
+
+    noise: the factor xi; None means 0.4, or 1.0 for layer partitions (the paper's settings).
+    alpha: Newton step size. eps: Newton denominator guard sqrt(eps) (and the standardize eps
+    when given through `bnn`). momentum: EMA factor of running_lambda (None: cumulative average).
+    lambda_min/lambda_max: optional clamp of lambda_hat. detach_lambda: no gradient through it.
+    kernel: "torch" fused path, "triton" CUDA kernel, "auto" Triton on CUDA when available.
+    """
+    if ctx.partition is None:
+        raise SpecError("nn needs a standardizing norm before it (bn, ln, gn, in)")
+    return NormalityStep(ctx.partition.kind, noise=noise, alpha=alpha, eps=eps, momentum=momentum,
+                         lambda_min=lambda_min, lambda_max=lambda_max, detach_lambda=detach_lambda,
+                         kernel=kernel)
