@@ -1,0 +1,82 @@
+"""Models for experiments: each a factory `factory(ctx: ModelContext, **params)` in the registry.
+
+    from normkit_lab.models import build_model
+    model = build_model("preact-resnet18", "gn+pn", num_classes=10, in_channels=3, image_size=32)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from torch import nn
+
+import normkit
+from normkit import plugins
+from normkit.errors import did_you_mean
+from normkit_lab.models import preact_resnet, resnet, small_cnn, torchvision_models, vit
+from normkit_lab.models.context import ModelContext, NormHostError
+
+__all__ = ["ModelContext", "NormHostError", "build_model", "register_builtin_models"]
+
+_PREACT_HINT = ("use 'preact-resnet18', 'preact-resnet34' or 'wrn', where every norm is followed by an "
+                "activation")
+
+
+def register_builtin_models(register: Callable[..., Any]) -> None:
+    """Register the lab's models (called from the `normkit_register_models` hook)."""
+    register("small-cnn", small_cnn.small_cnn, skip=1, citation="",
+             summary="3 conv-norm-ReLU blocks for tiny images (8x8 digits); seconds per epoch on CPU")
+    register("resnet18", resnet.resnet18, skip=1, citation=resnet.CITATION, host_hint=_PREACT_HINT,
+             summary="CIFAR-style ResNet-18 (3x3 stem, norm in the downsample shortcut)")
+    register("resnet34", resnet.resnet34, skip=1, citation=resnet.CITATION, host_hint=_PREACT_HINT,
+             summary="CIFAR-style ResNet-34 (3x3 stem, norm in the downsample shortcut)")
+    register("preact-resnet18", preact_resnet.preact_resnet18, skip=1, citation=preact_resnet.CITATION,
+             summary="pre-activation ResNet-18 (v2): every activation follows a norm; hosts gn+pn")
+    register("preact-resnet34", preact_resnet.preact_resnet34, skip=1, citation=preact_resnet.CITATION,
+             summary="pre-activation ResNet-34 (v2): every activation follows a norm; hosts gn+pn")
+    register("wrn", preact_resnet.wide_resnet, skip=1, aliases=("wide-resnet",),
+             citation=preact_resnet.WRN_CITATION,
+             summary="pre-activation WideResNet-depth-width (default WRN-28-2)")
+    register("vit", vit.vit, skip=1, citation=vit.CITATION,
+             host_hint="its norms feed attention and linear layers; use a norm without post-activation steps",
+             summary="pre-norm ViT (patch 4, 8 layers, 8 heads, width 768, MLP 2304 as in the paper)")
+    register("vit-small", vit.vit_small, skip=1, citation=vit.CITATION,
+             host_hint="its norms feed attention and linear layers; use a norm without post-activation steps",
+             summary="CPU-sized ViT (patch 2, 2 layers, 4 heads, width 64, MLP 128)")
+    register("tv-resnet18", torchvision_models.tv_resnet18, skip=1, citation=torchvision_models.CITATION,
+             host_hint=_PREACT_HINT, summary="torchvision resnet18, norms swapped by normkit.convert")
+    register("tv-resnet50", torchvision_models.tv_resnet50, skip=1, citation=torchvision_models.CITATION,
+             host_hint=_PREACT_HINT, summary="torchvision resnet50, norms swapped by normkit.convert")
+
+
+def model_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Type-check `params` against the model's declared parameters; unknown keys raise SpecError."""
+    entry = plugins.registry().lookup_item("model", name)
+    declared = {p.name: p for p in entry.params}
+    typed = {}
+    for key, value in params.items():
+        if key not in declared:
+            raise normkit.SpecError(f"model {entry.name!r} has no parameter {key!r}"
+                                    f"{did_you_mean(key, declared)}; valid: {', '.join(declared) or 'none'}")
+        typed[key] = declared[key].coerce(value, f"model {entry.name!r}")
+    return typed
+
+
+def build_model(name: str, norm: str, *, num_classes: int, in_channels: int, image_size: int,
+                **params: Any) -> nn.Module:
+    """Build registered model `name` with every norm built from spec `norm`.
+
+    Raises normkit.SpecError with one line for an unknown model, bad parameters, or a norm the
+    model cannot host (e.g. a post-activation spec at a norm that feeds a residual add).
+    """
+    entry = plugins.registry().lookup_item("model", name)
+    typed = model_params(name, params)
+    spec = normkit.parse(norm).text
+    ctx = ModelContext(spec, num_classes, in_channels, image_size)
+    try:
+        return entry.factory(ctx, **typed)
+    except NormHostError as exc:
+        hint = entry.meta.get("host_hint")
+        raise normkit.SpecError(f"model {entry.name!r} cannot host {spec!r}: {exc}"
+                                + (f"; {hint}" if hint else "")) from exc

@@ -1,0 +1,89 @@
+"""Vision transformer (pre-norm) with every norm built from the spec on channels-last tokens.
+
+Token norms use channel_dim=-1, so `ln` normalizes each token and batch-type norms (`bn`, `bnn`)
+pool each feature over batch and tokens. The norms feed attention and linear layers, not an
+activation, so post-activation specs (`gn+pn`) cannot sit in a ViT.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from normkit.errors import SpecError
+from normkit_lab.models.context import ModelContext
+
+CITATION = ("Dosovitskiy et al., An Image is Worth 16x16 Words: Transformers for Image Recognition at "
+            "Scale, ICLR 2021, arXiv:2010.11929")
+
+
+class Attention(nn.Module):
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, x: Tensor) -> Tensor:
+        n, t, d = x.shape
+        q, k, v = self.qkv(x).reshape(n, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        out = nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.proj(out.transpose(1, 2).reshape(n, t, d))
+
+
+class EncoderBlock(nn.Module):
+    """x + attention(norm(x)); x + MLP(norm(x)) with a GELU MLP."""
+
+    def __init__(self, ctx: ModelContext, width: int, heads: int, mlp_width: int) -> None:
+        super().__init__()
+        self.norm1 = ctx.norm_layer(width, channel_dim=-1)
+        self.attn = Attention(width, heads)
+        self.norm2 = ctx.norm_layer(width, channel_dim=-1)
+        self.mlp = nn.Sequential(nn.Linear(width, mlp_width), nn.GELU(), nn.Linear(mlp_width, width))
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class ViT(nn.Module):
+    """Patch embedding, class token, learned positions, encoder blocks, final norm, linear head."""
+
+    def __init__(self, ctx: ModelContext, patch: int, depth: int, heads: int, width: int,
+                 mlp_width: int) -> None:
+        super().__init__()
+        tokens = (ctx.image_size // patch) ** 2
+        self.embed = nn.Conv2d(ctx.in_channels, width, patch, stride=patch)
+        self.cls = nn.Parameter(torch.zeros(1, 1, width))
+        self.pos = nn.Parameter(torch.zeros(1, tokens + 1, width))
+        nn.init.trunc_normal_(self.pos, std=0.02)
+        nn.init.trunc_normal_(self.cls, std=0.02)
+        self.blocks = nn.Sequential(*(EncoderBlock(ctx, width, heads, mlp_width) for _ in range(depth)))
+        self.norm = ctx.norm_layer(width, channel_dim=-1)
+        self.head = nn.Linear(width, ctx.num_classes)
+
+    def forward(self, x: Tensor) -> Tensor:
+        t = self.embed(x).flatten(2).transpose(1, 2)
+        t = torch.cat([self.cls.expand(t.shape[0], -1, -1), t], dim=1) + self.pos
+        return self.head(self.norm(self.blocks(t))[:, 0])
+
+
+def vit(ctx: ModelContext, patch: int = 4, depth: int = 8, heads: int = 8, width: int = 768,
+        mlp_width: int = 2304) -> nn.Module:
+    """ViT as in the normality-normalization paper: patch 4, 8 layers, 8 heads, width 768, MLP 2304."""
+    for key, value in (("patch", patch), ("depth", depth), ("heads", heads), ("width", width),
+                       ("mlp_width", mlp_width)):
+        if value < 1:
+            raise SpecError(f"vit: {key} must be >= 1, got {value}")
+    if ctx.image_size % patch:
+        raise SpecError(f"vit: patch={patch} does not divide the image size {ctx.image_size}; "
+                        f"choose a patch that divides it")
+    if width % heads:
+        raise SpecError(f"vit: width={width} is not divisible by heads={heads}")
+    return ViT(ctx, patch, depth, heads, width, mlp_width)
+
+
+def vit_small(ctx: ModelContext, patch: int = 2, depth: int = 2, heads: int = 4, width: int = 64,
+              mlp_width: int = 128) -> nn.Module:
+    """A CPU-sized ViT preset (2 layers, width 64, patch 2) with the same structure as `vit`."""
+    return vit(ctx, patch=patch, depth=depth, heads=heads, width=width, mlp_width=mlp_width)

@@ -1,0 +1,22 @@
+"""The lab's built-in models and datasets, registered through the normkit plugin hooks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import normkit
+
+
+@normkit.hookimpl
+def normkit_register_models(register: Callable[..., Any]) -> None:
+    from normkit_lab.models import register_builtin_models
+
+    register_builtin_models(register)
+
+
+@normkit.hookimpl
+def normkit_register_datasets(register: Callable[..., Any]) -> None:
+    from normkit_lab.datasets import register_builtin_datasets
+
+    register_builtin_datasets(register)
