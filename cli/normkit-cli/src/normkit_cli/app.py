@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from normkit_cli import bench, catalog
+from normkit_cli import bench, catalog, compare, report
 
 app = typer.Typer(
     name="normkit",
@@ -14,7 +14,7 @@ app = typer.Typer(
     add_completion=False,
 )
 
-for module in (catalog, bench):
+for module in (catalog, bench, compare, report):
     module.register(app)
 
 

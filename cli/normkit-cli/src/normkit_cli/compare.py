@@ -1,0 +1,158 @@
+"""`normkit compare`: train one model per (norm, seed), paired by seed, and report the comparison.
+
+Option values come from the command line, then `--config FILE.yaml`, then the defaults shown in
+`--help`; only options typed on the command line override the file (click's parameter source).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from normkit import NormkitError
+from normkit_cli.errors import fail, one_line_errors
+from normkit_cli.report import console as make_console
+from normkit_cli.report import show
+from normkit_lab import config as lab_config
+from normkit_lab.compare import check, create_store, open_store, run_compare
+from normkit_lab.config import DEFAULT_SEEDS, RUNTIME_KEYS, parse_key_values
+from normkit_lab.progress import choose_progress
+
+D = lab_config.defaults()
+EXPERIMENT, TRAINING, DATA, OUTPUT = "Experiment", "Training", "Data and device", "Output"
+# Options that steer the command rather than name a config key.
+_CONTROL = ("config", "out", "resume")
+
+
+def _given(ctx: typer.Context) -> dict[str, Any]:
+    """The options the user typed (not defaults), with `--model-param k=v` lists made into dicts."""
+    given = {}
+    for name, value in ctx.params.items():
+        source = ctx.get_parameter_source(name)
+        if source is not None and source.name != "DEFAULT" and name not in _CONTROL:
+            given[name] = value
+    for option, key in (("model_param", "model_params"), ("dataset_param", "dataset_params")):
+        if option in given:
+            given[key] = parse_key_values(given.pop(option), f"--{option.replace('_', '-')}")
+    return given
+
+
+def _flags(keys: set[str]) -> str:
+    return ", ".join(f"--{k.replace('_', '-')}" for k in sorted(keys))
+
+
+@one_line_errors
+def compare_cmd(
+    ctx: typer.Context,
+    norms: Annotated[str | None, typer.Option(help="Norm specs to compare, comma-separated, e.g. "
+                                                   "bn,bnn,gn+pn.", rich_help_panel=EXPERIMENT)] = None,
+    model: Annotated[str, typer.Option(help="Model (see `normkit list`).", rich_help_panel=EXPERIMENT)]
+    = D["model"],
+    dataset: Annotated[str, typer.Option(help="Dataset name (see `normkit list`) or an image-folder path.",
+                                         rich_help_panel=EXPERIMENT)] = D["dataset"],
+    epochs: Annotated[int, typer.Option(help="Epochs per run.", rich_help_panel=EXPERIMENT)] = D["epochs"],
+    seeds: Annotated[str, typer.Option(help="A count N (seeds 0..N-1), a list 0,1,5 or a range 0-4; "
+                                            "every norm runs with the same seeds.",
+                                       rich_help_panel=EXPERIMENT)]
+    = str(len(DEFAULT_SEEDS)),
+    baseline: Annotated[str | None, typer.Option(help="Norm the others are compared to (default: the first).",
+                                                 rich_help_panel=EXPERIMENT)] = None,
+    model_param: Annotated[list[str] | None, typer.Option(metavar="KEY=VALUE", help="A model parameter "
+                                                          "(repeatable), e.g. width=64.",
+                                                          rich_help_panel=EXPERIMENT)] = None,
+    dataset_param: Annotated[list[str] | None, typer.Option(metavar="KEY=VALUE", help="A dataset "
+                                                            "parameter (repeatable).",
+                                                            rich_help_panel=EXPERIMENT)] = None,
+    batch_size: Annotated[int, typer.Option(help="Training batch size.", rich_help_panel=TRAINING)]
+    = D["batch_size"],
+    lr: Annotated[float | None, typer.Option(help="Peak learning rate (default: the optimizer's: sgd 0.1, "
+                                                  "adamw 1e-3).", rich_help_panel=TRAINING)] = D["lr"],
+    optimizer: Annotated[str, typer.Option(help="sgd or adamw.", rich_help_panel=TRAINING)] = D["optimizer"],
+    weight_decay: Annotated[float | None, typer.Option(help="Weight decay, not on norm gains and biases "
+                                                              "(default: sgd 5e-4, adamw 0.05).",
+                                                rich_help_panel=TRAINING)] = D["weight_decay"],
+    momentum: Annotated[float, typer.Option(help="SGD momentum.", rich_help_panel=TRAINING)] = D["momentum"],
+    schedule: Annotated[str, typer.Option(help="cosine, step or none.", rich_help_panel=TRAINING)]
+    = D["schedule"],
+    step_size: Annotated[int, typer.Option(help="Epochs between lr drops (step schedule).",
+                                                  rich_help_panel=TRAINING)] = D["step_size"],
+    gamma: Annotated[float, typer.Option(help="lr factor at each drop (step schedule).",
+                                         rich_help_panel=TRAINING)] = D["gamma"],
+    warmup_epochs: Annotated[int, typer.Option(help="Linear lr warmup epochs.", rich_help_panel=TRAINING)]
+    = D["warmup_epochs"],
+    label_smoothing: Annotated[float, typer.Option(help="Label smoothing.", rich_help_panel=TRAINING)]
+    = D["label_smoothing"],
+    augment: Annotated[bool, typer.Option(help="Random crop + flip (image datasets).",
+                                          rich_help_panel=TRAINING)]
+    = D["augment"],
+    amp: Annotated[bool, typer.Option(help="Mixed precision (CUDA).", rich_help_panel=TRAINING)] = D["amp"],
+    channels_last: Annotated[bool, typer.Option(help="channels_last memory format (CUDA).",
+                                                rich_help_panel=TRAINING)]
+    = D["channels_last"],
+    compile: Annotated[bool, typer.Option(help="torch.compile the model.", rich_help_panel=TRAINING)]
+    = D["compile"],
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:1, mps.", rich_help_panel=DATA)]
+    = D["device"],
+    data_dir: Annotated[str | None, typer.Option(help="Where datasets are stored.", rich_help_panel=DATA)]
+    = D["data_dir"],
+    download: Annotated[bool, typer.Option(help="Download a missing torchvision dataset.",
+                                           rich_help_panel=DATA)]
+    = D["download"],
+    num_workers: Annotated[int, typer.Option(help="DataLoader workers.", rich_help_panel=DATA)]
+    = D["num_workers"],
+    config: Annotated[Path | None, typer.Option(help="YAML file of option values (keys as the options, "
+                                                     "e.g. batch_size: 64); command-line flags win.",
+                                                rich_help_panel=OUTPUT)] = None,
+    out: Annotated[Path | None, typer.Option(help="Results directory (default runs/<timestamp>-compare; "
+                                                  "an existing one gets a -1, -2... suffix).",
+                                             rich_help_panel=OUTPUT)] = None,
+    resume: Annotated[Path | None, typer.Option(help="Continue an interrupted comparison in this directory "
+                                                     "with its saved config; finished runs are skipped.",
+                                                rich_help_panel=OUTPUT)] = None,
+) -> None:
+    """Train the same model on the same data once per (norm, seed) and compare the norms.
+
+    Reports accuracy mean ± s.e. over seeds and the difference to the baseline paired by seed.
+
+    With a 95% t interval and paired t-test p, time/epoch, throughput, memory, params, divergences.
+
+    Everything is saved under --out; see docs/experiments.md.
+    """
+    given = _given(ctx)
+    if resume is not None:
+        if config is not None or out is not None:
+            raise fail("--resume continues a directory with its saved config and files; drop --config/--out")
+        fixed = set(given) - RUNTIME_KEYS
+        if fixed:
+            raise fail(f"--resume reuses the config saved in {str(resume)!r}; drop {_flags(fixed)} "
+                       f"(only {_flags(set(RUNTIME_KEYS) - {'diagnostics'})} may change)")
+        cfg, store = open_store(resume, given)
+        check(cfg)
+    else:
+        cfg = lab_config.resolve(given, config)
+        check(cfg)
+        store = create_store(cfg, out)
+    console = make_console()
+    train = cfg.train
+    console.print(f"compare {', '.join(cfg.norms)} on {train.model}/{train.dataset}, {train.epochs} epochs, "
+                  f"seeds {','.join(map(str, cfg.seeds))}: {len(cfg.plan())} runs -> {store.path}")
+    resume_hint = f"continue with: normkit compare --resume {store.path}"
+    try:
+        results = run_compare(cfg, store, progress=choose_progress())
+    except KeyboardInterrupt:
+        saved = len(store.finished())
+        typer.echo(f"interrupted: {saved} of {len(cfg.plan())} runs are saved in {store.path}; {resume_hint}",
+                   err=True)
+        raise typer.Exit(130) from None
+    except NormkitError as exc:
+        raise fail(f"{exc} (finished runs are kept; {resume_hint})") from None
+    except Exception:
+        typer.echo(f"compare stopped by an unexpected error; finished runs are kept; {resume_hint}", err=True)
+        raise
+    show(results, store, console)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compare")(compare_cmd)

@@ -1,0 +1,99 @@
+"""`normkit report DIR [DIR ...]`: the table and plots of results directories (one, or several merged)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from normkit_cli.errors import one_line_errors
+from normkit_lab import plots
+from normkit_lab.report import Results, load_results, merge_into, write_plots, write_summary
+from normkit_lab.results import ResultsDir
+from normkit_lab.stats import MeanSem
+from normkit_lab.summary import NormSummary
+
+
+def _acc(ms: MeanSem) -> str:
+    if ms.mean is None:
+        return "-"
+    return f"{ms.mean:.2f} ± {ms.sem:.2f}" if ms.sem is not None else f"{ms.mean:.2f} (n=1)"
+
+
+def _diff(s: NormSummary) -> tuple[str, str, str]:
+    """The 'difference', '95% CI' and 'p' cells."""
+    d = s.vs_baseline
+    if d is None:
+        return "baseline", "", ""
+    if d.mean is None:
+        return "-", d.note, ""
+    if d.low is None or d.high is None or d.p_value is None:
+        return f"{d.mean:+.2f}", d.note, ""
+    return f"{d.mean:+.2f}", f"[{d.low:+.2f}, {d.high:+.2f}]", f"{d.p_value:.3g}"
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def summary_table(results: Results) -> Table:
+    """The final table: accuracy, paired difference to the baseline, speed, memory, size, divergences."""
+    cfg = results.config
+    table = Table(title=f"{cfg.get('model')} on {cfg.get('dataset')}, {cfg.get('epochs')} epochs; "
+                        f"final val accuracy (%) over seeds; difference paired by seed")
+    columns = ("norm", "n", "acc % ± s.e.", f"Δ vs {results.baseline}", "95% CI", "p", "s/epoch",
+               "samples/s", "peak MB", "params", "diverged")
+    for name in columns:
+        table.add_column(name, justify="left" if name == "norm" else "right", no_wrap=True)
+    for s in results.summaries():
+        table.add_row(s.norm, str(s.final_acc.n), _acc(s.final_acc), *_diff(s),
+                      _num(s.time_per_epoch_s, ".2f"), _num(s.throughput, ",.0f"),
+                      _num(s.peak_mem_mb, ",.0f"), _num(s.params, ","), str(s.diverged))
+    return table
+
+
+def console() -> Console:
+    """The terminal's console; 160 columns when writing to a file or pipe, so tables do not wrap."""
+    term = Console()
+    return term if term.is_terminal else Console(width=160)
+
+
+def show(results: Results, store: ResultsDir, console: Console) -> None:
+    """Rewrite the summary files and plots in `store`, then print the table and where files are."""
+    write_summary(store, results)
+    written = write_plots(store, results)
+    console.print(summary_table(results))
+    console.print(f"results: {store.path}")
+    if written is None:
+        console.print(f"plots: none ({plots.PLOTS_HINT})")
+    else:
+        console.print("plots: " + ", ".join(p.name for p in written))
+
+
+@one_line_errors
+def report_cmd(
+    dirs: Annotated[list[Path], typer.Argument(help="Results directories written by `normkit compare`.")],
+    baseline: Annotated[str | None, typer.Option(help="Norm to compare against (default: the saved "
+                                                      "baseline).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Where merged results go (several DIRs; default "
+                                                  "runs/<timestamp>-report, never overwritten).")] = None,
+) -> None:
+    """Print the summary table and redraw plots of one results directory, or merge several.
+
+    One DIR: summary.csv/json and plots in DIR are rewritten from its runs.jsonl. Several DIRs
+    of the same configuration (norms and seeds may differ): their runs are merged into a new
+    directory (--out), which `normkit report` can read again.
+    """
+    results = load_results(dirs, baseline)
+    if len(dirs) == 1 and out is None:
+        store = ResultsDir.open(dirs[0])
+    else:
+        store = merge_into(results, out)
+    show(results, store, console())
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(report_cmd)
