@@ -1,0 +1,126 @@
+"""Fused Triton kernels for normality normalization (forward and backward), CUDA or interpreter.
+
+Design (details in docs/performance.md, "Normality normalization, fused Triton kernel (GPU)"):
+
+- Row path (a group of at most `config.row_max` elements: layer/token rows, instance and group
+  blocks, small BatchNorm channels): one program per group holds it in registers; forward reads
+  and writes each element once; backward is one launch reading x and dy once and writing dx once,
+  with weight/bias gradients accumulated per program and summed on the host (deterministic).
+- Split path (larger groups, typically BatchNorm channels over N*H*W): tiles of `config.chunk`
+  elements, one program per (group, tile); forward passes moments -> Newton sums -> [sum x ->
+  sum |x - mean x| with noise] -> output, each pass combining the previous partials itself;
+  backward two passes, because dx's mean terms are linear in the lambda gradient.
+- Eval of a batch partition with running statistics: one elementwise pass.
+- Saved for backward: the input and a (groups, 9) float32 table (mean, rstd, lambda, noise scale,
+  mean of d, three lambda-gradient coefficients, var). The noise is never stored: it is Philox
+  `tl.randn(seed, logical index)` and the backward regenerates it for the weight gradient; the
+  seed is drawn from torch's default generator, so `torch.manual_seed` reproduces it.
+
+Import-safe without Triton: nothing here imports triton until a kernel runs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+from normkit import NormkitError, NormShapeError, SpecError
+from normkit.stages import Partition
+from torch import Tensor
+
+from normkit_normalnorm.functional import ema_factor
+from normkit_normalnorm.triton_kernels.op import interpreting, normality_forward, update_running_from
+
+__all__ = ["available", "normality_triton"]
+
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def available() -> bool:
+    """True when Triton is installed and a CUDA device exists (or TRITON_INTERPRET=1 is set)."""
+    if importlib.util.find_spec("triton") is None:
+        return False
+    return torch.cuda.is_available() or interpreting()
+
+
+def normality_triton(
+    x3: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    *,
+    partition: str,
+    groups: int = 1,
+    tokens: bool = False,
+    training: bool,
+    eps: float = 1e-5,
+    alpha: float = 1.0,
+    noise: float = 0.0,
+    running_mean: Tensor | None = None,
+    running_var: Tensor | None = None,
+    running_lambda: Tensor | None = None,
+    momentum: float | None = 0.1,
+    lambda_min: float | None = None,
+    lambda_max: float | None = None,
+    detach_lambda: bool = False,
+    num_batches_tracked: Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+) -> Tensor:
+    """`normality_norm` computed by the fused kernels; same arguments, same result and gradients.
+
+    x3 may be float32, float16 or bfloat16 (statistics in float32); `out_dtype` (default x3's)
+    lets a caller write a low-precision output directly. Layouts other than contiguous `(N, C, S)`
+    and channels-last `(N, S, C)` memory are copied to contiguous first.
+    """
+    _check_device(x3)
+    _check_args(x3, partition, groups, training, running_mean, running_var, running_lambda)
+    if not _dense(x3):
+        x3 = x3.contiguous()
+    tracked = partition == "batch" and running_mean is not None
+    factor = ema_factor(momentum, num_batches_tracked) if tracked and training else None
+    if training and noise > 0:
+        seed = torch.randint(0, 2**31 - 1, (1,), dtype=torch.int64)
+    else:
+        seed = torch.zeros(1, dtype=torch.int64)
+    y, stats = normality_forward(x3, weight, bias, running_mean, running_var, running_lambda, seed, partition,
+                                 groups, tokens, training, eps, alpha, noise, lambda_min, lambda_max,
+                                 detach_lambda, out_dtype)
+    if tracked and training:
+        update_running_from(stats, x3.shape[0] * x3.shape[2], factor, running_mean, running_var, running_lambda)
+    return y
+
+
+def _check_device(x3: Tensor) -> None:
+    if importlib.util.find_spec("triton") is None:
+        raise NormkitError("the Triton kernel needs the triton package; install it or use kernel=torch")
+    if x3.device.type == "cpu" and not interpreting():
+        raise NormkitError("set TRITON_INTERPRET=1 before importing normkit_normalnorm to run the Triton "
+                           "kernel on CPU, or use kernel=torch")
+    if x3.device.type not in ("cpu", "cuda"):
+        raise NormkitError(f"the Triton kernel runs on CUDA (or CPU under TRITON_INTERPRET=1), "
+                           f"not on {x3.device.type}; use kernel=torch")
+
+
+def _check_args(x3: Tensor, partition: str, groups: int, training: bool, *running: Tensor | None) -> None:
+    if x3.dim() != 3:
+        raise NormShapeError(f"normality_triton expects an (N, C, S) tensor, got shape {tuple(x3.shape)}")
+    if x3.dtype not in _DTYPES:
+        raise NormkitError(f"normality_triton takes float32, float16 or bfloat16 input, got {x3.dtype}; "
+                           "use kernel=torch")
+    if x3.numel() >= 2**31:
+        raise NormkitError(f"normality_triton addresses with 32-bit offsets; {x3.numel()} elements is too many "
+                           "(split the batch or use kernel=torch)")
+    if partition not in ("batch", "layer", "instance", "group"):
+        raise SpecError(f"normality_triton: partition must be batch, layer, instance or group, got {partition!r}")
+    Partition(partition, groups).check(x3.shape[1], "normality_triton")
+    given = [t is not None for t in running]
+    if partition == "batch" and any(given) and not all(given):
+        raise SpecError("normality_triton: pass running_mean, running_var and running_lambda together (or none)")
+    if partition == "batch" and training and x3.shape[0] * x3.shape[2] < 2:
+        raise NormShapeError("normality_triton: needs more than 1 value per channel when training")
+
+
+def _dense(x3: Tensor) -> bool:
+    """Contiguous (N, C, S) or channels-last (N, S, C) memory: the layouts the kernels index."""
+    n, c, s = x3.shape
+    strides = x3.stride()
+    return x3.is_contiguous() or (strides[1] == 1 and strides[2] == c and (n == 1 or strides[0] == c * s))

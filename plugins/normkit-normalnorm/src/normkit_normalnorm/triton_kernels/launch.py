@@ -1,0 +1,163 @@
+"""Host side of the kernels: group geometry, path choice (row / split / eval), launches.
+
+Imported only when a kernel is about to run, so `@triton.jit` sees `TRITON_INTERPRET` as it is
+at that moment (the interpreter is chosen at decoration time).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+from torch import Tensor
+
+from normkit_normalnorm.triton_kernels.config import config
+from normkit_normalnorm.triton_kernels.geometry import BATCH, LAM, MEAN, NSTAT, RSTD, VAR, Geometry, Options
+from normkit_normalnorm.triton_kernels.pointwise_kernels import eval_pointwise
+from normkit_normalnorm.triton_kernels.row_kernels import row_backward, row_forward
+from normkit_normalnorm.triton_kernels.split_kernels import (
+    split_backward_input,
+    split_backward_reduce,
+    split_moments,
+    split_newton,
+    split_output,
+    split_spread,
+)
+
+
+def _num_warps(block: int) -> int:
+    return min(max(block // 256, 1), 16)
+
+
+def _strides(x3: Tensor) -> dict[str, int]:
+    sn, sc, ss = x3.stride()
+    return {"sn": sn, "sc": sc, "ss": ss}
+
+
+def _tiles(geo: Geometry) -> tuple[int, int, int, int]:
+    """(BR, BT, column tiles, tiles per group) for the split path."""
+    bt = min(triton.next_power_of_2(geo.cols), config.chunk)
+    br = max(1, min(config.chunk // bt, triton.next_power_of_2(geo.rows)))
+    n_tb = math.ceil(geo.cols / bt)
+    return br, bt, n_tb, n_tb * math.ceil(geo.rows / br)
+
+
+def running_stats(running: tuple[Tensor, Tensor, Tensor], opts: Options) -> Tensor:
+    """The per-channel statistics table built from running buffers (eval of a batch partition)."""
+    mean, var, lam = (t.detach().float() for t in running)
+    stats = torch.zeros(mean.numel(), NSTAT, dtype=torch.float32, device=mean.device)
+    stats[:, MEAN] = mean
+    stats[:, VAR] = var
+    stats[:, RSTD] = torch.rsqrt(var + opts.eps)
+    clamped = opts.lambda_min is not None or opts.lambda_max is not None
+    stats[:, LAM] = lam.clamp(min=opts.lambda_min, max=opts.lambda_max) if clamped else lam
+    return stats
+
+
+def forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, stats_in: Tensor | None,
+            geo: Geometry, opts: Options, seed: int, out_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """Output and per-group statistics `(groups, NSTAT)`; `stats_in` = running table for eval."""
+    y = torch.empty_like(x3, dtype=out_dtype)
+    w = weight if weight is not None else x3
+    b = bias if bias is not None else x3
+    flags = {"HAS_W": weight is not None, "HAS_B": bias is not None, "NSTAT": NSTAT}
+    if stats_in is not None:
+        block = config.pointwise_block
+        sn, sc, ss = x3.stride()
+        channels_last = sc == 1 and geo.c > 1
+        eval_pointwise[(triton.cdiv(x3.numel(), block),)](
+            x3, y, w, b, stats_in, x3.numel(), geo.c, geo.s, sn, sc, ss, BLOCK=block,
+            CHANNELS_LAST=channels_last, num_warps=4, **flags)
+        return y, stats_in
+    stats = torch.empty(geo.n_groups, NSTAT, dtype=torch.float32, device=x3.device)
+    noise = opts.training and opts.noise > 0
+    common = dict(C=geo.c, S=geo.s, G=geo.groups, CG=geo.group_channels, **_strides(x3), PART=geo.part)
+    scalars = dict(eps=opts.eps, sqrt_eps=math.sqrt(opts.eps), alpha=opts.alpha, **opts.clamp_args)
+    if geo.size <= config.row_max:
+        block = triton.next_power_of_2(geo.size)
+        row_forward[(geo.n_groups,)](
+            x3, y, w, b, stats, T=geo.cols, M=geo.size, noise=opts.noise, seed=seed, BLOCK=block,
+            NOISE=noise, DETACH=opts.detach_lambda, num_warps=_num_warps(block),
+            **common, **scalars, **opts.clamp_flags, **flags)
+        return y, stats
+    br, bt, n_tb, n_ch = _tiles(geo)
+    grid = (geo.n_groups, n_ch)
+    tiles = dict(R=geo.rows, T=geo.cols, n_tb=n_tb, BR=br, BT=bt, **common)
+    warps = _num_warps(br * bt)
+    block_ch = min(triton.next_power_of_2(n_ch), 1024)
+    moments = torch.empty(geo.n_groups, n_ch, 3, dtype=torch.float32, device=x3.device)
+    newton = torch.empty(geo.n_groups, n_ch, 5, dtype=torch.float32, device=x3.device)
+    split_moments[grid](x3, moments, num_warps=warps, **tiles)
+    split_newton[grid](x3, moments, newton, M=geo.size, eps=opts.eps, BLOCK_CH=block_ch,
+                       num_warps=warps, **tiles)
+    spread = moments  # unused unless noise
+    if noise:
+        sum_x = torch.empty(geo.n_groups, n_ch, dtype=torch.float32, device=x3.device)
+        spread = torch.empty_like(sum_x)
+        for first, out in ((True, sum_x), (False, spread)):
+            split_spread[grid](x3, moments, newton, sum_x, out, M=geo.size, BLOCK_CH=block_ch,
+                               FIRST=first, num_warps=warps, **tiles, **scalars, **opts.clamp_flags)
+    split_output[grid](x3, y, w, b, stats, moments, newton, spread, M=geo.size, noise=opts.noise,
+                       seed=seed, BLOCK_CH=block_ch, NOISE=noise, DETACH=opts.detach_lambda,
+                       num_warps=warps, **tiles, **scalars, **opts.clamp_flags, **flags)
+    return y, stats
+
+
+def _channel_sums(partial: Tensor, geo: Geometry) -> Tensor:
+    """Per-channel totals of the split path's `(groups, rows, column tiles)` partials."""
+    if geo.part == BATCH:
+        return partial.sum(dim=(1, 2))
+    return partial.reshape(-1, geo.c, partial.shape[-1]).sum(dim=(0, 2))
+
+
+def backward(dy: Tensor, x3: Tensor, weight: Tensor | None, stats: Tensor, geo: Geometry, opts: Options,
+             use_running: bool, seed: int, has_bias: bool) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """(dx, dweight, dbias) for the forward that produced `stats`; noise regenerated from `seed`.
+
+    The weight and bias gradients come back in float32."""
+    if dy.stride() != x3.stride():
+        dy = torch.empty_like(x3, dtype=dy.dtype).copy_(dy)
+    dx = torch.empty_like(x3)
+    has_w = weight is not None
+    w = weight if has_w else x3
+    noise = opts.training and opts.noise > 0 and has_w
+    lambda_grad = not (use_running or opts.detach_lambda)
+    flags = {"HAS_W": has_w, "HAS_B": has_bias, "NOISE": noise, "NSTAT": NSTAT, "LAMBDA_GRAD": lambda_grad}
+    common = dict(C=geo.c, S=geo.s, G=geo.groups, CG=geo.group_channels, **_strides(x3), PART=geo.part)
+    dev = x3.device
+    if geo.size <= config.row_max:
+        per_class = geo.n_groups // geo.classes
+        splits = max(1, min(per_class, config.backward_programs(dev) // geo.classes))
+        per_split = math.ceil(per_class / splits)
+        splits = math.ceil(per_class / per_split)
+        block = triton.next_power_of_2(geo.size)
+        shape = (splits, geo.classes, geo.size)
+        dw_part = torch.empty(shape if has_w else 1, dtype=torch.float32, device=dev)
+        db_part = torch.empty(shape if has_bias else 1, dtype=torch.float32, device=dev)
+        row_backward[(geo.classes, splits)](
+            x3, dy, dx, w, stats, dw_part, db_part, T=geo.cols, M=geo.size, K=geo.classes,
+            per_split=per_split, n_per_class=per_class, noise=opts.noise, seed=seed, BLOCK=block,
+            USE_RUNNING=use_running, num_warps=_num_warps(block), **common, **flags)
+
+        def reduce(part: Tensor) -> Tensor:
+            return part.sum(0).reshape(geo.c, -1).sum(1)
+    else:
+        br, bt, n_tb, n_ch = _tiles(geo)
+        grid = (geo.n_groups, n_ch)
+        tiles = dict(R=geo.rows, T=geo.cols, n_tb=n_tb, BR=br, BT=bt, **common)
+        warps = _num_warps(br * bt)
+        sums = torch.zeros(geo.n_groups, n_ch, 5, dtype=torch.float32, device=dev)
+        shape = (geo.n_groups, geo.rows, n_tb)
+        dw_part = torch.empty(shape if has_w else 1, dtype=torch.float32, device=dev)
+        db_part = torch.empty(shape if has_bias else 1, dtype=torch.float32, device=dev)
+        split_backward_reduce[grid](x3, dy, w, stats, sums, dw_part, db_part, noise=opts.noise, seed=seed,
+                                    num_warps=warps, **tiles, **flags)
+        split_backward_input[grid](x3, dy, dx, w, stats, sums, M=geo.size,
+                                   BLOCK_CH=min(triton.next_power_of_2(n_ch), 1024), num_warps=warps,
+                                   USE_RUNNING=use_running, HAS_W=has_w, LAMBDA_GRAD=lambda_grad,
+                                   NSTAT=NSTAT, **tiles)
+
+        def reduce(part: Tensor) -> Tensor:
+            return _channel_sums(part, geo)
+    return dx, reduce(dw_part) if has_w else None, reduce(db_part) if has_bias else None

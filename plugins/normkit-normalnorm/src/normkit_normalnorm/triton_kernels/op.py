@@ -1,0 +1,166 @@
+"""The kernels as `torch.library` custom ops with autograd, so `torch.compile` treats them as one op.
+
+`normality_forward` returns the output and a small per-group statistics table the backward
+reuses; `normality_backward` returns (dx, dweight, dbias). On CUDA, and on CPU under
+`TRITON_INTERPRET=1`, both run the Triton kernels; on CPU otherwise they run the reference
+`normality_norm` (the backward recomputes it under the same seed and differentiates it).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import Tensor
+
+from normkit_normalnorm.functional import normality_norm, update_running
+from normkit_normalnorm.triton_kernels.geometry import LAM, MEAN, NSTAT, VAR, Options, geometry
+
+NAMESPACE = "normkit_normalnorm"
+
+
+def interpreting() -> bool:
+    """True when Triton kernels run on the CPU interpreter (TRITON_INTERPRET set)."""
+    return os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def runs_kernels(x3: Tensor) -> bool:
+    return x3.is_cuda or (x3.device.type == "cpu" and interpreting())
+
+
+def _stat_rows(x3: Tensor, partition: str, groups: int, tokens: bool, tracked: bool, training: bool) -> int:
+    """Rows of the statistics table: one per group on the kernel path; on the CPU reference path
+    one per channel for a tracked training batch (to update the buffers), else none."""
+    if runs_kernels(x3):
+        return geometry(x3.shape, partition, groups, tokens).n_groups
+    return x3.shape[1] if partition == "batch" and tracked and training else 0
+
+
+@torch.library.custom_op(f"{NAMESPACE}::normality_forward", mutates_args=())
+def normality_forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, running_mean: Tensor | None,
+                      running_var: Tensor | None, running_lambda: Tensor | None, seed: Tensor,
+                      partition: str, groups: int, tokens: bool, training: bool, eps: float, alpha: float,
+                      noise: float, lambda_min: float | None, lambda_max: float | None,
+                      detach_lambda: bool, out_dtype: torch.dtype | None) -> tuple[Tensor, Tensor]:
+    """(output, statistics). Functional (autograd needs that): the caller updates running buffers
+    from the statistics' mean/var/lambda columns (see `update_running_from`)."""
+    out_dtype = out_dtype or x3.dtype
+    tracked = partition == "batch" and running_mean is not None
+    if not runs_kernels(x3):
+        return _reference_forward(x3, weight, bias, (running_mean, running_var, running_lambda), seed,
+                                  out_dtype, {"partition": partition, "groups": groups, "tokens": tokens,
+                                                  "training": training, "eps": eps, "alpha": alpha, "noise": noise,
+                                                  "lambda_min": lambda_min, "lambda_max": lambda_max,
+                                                  "detach_lambda": detach_lambda})
+    from normkit_normalnorm.triton_kernels import launch
+
+    geo = geometry(x3.shape, partition, groups, tokens)
+    opts = Options(training, eps, alpha, noise, lambda_min, lambda_max, detach_lambda)
+    running = None
+    if tracked and not training:
+        running = launch.running_stats((running_mean, running_var, running_lambda), opts)
+    y, stats = launch.forward(x3, weight, bias, running, geo, opts, int(seed), out_dtype)
+    return y, stats.clone() if running is not None else stats
+
+
+def update_running_from(stats: Tensor, count: int, factor: float, running_mean: Tensor, running_var: Tensor,
+                        running_lambda: Tensor) -> None:
+    """EMA of the batch statistics a training forward returned into the running buffers."""
+    update_running(stats[:, MEAN], stats[:, VAR], stats[:, LAM], count, factor, running_mean, running_var,
+                   running_lambda)
+
+
+def _reference_forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None,
+                       running: tuple[Tensor | None, ...], seed: Tensor, out_dtype: torch.dtype,
+                       kwargs: dict) -> tuple[Tensor, Tensor]:
+    """The reference under the seed; for a tracked training batch, the statistics table carries the
+    batch mean/var/lambda (read back from buffer copies updated with factor 1)."""
+    rm, rv, rl = (t.detach().clone() if t is not None else None for t in running)
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(int(seed))
+        y = normality_norm(x3, weight, bias, running_mean=rm, running_var=rv, running_lambda=rl, momentum=1.0,
+                           **kwargs)
+    rows = _stat_rows(x3, kwargs["partition"], kwargs["groups"], kwargs["tokens"], rm is not None,
+                      kwargs["training"])
+    stats = torch.zeros(rows, NSTAT, dtype=torch.float32, device=x3.device)
+    if rows:
+        count = x3.shape[0] * x3.shape[2]
+        stats[:, MEAN] = rm.float()
+        stats[:, VAR] = rv.float() * ((count - 1) / count)
+        stats[:, LAM] = rl.float()
+    return torch.empty_like(x3, dtype=out_dtype).copy_(y), stats
+
+
+@normality_forward.register_fake
+def _(x3, weight, bias, running_mean, running_var, running_lambda, seed, partition, groups, tokens,
+      training, eps, alpha, noise, lambda_min, lambda_max, detach_lambda, out_dtype):
+    rows = _stat_rows(x3, partition, groups, tokens, running_mean is not None, training)
+    return torch.empty_like(x3, dtype=out_dtype or x3.dtype), x3.new_empty(rows, NSTAT, dtype=torch.float32)
+
+
+@torch.library.custom_op(f"{NAMESPACE}::normality_backward", mutates_args=())
+def normality_backward(dy: Tensor, x3: Tensor, weight: Tensor | None, bias: Tensor | None,
+                       running_mean: Tensor | None, running_var: Tensor | None,
+                       running_lambda: Tensor | None, stats: Tensor, seed: Tensor, partition: str,
+                       groups: int, tokens: bool, training: bool, eps: float, alpha: float, noise: float,
+                       lambda_min: float | None, lambda_max: float | None,
+                       detach_lambda: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """(dx, dweight, dbias); a missing weight or bias gets an empty gradient."""
+    empty = x3.new_empty(0)
+    if not runs_kernels(x3):
+        return _reference_backward(dy, x3, weight, bias, (running_mean, running_var, running_lambda), seed,
+                                   {"partition": partition, "groups": groups, "tokens": tokens, "training": training,
+                                        "eps": eps, "alpha": alpha, "noise": noise, "lambda_min": lambda_min,
+                                        "lambda_max": lambda_max, "detach_lambda": detach_lambda})
+    from normkit_normalnorm.triton_kernels import launch
+
+    geo = geometry(x3.shape, partition, groups, tokens)
+    opts = Options(training, eps, alpha, noise, lambda_min, lambda_max, detach_lambda)
+    use_running = partition == "batch" and running_mean is not None and not training
+    dx, dw, db = launch.backward(dy, x3, weight, stats, geo, opts, use_running, int(seed), bias is not None)
+    return (dx, dw.to(weight.dtype) if dw is not None else empty,
+            db.to(bias.dtype) if db is not None else empty.clone())
+
+
+@normality_backward.register_fake
+def _(dy, x3, weight, bias, running_mean, running_var, running_lambda, stats, seed, partition, groups,
+      tokens, training, eps, alpha, noise, lambda_min, lambda_max, detach_lambda):
+    def like(p: Tensor | None) -> Tensor:
+        return torch.empty_like(p) if p is not None else x3.new_empty(0)
+
+    return torch.empty_like(x3), like(weight), like(bias)
+
+
+def _reference_backward(dy: Tensor, x3: Tensor, weight: Tensor | None, bias: Tensor | None,
+                        running: tuple[Tensor | None, ...], seed: Tensor,
+                        kwargs: dict) -> tuple[Tensor, Tensor, Tensor]:
+    """Differentiate the reference, recomputed under the forward's seed (buffers left untouched)."""
+    leaves = [t.detach().requires_grad_() if t is not None else None for t in (x3, weight, bias)]
+    with torch.random.fork_rng(devices=[]), torch.enable_grad():
+        torch.manual_seed(int(seed))
+        rm, rv, rl = (t.detach().clone() if t is not None else None for t in running)
+        y = normality_norm(leaves[0], leaves[1], leaves[2], running_mean=rm, running_var=rv,
+                           running_lambda=rl, momentum=0.0, **kwargs)
+        wanted = [t for t in leaves if t is not None]
+        grads = iter(torch.autograd.grad(y, wanted, dy.to(y.dtype)))
+    out = [next(grads) if t is not None else x3.new_empty(0) for t in leaves]
+    return torch.empty_like(x3).copy_(out[0]), out[1], out[2]
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    (x3, weight, bias, running_mean, running_var, running_lambda, seed, partition, groups, tokens,
+     training, eps, alpha, noise, lambda_min, lambda_max, detach_lambda, _out_dtype) = inputs
+    ctx.save_for_backward(x3, weight, bias, output[1], seed)
+    ctx.running = (running_mean, running_var, running_lambda)  # read only by the CPU reference path
+    ctx.settings = (partition, groups, tokens, training, eps, alpha, noise, lambda_min, lambda_max,
+                    detach_lambda)
+
+
+def _backward(ctx, grad_out: Tensor, grad_stats: Tensor):
+    x3, weight, bias, stats, seed = ctx.saved_tensors
+    dx, dw, db = normality_backward(grad_out, x3, weight, bias, *ctx.running, stats, seed, *ctx.settings)
+    return (dx, dw if weight is not None else None, db if bias is not None else None,
+            None, None, None, None, *([None] * 11))
+
+
+torch.library.register_autograd(f"{NAMESPACE}::normality_forward", _backward, setup_context=_setup_context)

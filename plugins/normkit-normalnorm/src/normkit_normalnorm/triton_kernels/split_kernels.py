@@ -1,0 +1,269 @@
+"""Split-reduction kernels for groups too large for one program (BatchNorm-style channels).
+
+Each group is cut into tiles of `BR` rows x `BT` columns; a launch has one program per (group,
+tile). A pass writes one small partial row per tile; the next pass combines the partials of its
+group itself (every program of a group combines them in the same order, so all agree bit for bit)
+instead of launching a separate combine kernel. The forward needs one pass per dependent
+reduction: moments -> Newton sums -> mean(x) -> mean|x - mean x| -> output (the last two only
+with noise). The backward needs two: one reduction pass (lambda gradient, weight/bias partials
+and the four sums that make dx's mean terms linear in the lambda gradient) and one dx pass.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from normkit_normalnorm.triton_kernels.jit_common import (
+    element,
+    lambda_from_sums,
+    lambda_grad_direction,
+    newton_terms,
+    yeo_johnson,
+)
+
+
+@triton.jit
+def _tile(gid, ch, R, T, n_tb, C, S, G, CG, sn, sc, ss,
+          PART: tl.constexpr, BR: tl.constexpr, BT: tl.constexpr):
+    r = (ch // n_tb) * BR + tl.arange(0, BR)[:, None]
+    t = (ch % n_tb) * BT + tl.arange(0, BT)[None, :]
+    mask = (r < R) & (t < T)
+    offset, c, logical = element(gid, r, t, C, S, G, CG, sn, sc, ss, PART)
+    return offset, c, logical, mask, r
+
+
+@triton.jit
+def _total(part_ptr, gid, col, width, n_ch, BLOCK_CH: tl.constexpr):
+    """Sum of column `col` of a group's partial rows."""
+    acc = tl.zeros([BLOCK_CH], tl.float32)
+    for start in range(0, n_ch, BLOCK_CH):
+        i = start + tl.arange(0, BLOCK_CH)
+        acc += tl.load(part_ptr + (gid * n_ch + i) * width + col, mask=i < n_ch, other=0.0)
+    return tl.sum(acc, axis=0)
+
+
+@triton.jit
+def _chan_combine(cnt_ptr, cnt_col, cnt_width, part_ptr, mean_col, m2_col, width, gid, n_ch, total,
+                  BLOCK_CH: tl.constexpr):
+    """Mean and M2 of a group from per-tile (count, mean, M2) rows (Chan et al.)."""
+    acc = tl.zeros([BLOCK_CH], tl.float32)
+    for start in range(0, n_ch, BLOCK_CH):
+        i = start + tl.arange(0, BLOCK_CH)
+        m = i < n_ch
+        cnt = tl.load(cnt_ptr + (gid * n_ch + i) * cnt_width + cnt_col, mask=m, other=0.0)
+        acc += cnt * tl.load(part_ptr + (gid * n_ch + i) * width + mean_col, mask=m, other=0.0)
+    mean = tl.sum(acc, axis=0) / total
+    acc = tl.zeros([BLOCK_CH], tl.float32)
+    for start in range(0, n_ch, BLOCK_CH):
+        i = start + tl.arange(0, BLOCK_CH)
+        m = i < n_ch
+        cnt = tl.load(cnt_ptr + (gid * n_ch + i) * cnt_width + cnt_col, mask=m, other=0.0)
+        dev = tl.load(part_ptr + (gid * n_ch + i) * width + mean_col, mask=m, other=0.0) - mean
+        acc += tl.load(part_ptr + (gid * n_ch + i) * width + m2_col, mask=m, other=0.0) + cnt * dev * dev
+    return mean, tl.sum(acc, axis=0)
+
+
+@triton.jit
+def _moments(moments_ptr, gid, n_ch, M, eps, BLOCK_CH: tl.constexpr):
+    mean, m2 = _chan_combine(moments_ptr, 0, 3, moments_ptr, 1, 2, 3, gid, n_ch, M * 1.0, BLOCK_CH)
+    var = m2 / M
+    return mean, var, 1.0 / tl.sqrt(var + eps)
+
+
+@triton.jit
+def _lambda(moments_ptr, newton_ptr, gid, n_ch, M, alpha, sqrt_eps, lmin, lmax,
+            BLOCK_CH: tl.constexpr, CLAMP_MIN: tl.constexpr, CLAMP_MAX: tl.constexpr,
+            DETACH: tl.constexpr):
+    mean_d, m2_d = _chan_combine(moments_ptr, 0, 3, newton_ptr, 3, 4, 5, gid, n_ch, M * 1.0, BLOCK_CH)
+    return lambda_from_sums(_total(newton_ptr, gid, 0, 5, n_ch, BLOCK_CH),
+                            _total(newton_ptr, gid, 1, 5, n_ch, BLOCK_CH),
+                            _total(newton_ptr, gid, 2, 5, n_ch, BLOCK_CH),
+                            mean_d, m2_d, M * 1.0, alpha, sqrt_eps, lmin, lmax,
+                            CLAMP_MIN, CLAMP_MAX, DETACH)
+
+
+@triton.jit
+def split_moments(x_ptr, moments_ptr, R, T, n_tb, C, S, G, CG, sn, sc, ss,
+                  PART: tl.constexpr, BR: tl.constexpr, BT: tl.constexpr):
+    """Pass 1: per tile (count, mean, M2), two-pass on registers."""
+    gid = tl.program_id(0)
+    ch = tl.program_id(1)
+    offset, _c, _logical, mask, _r = _tile(gid, ch, R, T, n_tb, C, S, G, CG, sn, sc, ss, PART, BR, BT)
+    u = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
+    cnt = tl.sum(tl.sum(mask.to(tl.float32), axis=1), axis=0)
+    mean = tl.sum(tl.sum(u, axis=1), axis=0) / cnt
+    dev = tl.where(mask, u - mean, 0.0)
+    out = moments_ptr + (gid * tl.num_programs(1) + ch) * 3
+    tl.store(out + 0, cnt)
+    tl.store(out + 1, mean)
+    tl.store(out + 2, tl.sum(tl.sum(dev * dev, axis=1), axis=0))
+
+
+@triton.jit
+def split_newton(x_ptr, moments_ptr, newton_ptr, R, T, n_tb, M, C, S, G, CG, sn, sc, ss, eps,
+                 PART: tl.constexpr, BR: tl.constexpr, BT: tl.constexpr, BLOCK_CH: tl.constexpr):
+    """Pass 2: per tile sums of sgn*L, h*d, |h|*e and the (mean, M2) of d."""
+    gid = tl.program_id(0)
+    ch = tl.program_id(1)
+    n_ch = tl.num_programs(1)
+    mean, _var, rstd = _moments(moments_ptr, gid, n_ch, M, eps, BLOCK_CH)
+    offset, _c, _logical, mask, _r = _tile(gid, ch, R, T, n_tb, C, S, G, CG, sn, sc, ss, PART, BR, BT)
+    u = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
+    h = tl.where(mask, (u - mean) * rstd, 0.0)
+    sg, a, log_a, d, e = newton_terms(h)
+    cnt = tl.load(moments_ptr + (gid * n_ch + ch) * 3)
+    mean_d = tl.sum(tl.sum(d, axis=1), axis=0) / cnt
+    dev = tl.where(mask, d - mean_d, 0.0)
+    out = newton_ptr + (gid * n_ch + ch) * 5
+    tl.store(out + 0, tl.sum(tl.sum(sg * log_a, axis=1), axis=0))
+    tl.store(out + 1, tl.sum(tl.sum(h * d, axis=1), axis=0))
+    tl.store(out + 2, tl.sum(tl.sum(a * e, axis=1), axis=0))
+    tl.store(out + 3, mean_d)
+    tl.store(out + 4, tl.sum(tl.sum(dev * dev, axis=1), axis=0))
+
+
+@triton.jit
+def split_spread(x_ptr, moments_ptr, newton_ptr, sum_x_ptr, part_ptr, R, T, n_tb, M, C, S, G, CG,
+                 sn, sc, ss, eps, sqrt_eps, alpha, lmin, lmax,
+                 PART: tl.constexpr, BR: tl.constexpr, BT: tl.constexpr, BLOCK_CH: tl.constexpr,
+                 CLAMP_MIN: tl.constexpr, CLAMP_MAX: tl.constexpr, FIRST: tl.constexpr):
+    """Passes 3 and 4 (noise only): per tile sum(x) (FIRST), then sum|x - mean x|."""
+    gid = tl.program_id(0)
+    ch = tl.program_id(1)
+    n_ch = tl.num_programs(1)
+    mean, _var, rstd = _moments(moments_ptr, gid, n_ch, M, eps, BLOCK_CH)
+    lam, _, _, _, _ = _lambda(moments_ptr, newton_ptr, gid, n_ch, M, alpha, sqrt_eps, lmin, lmax,
+                              BLOCK_CH, CLAMP_MIN, CLAMP_MAX, True)
+    offset, _c, _logical, mask, _r = _tile(gid, ch, R, T, n_tb, C, S, G, CG, sn, sc, ss, PART, BR, BT)
+    u = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
+    x, _, _ = yeo_johnson(tl.where(mask, (u - mean) * rstd, 0.0), lam)
+    if FIRST:
+        value = tl.where(mask, x, 0.0)
+    else:
+        x_mean = _total(sum_x_ptr, gid, 0, 1, n_ch, BLOCK_CH) / M
+        value = tl.where(mask, tl.abs(x - x_mean), 0.0)
+    tl.store(part_ptr + gid * n_ch + ch, tl.sum(tl.sum(value, axis=1), axis=0))
+
+
+@triton.jit(do_not_specialize=["seed"])
+def split_output(x_ptr, y_ptr, w_ptr, b_ptr, stats_ptr, moments_ptr, newton_ptr, spread_ptr,
+                 R, T, n_tb, M, C, S, G, CG, sn, sc, ss, eps, sqrt_eps, alpha, noise, lmin, lmax, seed,
+                 PART: tl.constexpr, BR: tl.constexpr, BT: tl.constexpr, BLOCK_CH: tl.constexpr,
+                 NSTAT: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, NOISE: tl.constexpr,
+                 CLAMP_MIN: tl.constexpr, CLAMP_MAX: tl.constexpr, DETACH: tl.constexpr):
+    """Last forward pass: transform, noise, affine, store; tile 0 stores the group's statistics."""
+    gid = tl.program_id(0)
+    ch = tl.program_id(1)
+    n_ch = tl.num_programs(1)
+    mean, var, rstd = _moments(moments_ptr, gid, n_ch, M, eps, BLOCK_CH)
+    lam, mean_d, coef_d, coef_e, coef_s = _lambda(moments_ptr, newton_ptr, gid, n_ch, M, alpha, sqrt_eps,
+                                                  lmin, lmax, BLOCK_CH, CLAMP_MIN, CLAMP_MAX, DETACH)
+    offset, c, logical, mask, _r = _tile(gid, ch, R, T, n_tb, C, S, G, CG, sn, sc, ss, PART, BR, BT)
+    u = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
+    x, _, _ = yeo_johnson(tl.where(mask, (u - mean) * rstd, 0.0), lam)
+    scale = 0.0
+    if NOISE:
+        scale = _total(spread_ptr, gid, 0, 1, n_ch, BLOCK_CH) / M
+        x = x + (noise * scale) * tl.randn(seed, logical)
+    if HAS_W:
+        x = x * tl.load(w_ptr + c, mask=mask, other=1.0).to(tl.float32)
+    if HAS_B:
+        x = x + tl.load(b_ptr + c, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + offset, x.to(y_ptr.dtype.element_ty), mask=mask)
+    if ch == 0:
+        row = stats_ptr + gid * NSTAT
+        tl.store(row + 0, mean)
+        tl.store(row + 1, rstd)
+        tl.store(row + 2, lam)
+        tl.store(row + 3, scale)
+        tl.store(row + 4, mean_d)
+        tl.store(row + 5, coef_d)
+        tl.store(row + 6, coef_e)
+        tl.store(row + 7, coef_s)
+        tl.store(row + 8, var)
+
+
+@triton.jit(do_not_specialize=["seed"])
+def split_backward_reduce(x_ptr, dy_ptr, w_ptr, stats_ptr, sums_ptr, dw_part_ptr, db_part_ptr,
+                          R, T, n_tb, C, S, G, CG, sn, sc, ss, noise, seed,
+                          PART: tl.constexpr, BR: tl.constexpr, BT: tl.constexpr, NSTAT: tl.constexpr,
+                          HAS_W: tl.constexpr, HAS_B: tl.constexpr, NOISE: tl.constexpr,
+                          LAMBDA_GRAD: tl.constexpr):
+    """Backward pass 1: per tile sum(gx*dpsi/dlam), sum(A), sum(A h), sum(B), sum(B h) and
+    per-row weight/bias partials, where dL/dh = A + glam * B (A = gx*dpsi/dh, B = dlam/dh)."""
+    gid = tl.program_id(0)
+    ch = tl.program_id(1)
+    n_ch = tl.num_programs(1)
+    row = stats_ptr + gid * NSTAT
+    mean = tl.load(row + 0)
+    rstd = tl.load(row + 1)
+    lam = tl.load(row + 2)
+    offset, c, logical, mask, r = _tile(gid, ch, R, T, n_tb, C, S, G, CG, sn, sc, ss, PART, BR, BT)
+    u = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
+    dy = tl.load(dy_ptr + offset, mask=mask, other=0.0).to(tl.float32)
+    h = tl.where(mask, (u - mean) * rstd, 0.0)
+    x, psi_h, psi_lam = yeo_johnson(h, lam)
+    part_rows = (gid * R + r) * n_tb + ch % n_tb
+    row_mask = r < R
+    gx = dy
+    if HAS_W:
+        gx = dy * tl.load(w_ptr + c, mask=mask, other=0.0).to(tl.float32)
+        if NOISE:
+            x = x + (noise * tl.load(row + 3)) * tl.randn(seed, logical)
+        tl.store(dw_part_ptr + part_rows, tl.sum(dy * x, axis=1)[:, None], mask=row_mask)
+    if HAS_B:
+        tl.store(db_part_ptr + part_rows, tl.sum(dy, axis=1)[:, None], mask=row_mask)
+    grad_a = gx * psi_h
+    out = sums_ptr + (gid * n_ch + ch) * 5
+    tl.store(out + 1, tl.sum(tl.sum(grad_a, axis=1), axis=0))
+    tl.store(out + 2, tl.sum(tl.sum(grad_a * h, axis=1), axis=0))
+    if LAMBDA_GRAD:
+        sg, a, log_a, d, e = newton_terms(h)
+        direction = tl.where(mask, lambda_grad_direction(sg, a, log_a, d, e, tl.load(row + 4),
+                                                         tl.load(row + 5), tl.load(row + 6),
+                                                         tl.load(row + 7)), 0.0)
+        tl.store(out + 0, tl.sum(tl.sum(gx * psi_lam, axis=1), axis=0))
+        tl.store(out + 3, tl.sum(tl.sum(direction, axis=1), axis=0))
+        tl.store(out + 4, tl.sum(tl.sum(direction * h, axis=1), axis=0))
+
+
+@triton.jit
+def split_backward_input(x_ptr, dy_ptr, dx_ptr, w_ptr, stats_ptr, sums_ptr,
+                         R, T, n_tb, M, C, S, G, CG, sn, sc, ss,
+                         PART: tl.constexpr, BR: tl.constexpr, BT: tl.constexpr, BLOCK_CH: tl.constexpr,
+                         NSTAT: tl.constexpr, HAS_W: tl.constexpr, USE_RUNNING: tl.constexpr,
+                         LAMBDA_GRAD: tl.constexpr):
+    """Backward pass 2: dx = rstd (gh - mean(gh) - h mean(gh h)) with gh = A + glam B."""
+    gid = tl.program_id(0)
+    ch = tl.program_id(1)
+    n_ch = tl.num_programs(1)
+    row = stats_ptr + gid * NSTAT
+    mean = tl.load(row + 0)
+    rstd = tl.load(row + 1)
+    lam = tl.load(row + 2)
+    offset, c, _logical, mask, _r = _tile(gid, ch, R, T, n_tb, C, S, G, CG, sn, sc, ss, PART, BR, BT)
+    u = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
+    dy = tl.load(dy_ptr + offset, mask=mask, other=0.0).to(tl.float32)
+    h = tl.where(mask, (u - mean) * rstd, 0.0)
+    _x, psi_h, _psi_lam = yeo_johnson(h, lam)
+    gx = dy
+    if HAS_W:
+        gx = dy * tl.load(w_ptr + c, mask=mask, other=0.0).to(tl.float32)
+    gh = gx * psi_h
+    if USE_RUNNING:
+        dx = rstd * gh
+    else:
+        sum_a = _total(sums_ptr, gid, 1, 5, n_ch, BLOCK_CH)
+        sum_ah = _total(sums_ptr, gid, 2, 5, n_ch, BLOCK_CH)
+        mean_gh = sum_a / M
+        mean_ghh = sum_ah / M
+        if LAMBDA_GRAD:
+            glam = _total(sums_ptr, gid, 0, 5, n_ch, BLOCK_CH)
+            mean_gh += glam * _total(sums_ptr, gid, 3, 5, n_ch, BLOCK_CH) / M
+            mean_ghh += glam * _total(sums_ptr, gid, 4, 5, n_ch, BLOCK_CH) / M
+            sg, a, log_a, d, e = newton_terms(h)
+            gh += glam * lambda_grad_direction(sg, a, log_a, d, e, tl.load(row + 4), tl.load(row + 5),
+                                               tl.load(row + 6), tl.load(row + 7))
+        dx = rstd * (gh - mean_gh - h * mean_ghh)
+    tl.store(dx_ptr + offset, dx.to(dx_ptr.dtype.element_ty), mask=mask)
