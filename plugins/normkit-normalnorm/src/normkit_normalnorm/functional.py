@@ -11,13 +11,7 @@ from normkit import NormShapeError, SpecError
 from normkit.stages import Partition
 from torch import Tensor
 
-from normkit_normalnorm.yeojohnson import (
-    clamp_lambda,
-    newton_lambda,
-    noise_scale,
-    standard_normal_like,
-    yeo_johnson,
-)
+from normkit_normalnorm.fused import FusedConfig, NormalityFunction
 
 
 def normality_norm(
@@ -63,41 +57,17 @@ def normality_norm(
     """
     if x3.dim() != 3:
         raise NormShapeError(f"normality_norm expects an (N, C, S) tensor, got shape {tuple(x3.shape)}")
-    part = Partition(partition, groups)
-    part.check(x3.shape[1], "normality_norm")
-    g, grouped = part.group(x3, tokens)
-    dims = grouped.dims
-    batch = partition == "batch"
-    tracked = batch and running_mean is not None
+    Partition(partition, groups).check(x3.shape[1], "normality_norm")
+    tracked = partition == "batch" and running_mean is not None
     if tracked and (running_var is None or running_lambda is None):
         raise SpecError("normality_norm: pass running_mean, running_var and running_lambda together (or none)")
-    if tracked and not training:
-        mean = grouped.per_channel(running_mean.to(x3.dtype))
-        var = grouped.per_channel(running_var.to(x3.dtype))
-        h = (g - mean) * torch.rsqrt(var + eps)
-        lam = clamp_lambda(grouped.per_channel(running_lambda.to(x3.dtype)), lambda_min, lambda_max)
-    else:
-        if batch and training and grouped.count < 2:
-            raise NormShapeError("normality_norm: needs more than 1 value per channel when training")
-        var, mean = torch.var_mean(g, dim=dims, unbiased=False, keepdim=True)
-        h = (g - mean) * torch.rsqrt(var + eps)
-        lam = clamp_lambda(newton_lambda(h, dims, alpha, eps), lambda_min, lambda_max)
-        if detach_lambda:
-            lam = lam.detach()
-        if tracked and training:
-            factor = ema_factor(momentum, num_batches_tracked)
-            update_running(grouped.channel_stat(mean), grouped.channel_stat(var), grouped.channel_stat(lam),
-                           grouped.count, factor, running_mean, running_var, running_lambda)
-    x = yeo_johnson(h, lam)
-    if training and noise:
-        z = standard_normal_like(x3).reshape(g.shape)
-        x = x + noise * noise_scale(x, dims) * z
-    y3 = grouped.ungroup(x)
-    if weight is not None:
-        y3 = y3 * weight.view(1, -1, 1)
-    if bias is not None:
-        y3 = y3 + bias.view(1, -1, 1)
-    return y3
+    if partition == "batch" and training and x3.shape[0] * x3.shape[2] < 2:
+        raise NormShapeError("normality_norm: needs more than 1 value per channel when training")
+    factor = ema_factor(momentum, num_batches_tracked) if tracked and training else 0.0
+    cfg = FusedConfig(partition, groups, tokens, training, eps, alpha, noise, factor, lambda_min, lambda_max,
+                      detach_lambda)
+    return NormalityFunction.apply(x3, weight, bias, cfg, running_mean if tracked else None,
+                                   running_var if tracked else None, running_lambda if tracked else None)
 
 
 def ema_factor(momentum: float | None, num_batches_tracked: Tensor | None) -> float:

@@ -88,7 +88,7 @@ class NormalityStep(Step):
         out = yeo_johnson(x, lam)
         layer.record("post_transform", lambda: groups.ungroup(out))
         if layer.training and self.noise:
-            z = standard_normal_like(groups.ungroup(out)).reshape(out.shape)
+            z = standard_normal_like(groups.ungroup(out), layer.tokens).reshape(out.shape)
             out = out + self.noise * noise_scale(out, dims) * z
         return out
 

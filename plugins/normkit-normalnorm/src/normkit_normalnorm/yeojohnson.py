@@ -80,13 +80,14 @@ def noise_scale(x: Tensor, dims: tuple[int, ...]) -> Tensor:
         return (x - x.mean(dim=dims, keepdim=True)).abs().mean(dim=dims, keepdim=True)
 
 
-def standard_normal_like(x3: Tensor) -> Tensor:
-    """N(0, 1) samples shaped and strided like `x3`, drawn in memory order.
+def standard_normal_like(x3: Tensor, tokens: bool) -> Tensor:
+    """N(0, 1) noise for the layer's `(N, C, S)` view, drawn in the logical order of the layer's input.
 
-    Both the reference and the fused path draw the noise through this function on the layer's
-    `(N, C, S)` view, so under one `torch.manual_seed` they add the same noise; drawing a
-    contiguous buffer and striding it keeps torch's fast vectorized sampler for channels-last too.
+    That is (N, C, S) order for `N, C, *` inputs and (N, S, C) order for channels-last tokens, so a
+    channels_last-strided image gets the same noise as its contiguous copy. Both the reference and
+    the fused path draw through this function, so under one `torch.manual_seed` they agree.
     """
-    strides = torch.empty_like(x3).stride()  # dense strides in x3's dim order; untouched memory
-    z = torch.randn(x3.numel(), dtype=x3.dtype, device=x3.device)
-    return z.as_strided(x3.shape, strides)
+    n, c, s = x3.shape
+    if tokens:
+        return torch.randn(n, s, c, dtype=x3.dtype, device=x3.device).transpose(1, 2)
+    return torch.randn(n, c, s, dtype=x3.dtype, device=x3.device)

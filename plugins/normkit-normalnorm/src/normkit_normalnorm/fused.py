@@ -1,0 +1,262 @@
+"""The fused torch path: standardize + lambda + transform + noise + affine in one autograd.Function.
+
+Why it is faster than autograd on the reference: the standardization runs on torch's native
+kernels (forward and backward), every per-element quantity is built in place in a few scratch
+buffers (fresh activation-sized allocations cost page faults on CPU), log1p(|h|) is computed once
+and serves both the lambda sums and the transform, and backward saves only the input, the signed
+log `sign(h) * log1p(|h|)`, the transformed values and the noisy values (when there is noise).
+
+Derivation of the backward (per group, n elements, a = |h|, L = log1p(a), sg = sign(h)):
+  x = psi(h; lam);  dx/dh = (1 + a)^(mu - 1) = exp((lam - 1) * sg * L),  mu = lam or 2 - lam;
+  dx/dlam = (sg * L * exp(mu * L) - x) * sg / mu;
+  lam = 1 - alpha * g1 / (g2 + sqrt(eps)), g1 = dvar / 2 - s1, g2 = (d2var - dvar^2) / 2, with
+  d(dvar)/dh_i = 2/n * (d + a L),  d(s1)/dh_i = 1/n / (1 + a),
+  d(d2var)/dh_i = 2/n * sg * (q + a L^2 + 2 (d - mean d) L),  d = (1+a)L - a,  q = (1+a)L^2 - 2d.
+The standardization's own backward is torch's (native_*_norm_backward). Checked against autograd
+of the reference (`yeojohnson.py`) in float64 by the tests.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from normkit.stages import Groups, Partition
+from torch import Tensor
+
+from normkit_normalnorm.yeojohnson import standard_normal_like
+
+_TINY_MU = 1e-20  # stands in for mu == 0 (lam exactly 0 or 2): expm1(tiny * L) / tiny == L in float
+
+
+@dataclass(frozen=True)
+class FusedConfig:
+    """Everything but the tensors: partition, mode and hyper-parameters of one call."""
+
+    partition: str
+    groups: int
+    tokens: bool
+    training: bool
+    eps: float
+    alpha: float
+    noise: float
+    momentum: float
+    lambda_min: float | None
+    lambda_max: float | None
+    detach_lambda: bool
+
+    def native_groups(self, num_channels: int) -> int | None:
+        """Group count for native_group_norm; None for batch or per-token layer statistics."""
+        if self.partition == "batch" or (self.partition == "layer" and self.tokens):
+            return None
+        return {"layer": 1, "group": self.groups, "instance": num_channels}[self.partition]
+
+
+class NormalityFunction(torch.autograd.Function):
+    """y3 = affine(psi(standardize(x3); lam_hat) + noise); see the module docstring for backward."""
+
+    @staticmethod
+    def forward(ctx: Any, x3: Tensor, weight: Tensor | None, bias: Tensor | None, cfg: FusedConfig,
+                running_mean: Tensor | None, running_var: Tensor | None,
+                running_lambda: Tensor | None) -> Tensor:
+        use_running = cfg.partition == "batch" and running_mean is not None and not cfg.training
+        h3, stats = _standardize(x3, cfg, running_mean, running_var, use_running)
+        h, groups = Partition(cfg.partition, cfg.groups).group(h3, cfg.tokens)
+        if use_running:
+            lam = groups.per_channel(running_lambda.to(h.dtype))
+            lam = _clamp(lam, cfg)
+            newton = None
+            signed_log = torch.copysign(torch.log1p(h.abs()), h)
+            log1p_a = signed_log.abs()
+        else:
+            newton, signed_log, log1p_a = _newton(h, groups, cfg)
+            lam = newton.lam
+            if running_lambda is not None and cfg.training and cfg.partition == "batch":
+                running_lambda.lerp_(groups.channel_stat(lam).to(running_lambda), cfg.momentum)
+        c0, c1 = _inverse_mu(lam)
+        x = torch.addcmul(log1p_a, signed_log, lam - 1)  # t = mu * L
+        x.expm1_()
+        scale = torch.copysign(torch.ones((), dtype=h.dtype, device=h.device), signed_log, out=log1p_a)  # sign(h) ...
+        scale.mul_(c0).add_(c1)  # ... turned into sign(h) / mu, so x = expm1(t) * sign(h) / mu
+        x.mul_(scale)
+        del scale, log1p_a
+        y = _add_noise(x, x3, groups, cfg)
+        out = _affine(y, weight, bias, groups)
+        ctx.cfg, ctx.groups, ctx.stats = cfg, groups, stats
+        ctx.lam, ctx.newton = lam, newton
+        ctx.inverse = (c0, c1)
+        ctx.save_for_backward(x3, signed_log, x, y, weight, bias)
+        return groups.ungroup(out)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad3: Tensor) -> tuple[Tensor | None, ...]:
+        x3, signed_log, x, y, weight, bias = ctx.saved_tensors
+        cfg, groups, lam = ctx.cfg, ctx.groups, ctx.lam
+        grad_weight = grad_bias = None
+        if bias is not None and ctx.needs_input_grad[2]:
+            grad_bias = grad3.sum((0, 2))
+        if weight is not None and ctx.needs_input_grad[1]:
+            grad_weight = (grad3 * groups.ungroup(y)).sum((0, 2))
+        grad_x3 = None
+        if ctx.needs_input_grad[0]:
+            gv = grad3.reshape(x.shape)
+            gx = gv * groups.per_channel(weight) if weight is not None else gv
+            dx_dh = torch.mul(signed_log, lam - 1).exp_()
+            gh = torch.mul(gx, dx_dh)
+            if ctx.newton is not None and not cfg.detach_lambda:
+                _add_lambda_gradient(gh, gx, dx_dh, signed_log, x, ctx.newton, ctx.inverse, groups, cfg)
+            grad_x3 = _standardize_backward(groups.ungroup(gh), x3, cfg, ctx.stats)
+        return grad_x3, grad_weight, grad_bias, None, None, None, None
+
+
+# -- standardization on torch's native kernels --------------------------------------------------
+
+
+def _standardize(x3: Tensor, cfg: FusedConfig, running_mean: Tensor | None, running_var: Tensor | None,
+                 use_running: bool) -> tuple[Tensor, tuple[Tensor, ...]]:
+    """h3 and what its backward needs: (mean, invstd) or the eval scale."""
+    n, c, s = x3.shape
+    if use_running:
+        scale = torch.rsqrt(running_var.to(x3.dtype) + cfg.eps)
+        shift = -running_mean.to(x3.dtype) * scale
+        return torch.addcmul(shift.view(1, c, 1), x3, scale.view(1, c, 1)), (scale,)
+    if cfg.partition == "batch":
+        h3, mean, invstd = torch.native_batch_norm(x3, None, None, running_mean, running_var, True,
+                                                   cfg.momentum, cfg.eps)
+        return h3, (mean, invstd)
+    g = cfg.native_groups(c)
+    if g is None:  # per-token layer statistics over C
+        h, mean, rstd = torch.native_layer_norm(x3.transpose(1, 2), [c], None, None, cfg.eps)
+        return h.transpose(1, 2), (mean, rstd)
+    h3, mean, rstd = torch.native_group_norm(x3, None, None, n, c, s, g, cfg.eps)
+    return h3, (mean, rstd)
+
+
+def _standardize_backward(gh3: Tensor, x3: Tensor, cfg: FusedConfig, stats: tuple[Tensor, ...]) -> Tensor:
+    n, c, s = x3.shape
+    mask = [True, False, False]
+    if len(stats) == 1:
+        return gh3 * stats[0].view(1, c, 1)
+    mean, rstd = stats
+    if cfg.partition == "batch":
+        return torch.ops.aten.native_batch_norm_backward(gh3, x3, None, None, None, mean, rstd, True,
+                                                         cfg.eps, mask)[0]
+    g = cfg.native_groups(c)
+    if g is None:
+        gx = torch.ops.aten.native_layer_norm_backward(gh3.transpose(1, 2), x3.transpose(1, 2), [c], mean,
+                                                       rstd, None, None, mask)[0]
+        return gx.transpose(1, 2)
+    return torch.ops.aten.native_group_norm_backward(gh3.contiguous(), x3, mean, rstd, None, n, c, s, g,
+                                                     mask)[0]
+
+
+# -- lambda_hat ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Newton:
+    """Per-group quantities of the Newton step that backward reuses."""
+
+    lam: Tensor
+    in_range: Tensor  # 1 where the clamp let the gradient through
+    g1: Tensor
+    den: Tensor
+    dvar: Tensor
+    mean_d: Tensor
+    count: int
+
+
+def _newton(h: Tensor, groups: Groups, cfg: FusedConfig) -> tuple[_Newton, Tensor, Tensor]:
+    """lambda_hat per group, plus sign(h) * log1p(|h|) and log1p(|h|) for the transform."""
+    dims, n = groups.dims, groups.count
+
+    def mean(t: Tensor) -> Tensor:
+        return t.sum(dims, keepdim=True).div_(n)
+
+    a = h.abs()
+    log1p_a = torch.log1p(a)
+    signed_log = torch.copysign(log1p_a, h)
+    d = torch.mul(a, log1p_a).add_(log1p_a).sub_(a)  # (1 + a) L - a
+    work = torch.mul(d, d)
+    mean_d, mean_dd = mean(d), mean(work)
+    mean_hd = mean(torch.mul(h, d, out=work))
+    torch.add(d, a, out=work).mul_(log1p_a).sub_(d, alpha=2).mul_(a)  # a * q = h * d2
+    mean_aq = mean(work)
+    del work, d, a
+    s1 = mean(signed_log)
+    dvar = 2 * mean_hd
+    d2var = 2 * (mean_aq + mean_dd - mean_d * mean_d)
+    g1 = 0.5 * dvar - s1
+    den = 0.5 * (d2var - dvar * dvar) + math.sqrt(cfg.eps)
+    raw = 1 - cfg.alpha * g1 / den
+    lam = _clamp(raw, cfg)
+    in_range = (lam == raw).to(raw.dtype)
+    return _Newton(lam, in_range, g1, den, dvar, mean_d, n), signed_log, log1p_a
+
+
+def _clamp(lam: Tensor, cfg: FusedConfig) -> Tensor:
+    if cfg.lambda_min is None and cfg.lambda_max is None:
+        return lam
+    return lam.clamp(min=cfg.lambda_min, max=cfg.lambda_max)
+
+
+def _inverse_mu(lam: Tensor) -> tuple[Tensor, Tensor]:
+    """(c0, c1) with sign(h) / mu = c0 * sign(h) + c1, mu = lam (h >= 0) or 2 - lam (h < 0)."""
+    inv_pos = 1 / torch.where(lam == 0, _TINY_MU, lam)
+    inv_neg = 1 / torch.where(lam == 2, _TINY_MU, 2 - lam)
+    return (inv_pos + inv_neg) / 2, (inv_pos - inv_neg) / 2
+
+
+def _add_lambda_gradient(gh: Tensor, gx: Tensor, dx_dh: Tensor, signed_log: Tensor, x: Tensor,
+                         newton: _Newton, inverse: tuple[Tensor, Tensor], groups: Groups,
+                         cfg: FusedConfig) -> None:
+    """gh += dL/dlam * dlam/dh, in place; reuses dx_dh's buffer for sign(h)."""
+    dims, n = groups.dims, newton.count
+    c0, c1 = inverse
+    log1p_a = signed_log.abs()
+    one_plus_a = torch.exp(log1p_a)
+    work = torch.mul(one_plus_a, dx_dh).mul_(signed_log).sub_(x).mul_(gx)  # gx * sign(h) * mu * dx/dlam
+    sum_q = work.sum(dims, keepdim=True)
+    sign = torch.copysign(torch.ones((), dtype=gh.dtype, device=gh.device), signed_log, out=dx_dh)
+    sum_qs = work.mul_(sign).sum(dims, keepdim=True)
+    grad_lam = (c1 * sum_q + c0 * sum_qs) * newton.in_range
+    grad_g1 = -cfg.alpha * grad_lam / newton.den
+    grad_g2 = cfg.alpha * newton.g1 * grad_lam / (newton.den * newton.den)
+    k1 = (2 / n) * (0.5 * grad_g1 - newton.dvar * grad_g2)  # times d(dvar)/dh * n / 2
+    k2 = (2 / n) * 0.5 * grad_g2  # times d(d2var)/dh * n / 2
+    k3 = -grad_g1 / n  # times d(s1)/dh * n
+    l_minus_1 = log1p_a - 1
+    d = torch.mul(one_plus_a, l_minus_1).add_(1)  # (1 + a) L - a with a = (1 + a) - 1
+    bl = torch.mul(one_plus_a, 2, out=work).sub_(1).mul_(log1p_a)  # (1 + 2a) L
+    gh.addcmul_(bl, k1).addcmul_(one_plus_a, -k1).add_(k1)  # k1 * (d + a L)
+    bl.mul_(log1p_a).addcmul_(d, l_minus_1, value=2).addcmul_(log1p_a, -2 * newton.mean_d)
+    gh.addcmul_(bl.mul_(sign), k2)  # k2 * sg * (q + a L^2 + 2 (d - mean d) L)
+    gh.addcmul_(one_plus_a.reciprocal_(), k3)  # k3 / (1 + a)
+
+
+# -- noise and affine ---------------------------------------------------------------------------
+
+
+def _add_noise(x: Tensor, x3: Tensor, groups: Groups, cfg: FusedConfig) -> Tensor:
+    """x + xi * s * z with s = mean |x - mean x| per group (a constant for autograd); x itself if off."""
+    if not (cfg.training and cfg.noise):
+        return x
+    dims, n = groups.dims, groups.count
+    dev = torch.sub(x, x.sum(dims, keepdim=True).div_(n)).abs_()
+    s = dev.sum(dims, keepdim=True).div_(n)
+    del dev
+    z = standard_normal_like(x3, cfg.tokens).reshape(x.shape)
+    return z.mul_(s * cfg.noise).add_(x)
+
+
+def _affine(y: Tensor, weight: Tensor | None, bias: Tensor | None, groups: Groups) -> Tensor:
+    if weight is not None and bias is not None:
+        return torch.addcmul(groups.per_channel(bias), y, groups.per_channel(weight))
+    if weight is not None:
+        return y * groups.per_channel(weight)
+    if bias is not None:
+        return y + groups.per_channel(bias)
+    return y.clone()
