@@ -1,0 +1,145 @@
+"""ib-s/l/t numbers: the compression functions, the layer formula per partition, rms, bn eval, aliases."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import normkit
+from normkit_ibnorm import COMPRESSIONS, Compression
+
+VARIANTS = sorted(COMPRESSIONS)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_compressions_are_odd_with_slope_one_at_zero_and_shrink_tails(variant: str) -> None:
+    fn, lam = COMPRESSIONS[variant].fn, COMPRESSIONS[variant].default_lam
+    c = torch.tensor([0.0, 1e-4, -1e-4, 1.0, -1.0, 10.0, -10.0, 1e4], dtype=torch.float64, requires_grad=True)
+    out = fn(c, lam)
+    out.sum().backward()
+    assert c.grad[0].item() == pytest.approx(1.0) and c.grad[1].item() == pytest.approx(1.0, abs=1e-4)
+    torch.testing.assert_close(fn(-c.detach(), lam), -fn(c.detach(), lam))
+    assert (out.detach()[3:].abs() < c.detach()[3:].abs()).all()
+    assert (c.grad >= 0).all()  # monotone
+    assert out[-1].item() < 0.01 * c[-1].item()  # an outlier of 1e4 is squashed
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_log_and_others_pass_float64_gradcheck(variant: str) -> None:
+    c = (torch.randn(20, dtype=torch.float64) * 5).requires_grad_()
+    assert torch.autograd.gradcheck(lambda t: COMPRESSIONS[variant].fn(t, 2.0), (c,))
+    assert torch.autograd.gradgradcheck(lambda t: COMPRESSIONS[variant].fn(t, 2.0), (c,))
+
+
+def expected(x: torch.Tensor, variant: str, lam: float, dims: tuple[int, ...]) -> torch.Tensor:
+    """standardize(compress(x - mean)) over `dims`, by hand (weight 1, bias 0)."""
+    c = x - x.mean(dims, keepdim=True)
+    v = COMPRESSIONS[variant].fn(c, lam)
+    var, mean = torch.var_mean(v, dims, unbiased=False, keepdim=True)
+    return (v - mean) / (var + 1e-5).sqrt()
+
+
+@pytest.mark.parametrize("spec, variant, lam, dims, view", [
+    ("bn+ib-t", "t", 4.0, (0, 2, 3), None),
+    ("ln+ib-l(lam=4)", "l", 4.0, (1, 2, 3), None),
+    ("gn(groups=4)+ib-s", "s", 3.0, (2, 3), (3, 4, 2, 25)),
+    ("in+ib-t(lam=1.5)", "t", 1.5, (2, 3), None),
+])
+def test_layer_standardizes_the_compressed_centred_values(spec: str, variant: str, lam: float,
+                                                           dims: tuple[int, ...], view: tuple | None) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(3, 8, 5, 5) * 4 + 2
+    x[0, 0, 0, 0] = 60.0  # an outlier the compression squashes
+    xv = x.reshape(view) if view else x
+    ref = expected(xv, variant, lam, dims).reshape(x.shape)
+    torch.testing.assert_close(normkit.build(spec, 8)(x), ref, atol=1e-5, rtol=1e-5)
+
+
+def test_large_lam_recovers_the_plain_norm() -> None:
+    x = torch.randn(3, 8, 4, 4)
+    torch.testing.assert_close(normkit.build("ln+ib-t(lam=1e6)", 8)(x), normkit.build("ln", 8)(x))
+
+
+def test_bn_eval_centres_with_the_running_mean_of_the_inputs() -> None:
+    torch.manual_seed(0)
+    layer = normkit.build("bn+ib-t(lam=2)", 8)
+    x = torch.randn(6, 8, 4, 4) * 3 + 5
+    layer(x)
+    torch.testing.assert_close(layer.ib_running_mean, 0.1 * x.mean((0, 2, 3)))
+    layer.eval()
+    one = torch.randn(1, 8, 4, 4) * 3 + 5
+    v = COMPRESSIONS["t"].fn(one - layer.ib_running_mean.view(1, -1, 1, 1), 2.0)
+    ref = (v - layer.running_mean.view(1, -1, 1, 1)) / (layer.running_var.view(1, -1, 1, 1) + 1e-5).sqrt()
+    torch.testing.assert_close(layer(one), ref)
+
+
+def test_bn_cumulative_momentum_matches_the_running_average() -> None:
+    layer = normkit.build("bn(momentum=none)+ib-s", 8)
+    xs = [torch.randn(4, 8, 3, 3) + i for i in range(3)]
+    for x in xs:
+        layer(x)
+    torch.testing.assert_close(layer.ib_running_mean, torch.stack([x.mean((0, 2, 3)) for x in xs]).mean(0))
+
+
+def test_rms_compresses_raw_values_unless_told_to_centre() -> None:
+    x = torch.randn(2, 5, 16) * 3 + 4  # tokens, channels last
+    layer = normkit.build("rms+ib-t", 16, channel_dim=-1)
+    v = COMPRESSIONS["t"].fn(x, 4.0)
+    torch.testing.assert_close(layer(x), v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + 1e-6))
+    assert "no centring" in layer.describe()["steps"][0][1]["c"]
+    centred = normkit.build("rms+ib-t(centre=true)", 16, channel_dim=-1)
+    v = COMPRESSIONS["t"].fn(x - x.mean(-1, keepdim=True), 4.0)
+    torch.testing.assert_close(centred(x), v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+
+def test_centre_false_compresses_raw_values_on_a_centring_norm() -> None:
+    x = torch.randn(2, 8, 4, 4) + 3
+    v = COMPRESSIONS["s"].fn(x, 3.0)
+    var, mean = torch.var_mean(v, (1, 2, 3), unbiased=False, keepdim=True)
+    out = normkit.build("ln+ib-s(centre=false)", 8)(x)
+    torch.testing.assert_close(out, (v - mean) / (var + 1e-5).sqrt())
+
+
+@pytest.mark.parametrize("alias, spec", [(f"ibn-{v}", f"bn+ib-{v}") for v in VARIANTS]
+                         + [(f"ibln-{v}", f"ln+ib-{v}") for v in VARIANTS])
+def test_paper_names_are_the_compositions(alias: str, spec: str) -> None:
+    x = torch.randn(4, 8, 3, 3) * 2
+    assert normkit.parse(alias).expanded() == normkit.parse(spec).expanded()
+    torch.testing.assert_close(normkit.build(alias, 8)(x), normkit.build(spec, 8)(x))
+
+
+def test_alias_parameters_reach_the_part_that_declares_them() -> None:
+    assert normkit.parse("ibn-t(lam=2,momentum=0.01)").expanded() == "bn(momentum=0.01)+ib-t(lam=2.0)"
+    assert normkit.parse("ibln-l(lam=3)").expanded() == "ln+ib-l(lam=3.0)"
+
+
+@pytest.mark.parametrize("spec", ["ln+ib-t(lam=0)", "bn+ib-s(lam=-1)", "ln+ib-l(lam=inf)"])
+def test_lam_must_be_positive_and_finite(spec: str) -> None:
+    with pytest.raises(normkit.SpecError, match="lam must be a positive finite number"):
+        normkit.build(spec, 8)
+
+
+def test_compression_table_is_replaceable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(COMPRESSIONS, "t", Compression(lambda c, lam: c.clamp(-lam, lam), 4.0, "clamp"))
+    x = torch.randn(2, 8, 3, 3) * 4
+    layer = normkit.build("ln+ib-t(lam=1)", 8)
+    v = (x - x.mean((1, 2, 3), keepdim=True)).clamp(-1, 1)
+    var, mean = torch.var_mean(v, (1, 2, 3), unbiased=False, keepdim=True)
+    torch.testing.assert_close(layer(x), (v - mean) / (var + 1e-5).sqrt())
+    assert layer.describe()["steps"][0][1]["compression"] == "clamp"
+
+
+def test_ib_step_is_placed_before_standardization_and_needs_a_norm() -> None:
+    assert [name for name, _ in normkit.build("gn(groups=2)+ib-l", 8).describe()["steps"]] == [
+        "ib-l", "standardize"]
+    with pytest.raises(normkit.SpecError, match="no normalizing step"):
+        normkit.build("none+ib-t", 8)
+
+
+def test_gradients_stay_finite_with_huge_outliers() -> None:
+    x = torch.randn(2, 8, 3, 3) * 3
+    x[0, 0, 0, 0] = 1e6
+    x.requires_grad_()
+    layer = normkit.build("gn(groups=4)+ib-l", 8)
+    layer(x).pow(2).sum().backward()
+    assert torch.isfinite(x.grad).all() and torch.isfinite(layer.weight.grad).all()
