@@ -92,7 +92,7 @@ def parse_seeds(value: Any) -> list[int]:
     elif isinstance(value, str) and re.fullmatch(r"\s*\d+\s*-\s*\d+\s*", value):
         lo, hi = (int(v) for v in value.split("-"))
         seeds = list(range(lo, hi + 1))
-    elif isinstance(value, str) and re.fullmatch(r"\s*\d+\s*(,\s*\d+\s*)+,?\s*", value):
+    elif isinstance(value, str) and re.fullmatch(r"\s*\d+(\s*,\s*\d+)*\s*,?\s*", value):
         seeds = [int(v) for v in value.split(",") if v.strip()]
     elif isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool)
                                                    and v >= 0 for v in value):
@@ -132,10 +132,15 @@ def parse_key_values(items: list[str], what: str) -> dict[str, Any]:
     return out
 
 
+def _members(hint: Any) -> tuple[Any, ...]:
+    """The alternatives of a union type (`float | None` -> (float, NoneType)), else (hint,)."""
+    return typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+
+
 def _matches(value: Any, hint: Any) -> bool:
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
-        return any(_matches(value, h) for h in typing.get_args(hint))
+        return any(_matches(value, h) for h in _members(hint))
     if origin is typing.Literal:
         return value in typing.get_args(hint)
     if hint is type(None):
@@ -156,7 +161,8 @@ def _type_name(hint: Any) -> str:
 def _check_type(key: str, value: Any, hint: Any) -> Any:
     if not _matches(value, hint):
         raise ConfigError(f"{key} must be {_type_name(hint)}, not {value!r}")
-    if isinstance(value, int) and not isinstance(value, bool) and hint is float:
+    if isinstance(value, int) and not isinstance(value, bool) and float in _members(hint) \
+            and int not in _members(hint):
         return float(value)
     return value
 

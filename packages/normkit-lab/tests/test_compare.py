@@ -1,0 +1,89 @@
+"""run_compare with a stand-in train_run: order, divergence, interruption and resume, callbacks."""
+
+from __future__ import annotations
+
+import pytest
+
+from normkit_lab import compare, config
+from normkit_lab.progress import PlainProgress
+from normkit_lab.results import SUMMARY_JSON
+from normkit_lab.training import EpochRecord, RunResult
+
+
+class FakeTrainer:
+    """Records calls; `diverge` runs end "diverged"; the `interrupt_at`-th call raises Ctrl-C."""
+
+    def __init__(self, diverge=(), interrupt_at: int | None = None) -> None:
+        self.calls: list[tuple[str, int]] = []
+        self.callbacks: list[tuple] = []
+        self.diverge = set(diverge)
+        self.interrupt_at = interrupt_at
+
+    def __call__(self, cfg, norm, seed, *, on_epoch=None, callbacks=()):
+        if self.interrupt_at is not None and len(self.calls) == self.interrupt_at:
+            raise KeyboardInterrupt
+        self.calls.append((norm, seed))
+        self.callbacks.append(tuple(callbacks))
+        acc = 0.8 + 0.01 * seed + (0.05 if norm != "bn" else 0.0)
+        records = [EpochRecord(e, 0.5, 0.5, 0.5, acc, None, 0.1, 100.0, 5.0, 0.1) for e in range(cfg.epochs)]
+        status = "diverged" if (norm, seed) in self.diverge else "ok"
+        if status == "diverged":
+            records = records[:1]
+        for r in records:
+            if on_epoch:
+                on_epoch(r)
+        return RunResult(norm, seed, status, records, 10, {})
+
+
+@pytest.fixture
+def cfg():
+    return config.build_config({"norms": "bn,ln", "seeds": "3", "epochs": 2})
+
+
+def test_every_norm_runs_every_seed_and_divergence_does_not_stop(cfg, tmp_path, monkeypatch, capsys):
+    trainer = FakeTrainer(diverge={("ln", 1)})
+    monkeypatch.setattr(compare, "train_run", trainer)
+    store = compare.create_store(cfg, tmp_path / "out")
+    results = compare.run_compare(cfg, store, progress=PlainProgress())
+    assert trainer.calls == cfg.plan() == [("bn", 0), ("ln", 0), ("bn", 1), ("ln", 1), ("bn", 2), ("ln", 2)]
+    _, ln = results.summaries()
+    assert ln.diverged == 1 and ln.final_acc.n == 2 and ln.vs_baseline.n == 2
+    assert ln.vs_baseline.mean == pytest.approx(5.0)
+    out = capsys.readouterr().out
+    assert "[4/6] ln seed 1: diverged" in out and "[1/6] bn seed 0 epoch 2/2" in out
+    assert (store.path / SUMMARY_JSON).is_file()
+
+
+def test_interrupt_keeps_finished_runs_and_resume_runs_only_the_rest(cfg, tmp_path, monkeypatch):
+    monkeypatch.setattr(compare, "train_run", FakeTrainer(interrupt_at=3))
+    store = compare.create_store(cfg, tmp_path / "out")
+    with pytest.raises(KeyboardInterrupt):
+        compare.run_compare(cfg, store)
+    assert store.finished() == {("bn", 0), ("ln", 0), ("bn", 1)}
+
+    again = FakeTrainer()
+    monkeypatch.setattr(compare, "train_run", again)
+    cfg2, store2 = compare.open_store(store.path)
+    assert cfg2 == cfg and store2.path == store.path
+    results = compare.run_compare(cfg2, store2)
+    assert again.calls == [("ln", 1), ("bn", 2), ("ln", 2)]
+    assert len(results.runs) == 6
+
+
+def test_resume_takes_runtime_overrides_only_from_the_caller(cfg, tmp_path):
+    store = compare.create_store(cfg, tmp_path / "out")
+    cfg2, _ = compare.open_store(store.path, {"device": "cpu"})
+    assert cfg2.train.device == "cpu" and cfg2.train.epochs == 2
+
+
+def test_callbacks_are_made_fresh_for_every_run(cfg, tmp_path, monkeypatch):
+    trainer = FakeTrainer()
+    monkeypatch.setattr(compare, "train_run", trainer)
+    made = []
+
+    def make():
+        made.append(object())
+        return [made[-1]]
+
+    compare.run_compare(cfg, compare.create_store(cfg, tmp_path / "out"), callbacks=make)
+    assert [cbs[0] for cbs in trainer.callbacks] == made and len(set(map(id, made))) == 6

@@ -1,0 +1,92 @@
+"""Comparison config: seeds and norms syntax, YAML loading, CLI > YAML > defaults, round trip."""
+
+from __future__ import annotations
+
+import pytest
+
+from normkit import NormkitError
+from normkit_lab import config
+from normkit_lab.errors import ConfigError
+
+
+@pytest.mark.parametrize(("text", "seeds"), [
+    ("3", [0, 1, 2]), (2, [0, 1]), ("0,1,5", [0, 1, 5]), ("7,", [7]), ("2-4", [2, 3, 4]), ([4, 9], [4, 9]),
+])
+def test_parse_seeds(text, seeds):
+    assert config.parse_seeds(text) == seeds
+
+
+@pytest.mark.parametrize("bad", ["0", 0, "a,b", "1,1", "4-2", [], [1, -1], True, 1.5, "-3"])
+def test_parse_seeds_rejects(bad):
+    with pytest.raises(ConfigError, match="seed"):
+        config.parse_seeds(bad)
+
+
+def test_parse_norms_canonical_and_unique():
+    assert config.parse_norms("BN, gn(groups=4)+pn") == ["bn", "gn(groups=4)+pn"]
+    assert config.parse_norms(["bn", "ln"]) == ["bn", "ln"]
+    with pytest.raises(ConfigError, match="listed twice"):
+        config.parse_norms("bn,batchnorm")
+    with pytest.raises(NormkitError, match="did you mean"):
+        config.parse_norms("bn,gnn2")
+
+
+def _yaml(tmp_path, text):
+    path = tmp_path / "exp.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_precedence_cli_over_yaml_over_defaults(tmp_path):
+    path = _yaml(tmp_path, "norms: [bn, ln]\nepochs: 3\nbatch-size: 16\n")
+    cfg = config.resolve({"epochs": 2}, path)
+    assert cfg.train.epochs == 2  # CLI
+    assert cfg.train.batch_size == 16  # YAML, '-' read as '_'
+    assert cfg.train.model == "small-cnn" and cfg.seeds == [0, 1, 2]  # defaults
+    assert cfg.norms == ["bn", "ln"] and cfg.baseline_norm == "bn"
+    assert config.resolve({"norms": "ln,bn"}, path).norms == ["ln", "bn"]
+
+
+def test_plan_is_seed_major_and_pairs_by_seed():
+    cfg = config.build_config({"norms": "bn,ln", "seeds": "2"})
+    assert cfg.plan() == [("bn", 0), ("ln", 0), ("bn", 1), ("ln", 1)]
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ("norms: [bn]\nepoch: 3\n", "unknown key 'epoch'.*did you mean 'epochs'"),
+    ("norms: [bn]\nepochs: three\n", "epochs must be int"),
+    ("norms: [bn]\nlr: [1]\n", "lr must be"),
+    ("norms: [bn\n", "not valid YAML at line"),
+    ("- bn\n- ln\n", "must be a mapping"),
+    ("epochs: 2\n", "no norms to compare"),
+    ("norms: [bn, ln]\nbaseline: gn\n", "baseline 'gn' is not one of the compared norms"),
+    ("norms: 3\n", "norms must be a comma list"),
+])
+def test_bad_yaml_is_one_clear_error(tmp_path, text, match):
+    with pytest.raises(ConfigError, match=match) as info:
+        config.resolve({}, _yaml(tmp_path, text))
+    assert "\n" not in str(info.value)
+
+
+def test_unreadable_config(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read config"):
+        config.resolve({"norms": "bn"}, tmp_path / "missing.yaml")
+
+
+def test_saved_yaml_round_trips(tmp_path):
+    cfg = config.build_config({"norms": "bn,gn+pn", "seeds": "0,4", "epochs": 2, "lr": 0.05,
+                               "baseline": "gn+pn", "model_params": {"width": 8}})
+    again = config.resolve({}, _yaml(tmp_path, config.save_yaml(cfg)))
+    assert again == cfg
+
+
+def test_float_fields_take_ints():
+    cfg = config.build_config({"norms": "bn", "lr": 1, "weight_decay": 0})
+    assert cfg.train.lr == 1.0 and isinstance(cfg.train.lr, float)
+
+
+def test_key_values():
+    assert config.parse_key_values(["width=8", "depth=2", "name=abc", "on=true"], "--model-param") == {
+        "width": 8, "depth": 2, "name": "abc", "on": True}
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        config.parse_key_values(["width"], "--model-param")

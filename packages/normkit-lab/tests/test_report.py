@@ -1,0 +1,96 @@
+"""Loading and merging results directories; plots."""
+
+from __future__ import annotations
+
+import pytest
+
+from normkit_lab import config, plots
+from normkit_lab.errors import ConfigError
+from normkit_lab.report import load_results, merge_into, write_plots, write_summary
+from normkit_lab.results import SUMMARY_CSV, SUMMARY_JSON, ResultsDir
+from normkit_lab.training import EpochRecord, RunResult
+
+ENV = {"host": "h", "torch_version": "2.x", "device": "cpu"}
+
+
+def run(norm: str, seed: int, acc: float) -> RunResult:
+    epochs = [EpochRecord(epoch=i, train_loss=0.5, train_acc=0.5, val_loss=0.5, val_acc=acc - 0.1 + 0.1 * i,
+                          val_top5=None, epoch_time_s=1.0, throughput=100.0, peak_mem_mb=10.0, lr=0.1)
+              for i in range(2)]
+    return RunResult(norm=norm, seed=seed, status="ok", epochs=epochs, params=1000, extras={})
+
+
+def make_dir(path, norms: str, seeds: str, runs: list[RunResult], **values) -> ResultsDir:
+    cfg = config.build_config({"norms": norms, "seeds": seeds, "epochs": 2, **values})
+    store = ResultsDir.create(path, config.save_yaml(cfg), {"host": "h"})
+    for r in runs:
+        store.append_run(r, ENV)
+    return store
+
+
+def test_one_directory(tmp_path):
+    make_dir(tmp_path / "a", "bn,ln", "2", [run("bn", 0, 0.8), run("ln", 0, 0.9), run("bn", 1, 0.8)])
+    results = load_results([tmp_path / "a"])
+    assert results.norms == ["bn", "ln"] and results.baseline == "bn" and len(results.runs) == 3
+    assert load_results([tmp_path / "a"], baseline="ln").baseline == "ln"
+
+
+def test_merge_seeds_and_norms_of_the_same_configuration(tmp_path):
+    make_dir(tmp_path / "a", "bn,ln", "0,1", [run("bn", 0, 0.8), run("ln", 0, 0.9)], device="cpu")
+    make_dir(tmp_path / "b", "bn,gn", "2,3", [run("bn", 2, 0.8), run("gn", 2, 0.7)], device="auto")
+    results = load_results([tmp_path / "a", tmp_path / "b"])
+    assert results.norms == ["bn", "ln", "gn"]
+    assert {(r.norm, r.seed) for r in results.runs} == {("bn", 0), ("ln", 0), ("bn", 2), ("gn", 2)}
+    merged = merge_into(results, tmp_path / "m")
+    again = load_results([merged.path])
+    assert again.norms == results.norms and again.runs == results.runs
+    assert again.config["seeds"] == [0, 2]
+
+
+def test_refuse_different_configurations(tmp_path):
+    make_dir(tmp_path / "a", "bn", "1", [run("bn", 0, 0.8)])
+    make_dir(tmp_path / "b", "bn", "1-1", [run("bn", 1, 0.8)], lr=0.05)
+    with pytest.raises(ConfigError, match=r"configs differ \(lr: None vs 0.05\)"):
+        load_results([tmp_path / "a", tmp_path / "b"])
+
+
+def test_refuse_duplicate_runs_and_repeated_directories(tmp_path):
+    make_dir(tmp_path / "a", "bn", "1", [run("bn", 0, 0.8)])
+    make_dir(tmp_path / "b", "bn", "1", [run("bn", 0, 0.7)])
+    with pytest.raises(ConfigError, match="bn seed 0 is in both"):
+        load_results([tmp_path / "a", tmp_path / "b"])
+    with pytest.raises(ConfigError, match="given twice"):
+        load_results([tmp_path / "a", tmp_path / "a"])
+
+
+def test_baseline_must_be_present(tmp_path):
+    make_dir(tmp_path / "a", "bn", "1", [run("bn", 0, 0.8)])
+    with pytest.raises(ConfigError, match="baseline 'gn' is not among"):
+        load_results([tmp_path / "a"], baseline="gn")
+
+
+def _two_norms(tmp_path) -> ResultsDir:
+    return make_dir(tmp_path / "a", "bn,ln", "2",
+                    [run("bn", 0, 0.8), run("ln", 0, 0.9), run("bn", 1, 0.82), run("ln", 1, 0.88)])
+
+
+def test_summary_written(tmp_path):
+    store = _two_norms(tmp_path)
+    write_summary(store, load_results([store.path]))
+    assert (store.path / SUMMARY_CSV).read_text().startswith("norm,runs,ok,diverged,acc_mean")
+    assert (store.path / SUMMARY_JSON).is_file()
+
+
+def test_plots_written(tmp_path):
+    pytest.importorskip("matplotlib")
+    store = _two_norms(tmp_path)
+    written = write_plots(store, load_results([store.path]))
+    assert [p.name for p in written] == ["val_acc_curves.png", "final_acc.png"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in written)
+
+
+def test_no_plots_without_matplotlib(tmp_path, monkeypatch):
+    monkeypatch.setattr(plots, "available", lambda: False)
+    store = _two_norms(tmp_path)
+    assert write_plots(store, load_results([store.path])) is None
+    assert not list(store.path.glob("*.png"))
