@@ -8,10 +8,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from normkit import plugins
 from normkit.build import build
 from normkit.errors import SpecError
 from normkit.spec import Spec, params_of, parse
-from normkit import plugins
 
 _TORCH_NORMS = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm,
                 nn.modules.instancenorm._InstanceNorm)

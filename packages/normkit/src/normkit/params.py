@@ -107,7 +107,7 @@ def signature_params(fn: Callable[..., Any], skip: int = 0) -> tuple[Param, ...]
     sig = inspect.signature(fn)
     try:
         hints = typing.get_type_hints(fn)
-    except Exception:  # noqa: BLE001 - unresolved forward refs: fall back to defaults' types
+    except Exception:
         hints = {}
     params = []
     for i, (name, p) in enumerate(sig.parameters.items()):

@@ -71,7 +71,7 @@ def _collect(state: PluginState, plugin: Any, info: PluginInfo) -> None:
             hook = getattr(plugin, hook_name, None)
             if hook is not None:
                 hook(register=register)
-    except Exception as exc:  # noqa: BLE001 - a broken plugin must not break normkit
+    except Exception as exc:
         state.registry.remove_plugin(info.name)
         if state.manager.is_registered(plugin):
             state.manager.unregister(plugin)
@@ -104,7 +104,7 @@ def _load() -> PluginState:
         info = PluginInfo(ep.name, dist, version)
         try:
             plugin = ep.load()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             info.error = f"import failed: {type(exc).__name__}: {exc}"
             state.plugins.append(info)
             if strict():

@@ -157,7 +157,7 @@ def check_state_dict(case: _Case) -> None:
 
 def check_gradients(case: _Case) -> None:
     """Input and parameter gradients match float64 finite differences (train and eval mode)."""
-    shape = tuple(min(d, 4) if i != (1 if case.channel_dim == 1 else len(case.shapes[0]) - 1) else d
+    shape = tuple(min(d, 3) if i != (1 if case.channel_dim == 1 else len(case.shapes[0]) - 1) else d
                   for i, d in enumerate(case.shapes[0]))
     for mode in (True, False):
         layer = case.build().double()
@@ -170,13 +170,13 @@ def check_gradients(case: _Case) -> None:
         buffers = {n: b.clone() for n, b in layer.named_buffers()}
 
         def fn(x: Tensor, *ps: Tensor, layer: nn.Module = layer) -> Tensor:
-            state = {**dict(zip(names, ps)), **{n: b.clone() for n, b in buffers.items()}}
+            state = {**dict(zip(names, ps, strict=True)), **{n: b.clone() for n, b in buffers.items()}}
             torch.manual_seed(0)
             return torch.func.functional_call(layer, state, (x,))
 
         try:
-            torch.autograd.gradcheck(fn, (x, *params), eps=1e-6, atol=1e-5, rtol=1e-3)
-        except Exception as exc:  # noqa: BLE001 - report gradcheck's own message, one check name
+            torch.autograd.gradcheck(fn, (x, *params), eps=1e-6, atol=1e-5, rtol=1e-3, fast_mode=True)
+        except Exception as exc:
             raise case.fail("gradients", f"{'train' if mode else 'eval'} mode: {exc}") from None
 
 

@@ -1,0 +1,137 @@
+"""NormLayer behaviour: layouts, recording/probes, weight-decay groups, activation placement."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import normkit
+from normkit.stages import PostActivationStep
+from normkit.testing import temporary_plugin
+
+
+def test_tokens_layout_equals_channels_first_after_transpose() -> None:
+    x = torch.randn(3, 10, 8)  # N, L, C
+    for spec in ("bn", "gn(groups=4)", "in"):
+        tok = normkit.build(spec, 8, channel_dim=-1)
+        cf = normkit.build(spec, 8)
+        torch.testing.assert_close(tok(x), cf(x.transpose(1, 2)).transpose(1, 2))
+
+
+def test_recording_keeps_post_norm_values_only_when_asked() -> None:
+    layer = normkit.build("gn(groups=2)", 4)
+    x = torch.randn(2, 4, 3, 3)
+    layer(x)
+    assert layer.records == {}
+    layer.recording = True
+    layer(x)
+    post = layer.records["post_norm"]
+    assert post.shape == (2, 4, 9) and not post.requires_grad
+    g = post.reshape(2, 2, 18)
+    torch.testing.assert_close(g.mean(-1), torch.zeros(2, 2), atol=1e-5, rtol=0)
+
+
+def test_probe_can_replace_post_norm_values() -> None:
+    layer = normkit.build("bn", 4).eval()
+    x = torch.randn(2, 4, 3, 3)
+    remove = layer.add_probe(lambda layer, v: torch.zeros_like(v))
+    with torch.no_grad():
+        layer.bias.fill_(0.5)
+    torch.testing.assert_close(layer(x), torch.full_like(x, 0.5))
+    remove()
+    assert not torch.allclose(layer(x), torch.full_like(x, 0.5))
+
+
+class Proxyish(PostActivationStep):
+    """A post-activation step that owns recovery and declares a decayed parameter."""
+
+    name = "toy-post"
+    owns_recovery = True
+
+    def setup(self, layer):
+        layer.register_parameter("toy_shift", nn.Parameter(torch.zeros(layer.num_channels)))
+
+    def forward(self, y3, groups, layer):
+        z = layer.act(y3 * layer.weight.view(1, -1, 1) + layer.bias.view(1, -1, 1))
+        return z - layer.toy_shift.view(1, -1, 1)
+
+    def decay(self):
+        return {"toy_shift": True, "weight": False, "bias": False}
+
+
+class PostPlugin:
+    @normkit.hookimpl
+    def normkit_register_stages(self, register):
+        def factory(ctx, act: str = "relu"):
+            return Proxyish()
+
+        register("toy-post", factory, kind="post_activation", activation_param="act")
+        register("needs-act", lambda ctx: Proxyish(), kind="post_activation")
+
+
+@pytest.fixture
+def post_plugin():
+    with temporary_plugin(PostPlugin(), "post"):
+        yield
+
+
+def test_post_activation_step_brings_its_activation_and_owns_recovery(post_plugin) -> None:
+    layer = normkit.build("gn(groups=2)+toy-post", 4)
+    assert layer.pipeline.activation == "relu" and isinstance(layer.act, nn.ReLU)
+    assert layer.describe()["recovery"] == "none (affine moved into toy-post)"
+    assert layer(torch.randn(2, 4, 3)).min() >= 0
+    silu = normkit.build("gn(groups=2)+toy-post(act=silu)", 4)
+    assert isinstance(silu.act, nn.SiLU)
+    assert isinstance(normkit.build("gn(groups=2)+toy-post", 4, activation="silu").act, nn.SiLU)
+    with pytest.raises(normkit.SpecError, match="conflicts with the activation 'relu'"):
+        normkit.build("gn(groups=2)+toy-post(act=silu)", 4, activation="relu")
+
+
+def test_post_activation_step_without_activation_fails(post_plugin) -> None:
+    with pytest.raises(normkit.SpecError, match="needs an activation before it, e.g. 'gn\\+relu\\+needs-act'"):
+        normkit.build("gn(groups=2)+needs-act", 4)
+    assert isinstance(normkit.build("gn(groups=2)+relu+needs-act", 4).act, nn.ReLU)
+    with pytest.raises(normkit.SpecError, match="must come before 'toy-post'"):
+        normkit.parse("gn+toy-post+relu")
+    with pytest.raises(normkit.SpecError, match="two post-activation steps"):
+        normkit.parse("gn+toy-post+needs-act")
+
+
+def test_param_groups_follow_declared_policies(post_plugin) -> None:
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), normkit.build("gn(groups=2)+toy-post", 4), nn.Conv2d(4, 4, 1),
+                          normkit.build("bn", 4))
+    groups = {g["weight_decay"]: {id(p) for p in g["params"]} for g in normkit.param_groups(model, 5e-4)}
+    assert id(model[1].toy_shift) in groups[5e-4]
+    assert id(model[1].weight) in groups[0.0] and id(model[1].bias) in groups[0.0]
+    assert id(model[0].weight) in groups[5e-4] and id(model[3].weight) in groups[5e-4]
+    no_norm_decay = normkit.param_groups(model, 5e-4, norm_weight_decay=0.0)
+    zero = next(g for g in no_norm_decay if g["weight_decay"] == 0.0)
+    assert any(p is model[3].weight for p in zero["params"])
+    torch.optim.SGD(normkit.param_groups(model, 5e-4), lr=0.1, momentum=0.9)
+
+
+def test_none_is_identity_and_takes_no_steps() -> None:
+    x = torch.randn(2, 4, 3)
+    assert torch.equal(normkit.build("none", 4)(x), x)
+    assert torch.equal(normkit.build("none+relu", 4)(x), x.relu())
+
+    class Centring:
+        @normkit.hookimpl
+        def normkit_register_stages(self, register):
+            register("centre-test", lambda ctx: Centre())
+
+    from normkit.stages import Centre
+
+    with temporary_plugin(Centring(), "centring"):
+        with pytest.raises(normkit.SpecError, match="'none' has no normalizing step to place 'centre-test'"):
+            normkit.build("none+centre-test", 4)
+        layer = normkit.build("rms+centre-test", 4, channel_dim=-1)
+        assert [s.name for s in layer.steps] == ["rms-scale", "centre"]
+
+
+def test_bad_constructor_arguments() -> None:
+    with pytest.raises(normkit.SpecError, match="channel_dim must be 1"):
+        normkit.build("bn", 4, channel_dim=2)
+    with pytest.raises(normkit.SpecError, match="num_channels must be a positive int"):
+        normkit.build("bn", 0)
