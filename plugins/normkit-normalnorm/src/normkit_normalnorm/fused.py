@@ -26,6 +26,7 @@ import torch
 from normkit.stages import Groups, Partition
 from torch import Tensor
 
+from normkit_normalnorm.workspace import scratch
 from normkit_normalnorm.yeojohnson import standard_normal_like
 
 _TINY_MU = 1e-20  # stands in for mu == 0 (lam exactly 0 or 2): expm1(tiny * L) / tiny == L in float
@@ -65,23 +66,20 @@ class NormalityFunction(torch.autograd.Function):
         h3, stats = _standardize(x3, cfg, running_mean, running_var, use_running)
         h, groups = Partition(cfg.partition, cfg.groups).group(h3, cfg.tokens)
         if use_running:
-            lam = groups.per_channel(running_lambda.to(h.dtype))
-            lam = _clamp(lam, cfg)
+            lam = _clamp(groups.per_channel(running_lambda.to(h.dtype)), cfg)
             newton = None
-            signed_log = torch.copysign(torch.log1p(h.abs()), h)
-            log1p_a = signed_log.abs()
+            log1p_a = torch.log1p(torch.abs(h, out=scratch(1, h)), out=scratch(1, h))
+            signed_log = torch.copysign(log1p_a, h)
+            x = torch.empty_like(h)
         else:
-            newton, signed_log, log1p_a = _newton(h, groups, cfg)
+            newton, signed_log, log1p_a, x = _newton(h, groups, cfg)
             lam = newton.lam
             if running_lambda is not None and cfg.training and cfg.partition == "batch":
                 running_lambda.lerp_(groups.channel_stat(lam).to(running_lambda), cfg.momentum)
         c0, c1 = _inverse_mu(lam)
-        x = torch.addcmul(log1p_a, signed_log, lam - 1)  # t = mu * L
-        x.expm1_()
-        scale = torch.copysign(torch.ones((), dtype=h.dtype, device=h.device), signed_log, out=log1p_a)  # sign(h) ...
-        scale.mul_(c0).add_(c1)  # ... turned into sign(h) / mu, so x = expm1(t) * sign(h) / mu
-        x.mul_(scale)
-        del scale, log1p_a
+        torch.addcmul(log1p_a, signed_log, lam - 1, out=x).expm1_()  # expm1(mu * L)
+        inverse_mu = torch.copysign(_one(h), signed_log, out=scratch(0, h)).mul_(c0).add_(c1)  # sign(h)/mu
+        x.mul_(inverse_mu)
         y = _add_noise(x, x3, groups, cfg)
         out = _affine(y, weight, bias, groups)
         ctx.cfg, ctx.groups, ctx.stats = cfg, groups, stats
@@ -95,21 +93,25 @@ class NormalityFunction(torch.autograd.Function):
     def backward(ctx: Any, grad3: Tensor) -> tuple[Tensor | None, ...]:
         x3, signed_log, x, y, weight, bias = ctx.saved_tensors
         cfg, groups, lam = ctx.cfg, ctx.groups, ctx.lam
+        gv = grad3.reshape(x.shape)
         grad_weight = grad_bias = None
         if bias is not None and ctx.needs_input_grad[2]:
             grad_bias = grad3.sum((0, 2))
         if weight is not None and ctx.needs_input_grad[1]:
-            grad_weight = (grad3 * groups.ungroup(y)).sum((0, 2))
+            grad_weight = groups.ungroup(torch.mul(gv, y, out=scratch(5, x))).sum((0, 2))
         grad_x3 = None
         if ctx.needs_input_grad[0]:
-            gv = grad3.reshape(x.shape)
-            gx = gv * groups.per_channel(weight) if weight is not None else gv
-            dx_dh = torch.mul(signed_log, lam - 1).exp_()
-            gh = torch.mul(gx, dx_dh)
+            gx = torch.mul(gv, groups.per_channel(weight), out=scratch(0, x)) if weight is not None else gv
+            dx_dh = torch.mul(signed_log, lam - 1, out=scratch(2, x)).exp_()
+            gh = torch.mul(gx, dx_dh, out=scratch(3, x))
             if ctx.newton is not None and not cfg.detach_lambda:
                 _add_lambda_gradient(gh, gx, dx_dh, signed_log, x, ctx.newton, ctx.inverse, groups, cfg)
             grad_x3 = _standardize_backward(groups.ungroup(gh), x3, cfg, ctx.stats)
         return grad_x3, grad_weight, grad_bias, None, None, None, None
+
+
+def _one(like: Tensor) -> Tensor:
+    return torch.ones((), dtype=like.dtype, device=like.device)
 
 
 # -- standardization on torch's native kernels --------------------------------------------------
@@ -169,24 +171,26 @@ class _Newton:
     count: int
 
 
-def _newton(h: Tensor, groups: Groups, cfg: FusedConfig) -> tuple[_Newton, Tensor, Tensor]:
-    """lambda_hat per group, plus sign(h) * log1p(|h|) and log1p(|h|) for the transform."""
+def _newton(h: Tensor, groups: Groups, cfg: FusedConfig) -> tuple[_Newton, Tensor, Tensor, Tensor]:
+    """lambda_hat per group, sign(h) * log1p(|h|), log1p(|h|) and a fresh buffer for x.
+
+    Overwrites `h` (a temporary of the forward) with intermediate products.
+    """
     dims, n = groups.dims, groups.count
 
     def mean(t: Tensor) -> Tensor:
         return t.sum(dims, keepdim=True).div_(n)
 
-    a = h.abs()
-    log1p_a = torch.log1p(a)
+    a = torch.abs(h, out=scratch(0, h))
+    log1p_a = torch.log1p(a, out=scratch(1, h))
     signed_log = torch.copysign(log1p_a, h)
-    d = torch.mul(a, log1p_a).add_(log1p_a).sub_(a)  # (1 + a) L - a
-    work = torch.mul(d, d)
-    mean_d, mean_dd = mean(d), mean(work)
-    mean_hd = mean(torch.mul(h, d, out=work))
-    torch.add(d, a, out=work).mul_(log1p_a).sub_(d, alpha=2).mul_(a)  # a * q = h * d2
-    mean_aq = mean(work)
-    del work, d, a
     s1 = mean(signed_log)
+    p = torch.addcmul(log1p_a, a, log1p_a)  # (1 + a) L; its buffer becomes x
+    d = torch.sub(p, a, out=scratch(2, h))  # (1 + a) L - a
+    mean_d = mean(d)
+    mean_hd = mean(h.mul_(d))
+    mean_dd = mean(torch.mul(d, d, out=h))
+    mean_aq = mean(p.mul_(log1p_a).sub_(d, alpha=2).mul_(a))  # a * ((1 + a) L^2 - 2 d) = h * d2
     dvar = 2 * mean_hd
     d2var = 2 * (mean_aq + mean_dd - mean_d * mean_d)
     g1 = 0.5 * dvar - s1
@@ -194,7 +198,7 @@ def _newton(h: Tensor, groups: Groups, cfg: FusedConfig) -> tuple[_Newton, Tenso
     raw = 1 - cfg.alpha * g1 / den
     lam = _clamp(raw, cfg)
     in_range = (lam == raw).to(raw.dtype)
-    return _Newton(lam, in_range, g1, den, dvar, mean_d, n), signed_log, log1p_a
+    return _Newton(lam, in_range, g1, den, dvar, mean_d, n), signed_log, log1p_a, p
 
 
 def _clamp(lam: Tensor, cfg: FusedConfig) -> Tensor:
@@ -213,14 +217,15 @@ def _inverse_mu(lam: Tensor) -> tuple[Tensor, Tensor]:
 def _add_lambda_gradient(gh: Tensor, gx: Tensor, dx_dh: Tensor, signed_log: Tensor, x: Tensor,
                          newton: _Newton, inverse: tuple[Tensor, Tensor], groups: Groups,
                          cfg: FusedConfig) -> None:
-    """gh += dL/dlam * dlam/dh, in place; reuses dx_dh's buffer for sign(h)."""
+    """gh += dLoss/dlam * dlam/dh, in place. Reuses the buffers of gx (then free) and dx_dh."""
     dims, n = groups.dims, newton.count
     c0, c1 = inverse
-    log1p_a = signed_log.abs()
-    one_plus_a = torch.exp(log1p_a)
-    work = torch.mul(one_plus_a, dx_dh).mul_(signed_log).sub_(x).mul_(gx)  # gx * sign(h) * mu * dx/dlam
+    log1p_a = torch.abs(signed_log, out=scratch(1, x))
+    one_plus_a = torch.exp(log1p_a, out=scratch(4, x))
+    work = torch.mul(one_plus_a, dx_dh, out=scratch(5, x))  # exp(mu * L)
+    work.mul_(signed_log).sub_(x).mul_(gx)  # gx * (sign(h) / mu)^-1 * dx/dlam
     sum_q = work.sum(dims, keepdim=True)
-    sign = torch.copysign(torch.ones((), dtype=gh.dtype, device=gh.device), signed_log, out=dx_dh)
+    sign = torch.copysign(_one(x), signed_log, out=dx_dh)
     sum_qs = work.mul_(sign).sum(dims, keepdim=True)
     grad_lam = (c1 * sum_q + c0 * sum_qs) * newton.in_range
     grad_g1 = -cfg.alpha * grad_lam / newton.den
@@ -228,11 +233,12 @@ def _add_lambda_gradient(gh: Tensor, gx: Tensor, dx_dh: Tensor, signed_log: Tens
     k1 = (2 / n) * (0.5 * grad_g1 - newton.dvar * grad_g2)  # times d(dvar)/dh * n / 2
     k2 = (2 / n) * 0.5 * grad_g2  # times d(d2var)/dh * n / 2
     k3 = -grad_g1 / n  # times d(s1)/dh * n
-    l_minus_1 = log1p_a - 1
-    d = torch.mul(one_plus_a, l_minus_1).add_(1)  # (1 + a) L - a with a = (1 + a) - 1
     bl = torch.mul(one_plus_a, 2, out=work).sub_(1).mul_(log1p_a)  # (1 + 2a) L
     gh.addcmul_(bl, k1).addcmul_(one_plus_a, -k1).add_(k1)  # k1 * (d + a L)
-    bl.mul_(log1p_a).addcmul_(d, l_minus_1, value=2).addcmul_(log1p_a, -2 * newton.mean_d)
+    l_minus_1 = torch.sub(log1p_a, 1, out=scratch(0, x))  # gx is no longer needed
+    bl.mul_(log1p_a).add_(l_minus_1, alpha=2)  # (1 + 2a) L^2 + 2 (L - 1)
+    l_minus_1.square_().mul_(one_plus_a)
+    bl.add_(l_minus_1, alpha=2).addcmul_(log1p_a, -2 * newton.mean_d)  # + 2 d (L - 1) - 2 mean(d) L
     gh.addcmul_(bl.mul_(sign), k2)  # k2 * sg * (q + a L^2 + 2 (d - mean d) L)
     gh.addcmul_(one_plus_a.reciprocal_(), k3)  # k3 / (1 + a)
 
@@ -245,11 +251,10 @@ def _add_noise(x: Tensor, x3: Tensor, groups: Groups, cfg: FusedConfig) -> Tenso
     if not (cfg.training and cfg.noise):
         return x
     dims, n = groups.dims, groups.count
-    dev = torch.sub(x, x.sum(dims, keepdim=True).div_(n)).abs_()
-    s = dev.sum(dims, keepdim=True).div_(n)
-    del dev
+    centred = torch.sub(x, x.sum(dims, keepdim=True).div_(n), out=scratch(0, x))
+    s = centred.abs_().sum(dims, keepdim=True).div_(n)
     z = standard_normal_like(x3, cfg.tokens).reshape(x.shape)
-    return z.mul_(s * cfg.noise).add_(x)
+    return torch.addcmul(x, z, s * cfg.noise, out=z)
 
 
 def _affine(y: Tensor, weight: Tensor | None, bias: Tensor | None, groups: Groups) -> Tensor:
