@@ -1,0 +1,423 @@
+"""One training run of one norm and one seed, and the checks that run before any training.
+
+    from normkit_lab.training import TrainConfig, check_config, train_run
+    cfg = TrainConfig(epochs=3)                     # small-cnn on digits
+    check_config(cfg, ["bn", "bnn", "gn+pn"])
+    result = train_run(cfg, "bnn", seed=0)
+
+The seed fixes the initialization (set before the model is built), the data order (a seeded
+generator for the DataLoader) and the norms' noise (torch's global RNG), so runs of different
+norms with the same seed pair up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch.utils.data import DataLoader
+
+import normkit
+from normkit_lab.datasets import DatasetBundle, dataset_params, is_folder, load_dataset
+from normkit_lab.device import cpu_threads, peak_memory_mb, reset_peak_memory, resolve_device, synchronize
+from normkit_lab.errors import ConfigError
+from normkit_lab.models import build_model, model_params
+from normkit_lab.schedule import SCHEDULES, lr_factor
+
+OPTIMIZERS = ("sgd", "adamw")
+DEFAULT_LR = {"sgd": 0.1, "adamw": 1e-3}  # ResNet/WRN and ViT recipes of the normality paper
+DEFAULT_WEIGHT_DECAY = {"sgd": 5e-4, "adamw": 0.05}
+EVAL_BATCH_SIZE = 512
+CUDA_FINITE_CHECK_EVERY = 25  # steps between loss checks on GPU (each check waits for the GPU)
+
+
+@dataclass
+class TrainConfig:
+    """Everything about a run except the norm and the seed (shared by every run of a comparison).
+
+    lr and weight_decay None mean the optimizer's default (sgd: 0.1 and 5e-4, adamw: 1e-3 and
+    0.05). amp (bf16 where supported, else fp16) and channels_last need a CUDA device.
+    cpu_threads: torch's CPU threads during a run; None = 1 for models under a million
+    parameters on CPU (much faster for small-cnn), torch's default otherwise.
+    """
+
+    model: str = "small-cnn"
+    model_params: dict[str, Any] = field(default_factory=dict)
+    dataset: str = "digits"
+    dataset_params: dict[str, Any] = field(default_factory=dict)
+    data_dir: str | None = None
+    download: bool = False
+    epochs: int = 5
+    batch_size: int = 128
+    lr: float | None = None
+    optimizer: str = "sgd"
+    momentum: float = 0.9
+    weight_decay: float | None = None
+    schedule: str = "cosine"
+    warmup_epochs: int = 0
+    step_size: int = 30
+    gamma: float = 0.1
+    label_smoothing: float = 0.0
+    augment: bool = False
+    amp: bool = False
+    channels_last: bool = False
+    compile: bool = False
+    device: str = "auto"
+    num_workers: int = 0
+    cpu_threads: int | None = None
+
+    @property
+    def resolved_lr(self) -> float:
+        return DEFAULT_LR[self.optimizer] if self.lr is None else self.lr
+
+    @property
+    def resolved_weight_decay(self) -> float:
+        return DEFAULT_WEIGHT_DECAY[self.optimizer] if self.weight_decay is None else self.weight_decay
+
+
+@dataclass
+class EpochRecord:
+    """Measurements of one epoch.
+
+    train_loss/train_acc: running means over the epoch's training batches (train mode, with
+    label smoothing if set); val_loss/val_acc/val_top5: eval mode, plain cross-entropy, top-5
+    only when there are more than 10 classes. epoch_time_s: wall time of the training pass
+    (data loading, forward, backward, step; validation excluded); throughput: training samples/s
+    in that time; peak_mem_mb: CUDA max_memory_allocated during the epoch, or on CPU/MPS the
+    process's peak RSS so far (getrusage); lr: the learning rate at the epoch's first step.
+    """
+
+    epoch: int
+    train_loss: float
+    train_acc: float
+    val_loss: float
+    val_acc: float
+    val_top5: float | None
+    epoch_time_s: float
+    throughput: float
+    peak_mem_mb: float
+    lr: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class RunResult:
+    """One run: status "ok" or "diverged" (non-finite loss; `epochs` then holds the finished epochs
+    and extras["diverged_at"] the epoch and step), parameter count, callbacks' results by name."""
+
+    norm: str
+    seed: int
+    status: str
+    epochs: list[EpochRecord]
+    params: int
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+class Callback(Protocol):
+    """A read-only observer of a run (e.g. diagnostics); `on_end` returns JSON-able results."""
+
+    name: str
+
+    def on_start(self, model: nn.Module, data: DatasetBundle, device: torch.device) -> None: ...
+
+    def on_epoch_end(self, model: nn.Module, epoch: int) -> None: ...
+
+    def on_end(self, model: nn.Module) -> dict[str, Any]: ...
+
+
+# -- validation ---------------------------------------------------------------------------------
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _check_numbers(cfg: TrainConfig) -> None:
+    _require(_is_int(cfg.epochs) and cfg.epochs >= 1, f"epochs must be an integer >= 1, got {cfg.epochs!r}")
+    _require(_is_int(cfg.batch_size) and cfg.batch_size >= 1,
+             f"batch_size must be an integer >= 1, got {cfg.batch_size!r}")
+    _require(cfg.optimizer in OPTIMIZERS, f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {cfg.optimizer!r}")
+    _require(cfg.lr is None or (_is_number(cfg.lr) and cfg.lr > 0), f"lr must be a number > 0, got {cfg.lr!r}")
+    _require(_is_number(cfg.momentum) and 0 <= cfg.momentum < 1, f"momentum must be in [0, 1), got {cfg.momentum!r}")
+    _require(cfg.weight_decay is None or (_is_number(cfg.weight_decay) and cfg.weight_decay >= 0),
+             f"weight_decay must be a number >= 0, got {cfg.weight_decay!r}")
+    _require(cfg.schedule in SCHEDULES, f"schedule must be one of {', '.join(SCHEDULES)}, got {cfg.schedule!r}")
+    _require(_is_int(cfg.warmup_epochs) and 0 <= cfg.warmup_epochs <= cfg.epochs,
+             f"warmup_epochs must be an integer in [0, epochs={cfg.epochs}], got {cfg.warmup_epochs!r}")
+    _require(_is_int(cfg.step_size) and cfg.step_size >= 1, f"step_size must be an integer >= 1, got {cfg.step_size!r}")
+    _require(_is_number(cfg.gamma) and 0 < cfg.gamma <= 1, f"gamma must be in (0, 1], got {cfg.gamma!r}")
+    _require(_is_number(cfg.label_smoothing) and 0 <= cfg.label_smoothing < 1,
+             f"label_smoothing must be in [0, 1), got {cfg.label_smoothing!r}")
+    _require(_is_int(cfg.num_workers) and cfg.num_workers >= 0,
+             f"num_workers must be an integer >= 0, got {cfg.num_workers!r}")
+    _require(cfg.cpu_threads is None or (_is_int(cfg.cpu_threads) and cfg.cpu_threads >= 1),
+             f"cpu_threads must be an integer >= 1 (or unset), got {cfg.cpu_threads!r}")
+    for key in ("download", "augment", "amp", "channels_last", "compile"):
+        _require(isinstance(getattr(cfg, key), bool), f"{key} must be true or false, got {getattr(cfg, key)!r}")
+    for key in ("model_params", "dataset_params"):
+        _require(isinstance(getattr(cfg, key), dict), f"{key} must be a mapping of name to value")
+
+
+def _check_device(cfg: TrainConfig) -> torch.device:
+    _require(isinstance(cfg.device, str), f"device must be a string such as auto, cpu or cuda, got {cfg.device!r}")
+    device = resolve_device(cfg.device)
+    for key in ("amp", "channels_last"):
+        _require(not getattr(cfg, key) or device.type == "cuda",
+                 f"{key} needs a CUDA device, but the run would use {device.type}; drop --{key.replace('_', '-')}")
+    return device
+
+
+def _data_params(cfg: TrainConfig) -> dict[str, Any]:
+    """The dataset's parameters, with `augment` from the config routed to datasets that declare it."""
+    params = dict(cfg.dataset_params)
+    if cfg.augment:
+        dataset_params(cfg.dataset, {})  # an unknown dataset fails here, with its own message
+        try:
+            dataset_params(cfg.dataset, {"augment": True})
+        except normkit.SpecError:
+            raise ConfigError(f"dataset {cfg.dataset!r} has no augmentation (random crop + flip needs "
+                              "images of at least 32 px); drop --augment") from None
+        params["augment"] = True
+    return params
+
+
+@functools.lru_cache(maxsize=2)
+def _cached_dataset(name: str, params: tuple[tuple[str, Any], ...], data_dir: str | None,
+                    download: bool) -> DatasetBundle:
+    return load_dataset(name, data_dir=data_dir, download=download, seed=0, **dict(params))
+
+
+def _dataset(cfg: TrainConfig) -> DatasetBundle:
+    """The run's data, the same for every norm and seed (loaded once per configuration)."""
+    params = tuple(sorted(_data_params(cfg).items()))
+    return _cached_dataset(cfg.dataset, params, cfg.data_dir, cfg.download)
+
+
+def _build(cfg: TrainConfig, norm: str, data: DatasetBundle) -> nn.Module:
+    return build_model(cfg.model, norm, num_classes=data.num_classes, in_channels=data.in_channels,
+                       image_size=data.image_size, **cfg.model_params)
+
+
+def _check_hosting(cfg: TrainConfig, norm: str, data: DatasetBundle) -> None:
+    """Build the model once for `norm` (without memory on the meta device where the norm allows)."""
+    try:
+        with torch.device("meta"):
+            _build(cfg, norm, data)
+    except normkit.NormkitError:
+        raise
+    except Exception:
+        _build(cfg, norm, data)
+
+
+def check_config(cfg: TrainConfig, norms: list[str]) -> None:
+    """Validate a configuration and norms before any training; raises one-line NormkitErrors.
+
+    Checks numbers and choices, the device (and that amp/channels_last have CUDA), that the
+    model, dataset and every norm exist with valid parameters, that the dataset is on disk
+    (DatasetMissing otherwise), and that the model can host every norm.
+    """
+    _check_numbers(cfg)
+    _check_device(cfg)
+    _require(isinstance(norms, (list, tuple)) and len(norms) > 0, "give at least one norm, e.g. --norms bn,bnn")
+    for norm in norms:
+        normkit.parse(norm)
+    model_params(cfg.model, cfg.model_params)
+    if not is_folder(cfg.dataset):
+        dataset_params(cfg.dataset, cfg.dataset_params)
+    data = _dataset(cfg)
+    for norm in norms:
+        _check_hosting(cfg, norm, data)
+
+
+# -- training -------------------------------------------------------------------------------
+
+
+def seed_everything(seed: int) -> None:
+    """Seed torch (CPU and CUDA), numpy and random: the model's init and the norms' noise."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
+    groups = normkit.param_groups(model, cfg.resolved_weight_decay)
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(groups, lr=cfg.resolved_lr, momentum=cfg.momentum, nesterov=False)
+    return torch.optim.AdamW(groups, lr=cfg.resolved_lr)
+
+
+def _amp_dtype() -> torch.dtype:
+    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+
+
+@dataclass
+class _Step:
+    """What one training step needs: the (possibly compiled) model, loss, optimizer, AMP state."""
+
+    model: nn.Module
+    loss_fn: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    device: torch.device
+    amp_dtype: torch.dtype | None
+    scaler: torch.amp.GradScaler | None
+    channels_last: bool
+
+    def inputs(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        x = x.to(self.device, non_blocking=True)
+        if self.channels_last and x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return x, y.to(self.device, non_blocking=True)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.amp_dtype is None:
+            return self.model(x)
+        with torch.autocast(self.device.type, dtype=self.amp_dtype):
+            return self.model(x)
+
+    def train(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        logits = self.forward(x)
+        loss = self.loss_fn(logits.float(), y)
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            loss.backward()
+            self.optimizer.step()
+        self.scheduler.step()
+        return loss.detach(), logits.detach()
+
+
+def _train_epoch(step: _Step, loader: DataLoader) -> tuple[float, float, int, int | None]:
+    """One pass over the training data: (mean loss, accuracy, samples, failing step or None)."""
+    step.model.train()
+    loss_sum = torch.zeros((), device=step.device)
+    correct = torch.zeros((), device=step.device, dtype=torch.long)
+    seen = 0
+    check_every = CUDA_FINITE_CHECK_EVERY if step.device.type == "cuda" else 1
+    for i, (x, y) in enumerate(loader):
+        x, y = step.inputs(x, y)
+        loss, logits = step.train(x, y)
+        loss_sum += loss * y.shape[0]
+        correct += (logits.argmax(dim=1) == y).sum()
+        seen += y.shape[0]
+        if (i + 1) % check_every == 0 and not torch.isfinite(loss_sum):
+            return math.nan, math.nan, seen, i
+    if not torch.isfinite(loss_sum):
+        return math.nan, math.nan, seen, len(loader) - 1
+    return loss_sum.item() / seen, correct.item() / seen, seen, None
+
+
+@torch.no_grad()
+def _evaluate(step: _Step, loader: DataLoader, top5: bool) -> tuple[float, float, float | None]:
+    step.model.eval()
+    loss_sum = torch.zeros((), device=step.device, dtype=torch.float64)
+    correct = torch.zeros((), device=step.device, dtype=torch.long)
+    correct5 = torch.zeros((), device=step.device, dtype=torch.long)
+    seen = 0
+    for x, y in loader:
+        x, y = step.inputs(x, y)
+        logits = step.forward(x).float()
+        loss_sum += nn.functional.cross_entropy(logits, y, reduction="sum")
+        correct += (logits.argmax(dim=1) == y).sum()
+        if top5:
+            correct5 += (logits.topk(5, dim=1).indices == y[:, None]).any(dim=1).sum()
+        seen += y.shape[0]
+    return loss_sum.item() / seen, correct.item() / seen, (correct5.item() / seen if top5 else None)
+
+
+def _loaders(cfg: TrainConfig, data: DatasetBundle, seed: int, device: torch.device) -> tuple[DataLoader, DataLoader]:
+    pin = device.type == "cuda"
+    train = DataLoader(data.train, batch_size=cfg.batch_size, shuffle=True,
+                       generator=torch.Generator().manual_seed(seed),
+                       drop_last=len(data.train) > cfg.batch_size,  # a last batch of 1 breaks BN
+                       num_workers=cfg.num_workers, pin_memory=pin, persistent_workers=cfg.num_workers > 0)
+    val = DataLoader(data.val, batch_size=max(cfg.batch_size, EVAL_BATCH_SIZE), shuffle=False,
+                     num_workers=cfg.num_workers, pin_memory=pin)
+    return train, val
+
+
+def train_run(cfg: TrainConfig, norm: str, seed: int, *, on_epoch: Callable[[EpochRecord], None] | None = None,
+              callbacks: Sequence[Callback] = ()) -> RunResult:
+    """Train `cfg.model` with every norm built from `norm`, seeded by `seed`; evaluate every epoch.
+
+    Stops with status "diverged" when the training or validation loss is not finite.
+    `on_epoch(record)` is called after each finished epoch; callbacks see the model at the
+    start, after each epoch and at the end (their `on_end` results go to `extras[name]`).
+    """
+    device = _check_device(cfg)
+    data = _dataset(cfg)
+    seed_everything(seed)
+    model = _build(cfg, norm, data).to(device)
+    if cfg.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    result = RunResult(normkit.parse(norm).text, seed, "ok", [], sum(p.numel() for p in model.parameters()))
+    with cpu_threads(device, cfg.cpu_threads, result.params):
+        _fit(cfg, model, data, device, result, on_epoch, callbacks)
+    return result
+
+
+def _fit(cfg: TrainConfig, model: nn.Module, data: DatasetBundle, device: torch.device, result: RunResult,
+         on_epoch: Callable[[EpochRecord], None] | None, callbacks: Sequence[Callback]) -> None:
+    train_loader, val_loader = _loaders(cfg, data, result.seed, device)
+    optimizer = _optimizer(cfg, model)
+    factor = lr_factor(cfg.schedule, epochs=cfg.epochs, steps_per_epoch=len(train_loader),
+                       warmup_epochs=cfg.warmup_epochs, step_size=cfg.step_size, gamma=cfg.gamma)
+    amp_dtype = _amp_dtype() if cfg.amp else None
+    step = _Step(
+        model=torch.compile(model) if cfg.compile else model,
+        loss_fn=nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing),
+        optimizer=optimizer,
+        scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, factor),
+        device=device, amp_dtype=amp_dtype,
+        scaler=torch.amp.GradScaler(device.type) if amp_dtype == torch.float16 else None,
+        channels_last=cfg.channels_last,
+    )
+    for cb in callbacks:
+        cb.on_start(model, data, device)
+    for epoch in range(cfg.epochs):
+        lr = optimizer.param_groups[0]["lr"]
+        reset_peak_memory(device)
+        synchronize(device)
+        start = time.perf_counter()
+        train_loss, train_acc, seen, failed_step = _train_epoch(step, train_loader)
+        synchronize(device)
+        elapsed = time.perf_counter() - start
+        if failed_step is not None:
+            result.status, result.extras["diverged_at"] = "diverged", {"epoch": epoch, "step": failed_step}
+            break
+        val_loss, val_acc, val_top5 = _evaluate(step, val_loader, top5=data.num_classes > 10)
+        if not math.isfinite(val_loss):
+            result.status, result.extras["diverged_at"] = "diverged", {"epoch": epoch, "step": None}
+            break
+        record = EpochRecord(epoch, train_loss, train_acc, val_loss, val_acc, val_top5, elapsed,
+                             seen / elapsed, peak_memory_mb(device), lr)
+        result.epochs.append(record)
+        if on_epoch is not None:
+            on_epoch(record)
+        for cb in callbacks:
+            cb.on_epoch_end(model, epoch)
+    for cb in callbacks:
+        result.extras[cb.name] = cb.on_end(model)
