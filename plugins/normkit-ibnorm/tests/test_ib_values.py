@@ -81,6 +81,13 @@ def test_bn_cumulative_momentum_matches_the_running_average() -> None:
     torch.testing.assert_close(layer.ib_running_mean, torch.stack([x.mean((0, 2, 3)) for x in xs]).mean(0))
 
 
+def test_bn_without_running_stats_centres_with_the_batch_mean_in_eval() -> None:
+    layer = normkit.build("bn(track_running_stats=false)+ib-t", 8).eval()
+    assert not hasattr(layer, "ib_running_mean")
+    x = torch.randn(4, 8, 3, 3) * 3 + 2
+    torch.testing.assert_close(layer(x), expected(x, "t", 4.0, (0, 2, 3)), atol=1e-5, rtol=1e-5)
+
+
 def test_rms_compresses_raw_values_unless_told_to_centre() -> None:
     x = torch.randn(2, 5, 16) * 3 + 4  # tokens, channels last
     layer = normkit.build("rms+ib-t", 16, channel_dim=-1)

@@ -66,7 +66,11 @@ def test_param_groups_decay_proxy_parameters_but_not_the_moved_affine() -> None:
 
 def test_convert_takes_over_the_activation_after_each_norm() -> None:
     model = torch_net()
+    with torch.no_grad():
+        model[1].weight.uniform_(0.5, 1.5)
+    bn_weight = model[1].weight.detach().clone()
     summary = normkit.convert(model, "gn(groups=8)+pn")
+    torch.testing.assert_close(model[1].weight.detach(), bn_weight)
     assert [r.activation for r in summary] == ["relu", "relu"]
     assert isinstance(model[2], nn.Identity) and isinstance(model[5], nn.Identity)
     assert isinstance(model[1].post, ProxyNorm) and isinstance(model[4].post, ProxyNorm)
@@ -80,6 +84,13 @@ def test_convert_keeps_pn_eps() -> None:
     model = torch_net()
     normkit.convert(model, "gn(groups=8)+pn")
     assert model[1].post.eps == 0.03
+
+
+def test_convert_with_an_explicit_pn_eps_keeps_it() -> None:
+    model = torch_net()
+    normkit.convert(model, "gn(groups=8)+pn(eps=0.03)")
+    assert model[1].post.eps == model[4].post.eps == 0.03
+    assert model[1].steps[0].eps == 1e-5
 
 
 def test_convert_refuses_a_norm_without_a_following_activation() -> None:
