@@ -83,7 +83,8 @@ def show_cmd(
     parsed = normkit.parse(spec)
     layer = normkit.build(parsed, channels, channel_dim=-1 if tokens else 1, activation=activation)
     console = _console()
-    console.print(f"[bold]{parsed.text}[/bold]" + (f"  (= {parsed.expanded()})" if parsed.expanded() != parsed.text else ""))
+    expanded = parsed.expanded()
+    console.print(f"[bold]{parsed.text}[/bold]" + (f"  (= {expanded})" if expanded != parsed.text else ""))
     if not isinstance(layer, normkit.NormLayer):
         console.print(f"ready-made module: {layer!r}")
         console.print(f"learnable parameters: {sum(p.numel() for p in layer.parameters())}")

@@ -184,7 +184,9 @@ class NormLayer(nn.Module):
 
     def describe(self) -> dict[str, Any]:
         """The stages of this layer, for `normkit show` and reports."""
-        recovery = self.recovery if self.applies_recovery else f"none ({self.recovery} moved into {self.pipeline.post_name})"
+        recovery = self.recovery
+        if not self.applies_recovery:
+            recovery = f"none ({self.recovery} moved into {self.pipeline.post_name})"
         return {
             "spec": self.spec,
             "partition": str(self.partition) if self.partition else "none",

@@ -203,15 +203,17 @@ class Standardize(Step):
         self.track_running_stats = track_running_stats
 
     def setup(self, layer: NormLayer) -> None:
-        if layer.partition is not None and layer.partition.uses_batch and self.track_running_stats:
+        self._batch = layer.partition.uses_batch
+        if self._batch and self.track_running_stats:
             c = layer.num_channels
             layer.register_buffer("running_mean", torch.zeros(c))
             layer.register_buffer("running_var", torch.ones(c))
             layer.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
 
     def describe(self) -> dict[str, Any]:
-        d = {"eps": self.eps}
-        return d | {"momentum": self.momentum, "track_running_stats": self.track_running_stats}
+        if not getattr(self, "_batch", True):
+            return {"eps": self.eps}  # momentum and running stats only mean something for batch statistics
+        return {"eps": self.eps, "momentum": self.momentum, "track_running_stats": self.track_running_stats}
 
     def uses_running_stats(self, layer: NormLayer) -> bool:
         return layer.partition.uses_batch and self.track_running_stats and not layer.training

@@ -1,0 +1,67 @@
+"""`normkit list/plugins/show/bench`: output and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from normkit_cli.app import app
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def test_list_shows_norms_with_plugin_and_summary() -> None:
+    result = invoke("list", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    bn = next(e for e in data["norms"] if e["name"] == "bn")
+    assert bn["plugin"] == "standard" and "batchnorm" in bn["aliases"]
+    assert bn["parameters"]["eps"] == {"type": "float", "default": 1e-5}
+    assert "Ioffe" in bn["citation"]
+    table = invoke("list")
+    assert table.exit_code == 0 and "bn" in table.output and "standard" in table.output
+
+
+def test_plugins_lists_distributions_and_what_they_register() -> None:
+    result = invoke("plugins", "--json")
+    assert result.exit_code == 0
+    infos = {p["name"]: p for p in json.loads(result.output)}
+    assert infos["standard"]["distribution"] == "normkit-standard"
+    assert {"bn", "ln", "in", "gn", "rms", "none"} <= set(infos["standard"]["registered"])
+    assert infos["standard"]["error"] is None
+
+
+def test_show_explains_the_stages() -> None:
+    result = invoke("show", "gn(groups=8)", "--channels", "32")
+    assert result.exit_code == 0, result.output
+    for text in ("group(8)", "standardize", "eps=1e-05", "affine", "learnable parameters: 64"):
+        assert text in result.output
+    assert "momentum" not in result.output  # no running statistics for group partitions
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("show", "bx"), "unknown norm or stage 'bx'; did you mean 'bn'"),
+    (("show", "gn(groups=3)"), "64 channels are not divisible into 3 groups"),
+    (("show", "gn(grups=8)"), "unknown parameter 'grups'"),
+    (("show", "bn+ln"), "names 2 norms"),
+    (("show", "bn", "--channels", "0"), "Invalid value"),
+])
+def test_bad_input_is_one_line_and_exit_2(args: tuple[str, ...], message: str) -> None:
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+    if result.output.startswith("error:"):
+        assert result.output.strip().count("\n") == 0
+
+
+def test_help_everywhere() -> None:
+    for args in ((), ("list",), ("plugins",), ("show",), ("bench",)):
+        result = invoke(*args, "--help")
+        assert result.exit_code == 0 and "Usage" in result.output

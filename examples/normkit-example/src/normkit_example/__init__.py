@@ -1,0 +1,46 @@
+"""A minimal normkit plugin: the `softclip` stage and the `scbn` norm (= bn+softclip).
+
+softclip bounds standardized values smoothly, `limit * tanh(h / limit)`, which tames outliers
+while staying the identity near zero. It works after any partition: `bn+softclip`,
+`gn(groups=8)+softclip(limit=2)`, `ln+softclip`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+import normkit
+from normkit.stages import BuildContext, Groups, Step
+
+
+class SoftClip(Step):
+    """Smoothly clip standardized values to (-limit, limit)."""
+
+    name = "softclip"
+
+    def __init__(self, limit: float) -> None:
+        self.limit = limit
+
+    def forward(self, x: Tensor, groups: Groups, layer: Any) -> Tensor:
+        return self.limit * torch.tanh(x / self.limit)
+
+
+def softclip(ctx: BuildContext, limit: float = 3.0) -> SoftClip:
+    """Stage factory: parameters are the keyword arguments (typed by their hints, defaults shown in `normkit list`)."""
+    if limit <= 0:
+        raise normkit.SpecError(f"softclip: limit must be > 0, got {limit}")
+    return SoftClip(limit)
+
+
+@normkit.hookimpl
+def normkit_register_stages(register: Any) -> None:
+    register("softclip", softclip, kind="step", position="after",
+             summary="smoothly clip standardized values to (-limit, limit)")
+
+
+@normkit.hookimpl
+def normkit_register_norms(register: Any) -> None:
+    register("scbn", compose="bn+softclip", summary="batch norm with soft-clipped outputs")
