@@ -123,7 +123,7 @@ def test_affine_free_norm_uses_unit_gamma_and_zero_beta() -> None:
 
 
 @pytest.mark.parametrize("spec, fragment", [
-    ("gn(groups=2)+pn(eps=0)", "eps must be a positive number"),
+    ("gn(groups=2)+pn(eps=0)", "eps must be a positive finite number"),
     ("gn(groups=2)+pn(samples=1)", "samples must be >= 2"),
     ("gn+pn(act=nosuch)", "unknown norm or stage"),
 ])

@@ -44,7 +44,7 @@ class ProxyNorm(PostActivationStep):
 
     def __init__(self, act: str, eps: float, samples: int, proxy_params: bool, scale: bool) -> None:
         if not (eps > 0 and math.isfinite(eps)):
-            raise SpecError(f"pn: eps must be a positive number (the paper uses 0.03), got {eps}")
+            raise SpecError(f"pn: eps must be a positive finite number (the paper uses 0.03), got {eps}")
         if samples < 2:
             raise SpecError(f"pn: samples must be >= 2 (the paper uses 200), got {samples}")
         self.act = act
