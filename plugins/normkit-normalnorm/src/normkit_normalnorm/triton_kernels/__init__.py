@@ -21,8 +21,6 @@ Import-safe without Triton: nothing here imports triton until a kernel runs.
 
 from __future__ import annotations
 
-import importlib.util
-
 import torch
 from normkit import NormkitError, NormShapeError, SpecError
 from normkit.stages import Partition
@@ -38,9 +36,7 @@ _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 def available() -> bool:
     """True when Triton is installed and a CUDA device exists (or TRITON_INTERPRET=1 is set)."""
-    if importlib.util.find_spec("triton") is None:
-        return False
-    return torch.cuda.is_available() or interpreting()
+    return _triton_installed() and (torch.cuda.is_available() or interpreting())
 
 
 def normality_triton(
@@ -89,12 +85,30 @@ def normality_triton(
     return y
 
 
+def _triton_installed() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _interpreter_active() -> bool:
+    """Triton picks the interpreter when its modules are decorated, i.e. at `import triton`."""
+    import triton.language as tl
+
+    return type(tl.sum).__name__ == "InterpretedFunction"
+
+
 def _check_device(x3: Tensor) -> None:
-    if importlib.util.find_spec("triton") is None:
+    if not _triton_installed():
         raise NormkitError("the Triton kernel needs the triton package; install it or use kernel=torch")
     if x3.device.type == "cpu" and not interpreting():
         raise NormkitError("set TRITON_INTERPRET=1 before importing normkit_normalnorm to run the Triton "
                            "kernel on CPU, or use kernel=torch")
+    if x3.device.type == "cpu" and not _interpreter_active():
+        raise NormkitError("TRITON_INTERPRET=1 was set after triton was imported in this process; set it "
+                           "before Python starts (e.g. TRITON_INTERPRET=1 pytest ...), or use kernel=torch")
     if x3.device.type not in ("cpu", "cuda"):
         raise NormkitError(f"the Triton kernel runs on CUDA (or CPU under TRITON_INTERPRET=1), "
                            f"not on {x3.device.type}; use kernel=torch")

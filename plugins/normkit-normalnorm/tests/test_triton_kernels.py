@@ -1,0 +1,320 @@
+"""The fused Triton kernels against the reference `normality_norm` (values, gradients, buffers, noise).
+
+Runs on CUDA, or on the Triton CPU interpreter in a process started with TRITON_INTERPRET=1
+(Triton decides at `import triton`, so the variable cannot be set from inside a test run that
+already imported it); `test_triton_interpreter.py` starts that process in the default run.
+Shapes are tiny and grids small, because the interpreter runs programs one after another.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from normkit import NormkitError
+
+from normkit_normalnorm.functional import normality_norm
+from normkit_normalnorm.triton_kernels import available, normality_triton
+from normkit_normalnorm.triton_kernels.config import config
+from normkit_normalnorm.triton_kernels.op import interpreting
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+if DEVICE == "cpu" and not interpreting():
+    pytest.skip("no GPU: runs in the TRITON_INTERPRET=1 process that test_triton_interpreter.py starts",
+                allow_module_level=True)
+
+
+@pytest.fixture
+def split_path(monkeypatch):
+    """Force the split-reduction path with several tiles per group."""
+    monkeypatch.setattr(config, "row_max", 0)
+    monkeypatch.setattr(config, "chunk", 16)
+
+
+def make_input(shape: tuple[int, ...], seed: int, *, constant_channel: bool = True) -> torch.Tensor:
+    """Skewed data with an outlier and (optionally) one constant channel."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=g).exp() * 1.5 - 0.5
+    x.view(-1)[0] = 25.0
+    if constant_channel and shape[1] > 1:
+        x[:, 1] = 0.7
+    return x
+
+
+def as_ncs(x: torch.Tensor, tokens: bool) -> torch.Tensor:
+    """The layer's canonical (N, C, S) view (channels-last tokens transpose without copying)."""
+    n = x.shape[0]
+    if tokens:
+        return x.reshape(n, -1, x.shape[-1]).transpose(1, 2)
+    return x.reshape(n, x.shape[1], -1)
+
+
+def run(fn, x3, weight, bias, dy, **kw):
+    """Output and (dx, dweight, dbias) of `fn`; leaves are cloned so calls do not interfere."""
+    x = x3.detach().clone().requires_grad_()
+    w = weight.detach().clone().requires_grad_() if weight is not None else None
+    b = bias.detach().clone().requires_grad_() if bias is not None else None
+    y = fn(x, w, b, **kw)
+    y.backward(dy)
+    return y.detach(), x.grad, w.grad if w is not None else None, b.grad if b is not None else None
+
+
+def reference(x3, weight, bias, dy, **kw):
+    """normality_norm in float64, results cast back to float32."""
+    def f64(t):
+        return t.double() if t is not None else None
+
+    out = run(normality_norm, f64(x3), f64(weight), f64(bias), dy.double(), **kw)
+    return tuple(t.float() if t is not None else None for t in out)
+
+
+def assert_close(got, want, tol=2e-4):
+    for name, g, w in zip(("y", "dx", "dweight", "dbias"), got, want):
+        if w is None:
+            assert g is None, name
+            continue
+        torch.testing.assert_close(g.cpu(), w, rtol=tol, atol=tol, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def params(c: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(c, generator=g) + 0.5, torch.randn(c, generator=g)
+
+
+CASES = [
+    # (partition, groups, input shape, tokens, channels_last, options)
+    ("batch", 1, (5, 3), False, False, {}),
+    ("batch", 1, (3, 4, 7), False, False, {"lambda_min": 0.8, "lambda_max": 1.1}),
+    ("batch", 1, (2, 3, 3, 5), False, True, {}),
+    ("layer", 1, (3, 5, 7), False, False, {}),
+    ("layer", 1, (3, 5, 2, 3), False, True, {"detach_lambda": True}),
+    ("layer", 1, (2, 5, 6), True, False, {"alpha": 0.5}),
+    ("group", 2, (2, 6, 5), False, False, {}),
+    ("group", 3, (2, 6, 2, 3), False, True, {"lambda_max": 1.05}),
+    ("instance", 1, (2, 3, 9), False, False, {}),
+]
+
+
+@pytest.mark.parametrize("path", ["row", "split"])
+@pytest.mark.parametrize(("partition", "groups", "shape", "tokens", "channels_last", "options"), CASES)
+def test_forward_and_gradients_match_reference(request, path, partition, groups, shape, tokens,
+                                               channels_last, options):
+    if path == "split":
+        request.getfixturevalue("split_path")
+    x = make_input(shape, seed=len(shape) * 7 + shape[1])
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    x3 = as_ncs(x, tokens)
+    c = x3.shape[1]
+    weight, bias = params(c, 3)
+    dy = torch.randn(x3.shape, generator=torch.Generator().manual_seed(4))
+    kw = dict(partition=partition, groups=groups, tokens=tokens, training=True, noise=0.0, **options)
+    want = reference(x3, weight, bias, dy, **kw)
+    got = run(normality_triton, x3.to(DEVICE), weight.to(DEVICE), bias.to(DEVICE), dy.to(DEVICE), **kw)
+    assert got[0].stride() == x3.stride()  # output keeps the input's layout
+    assert_close(got, want)
+
+
+@pytest.mark.parametrize("path", ["row", "split"])
+def test_no_affine_and_broadcast_gradient(request, path):
+    """weight/bias None; dy from y.sum() is an expanded stride-0 tensor."""
+    if path == "split":
+        request.getfixturevalue("split_path")
+    x3 = make_input((3, 4, 6), seed=11)
+    x = x3.clone().requires_grad_()
+    normality_triton(x.to(DEVICE), None, None, partition="batch", training=True).sum().backward()
+    xr = x3.double().requires_grad_()
+    normality_norm(xr, None, None, partition="batch", training=True).sum().backward()
+    torch.testing.assert_close(x.grad, xr.grad.float(), rtol=2e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("path", ["row", "split"])
+def test_eval_uses_running_statistics(request, path):
+    if path == "split":
+        request.getfixturevalue("split_path")
+    x3 = make_input((4, 3, 5), seed=5)
+    g = torch.Generator().manual_seed(6)
+    running = {"running_mean": torch.randn(3, generator=g), "running_var": torch.rand(3, generator=g) + 0.5,
+                   "running_lambda": torch.tensor([0.7, 1.0, 1.3])}
+    weight, bias = params(3, 7)
+    dy = torch.randn(x3.shape, generator=g)
+    kw = {"partition": "batch", "training": False, "noise": 0.4}
+    want = reference(x3, weight, bias, dy, **kw, **{k: v.double() for k, v in running.items()})
+    got = run(normality_triton, x3.to(DEVICE), weight.to(DEVICE), bias.to(DEVICE), dy.to(DEVICE), **kw,
+              **{k: v.to(DEVICE) for k, v in running.items()})
+    assert_close(got, want)
+    batch_stats = run(normality_triton, x3, weight, bias, dy, partition="batch", training=False)
+    assert not torch.allclose(batch_stats[0], got[0].cpu())  # without buffers eval uses the batch
+
+
+@pytest.mark.parametrize("path", ["row", "split"])
+@pytest.mark.parametrize("momentum", [0.1, None])
+def test_running_buffers_updated_like_reference(request, path, momentum):
+    if path == "split":
+        request.getfixturevalue("split_path")
+    x3 = make_input((4, 3, 5), seed=8, constant_channel=False)
+    buffers = {}
+    for name, fn, device in (("ref", normality_norm, "cpu"), ("kernel", normality_triton, DEVICE)):
+        running = {"running_mean": torch.zeros(3, device=device), "running_var": torch.ones(3, device=device),
+                       "running_lambda": torch.ones(3, device=device)}
+        for step in (1, 2):
+            fn(x3.to(device) * step, None, None, partition="batch", training=True, noise=0.0, momentum=momentum,
+               num_batches_tracked=torch.tensor(step), **running)
+        buffers[name] = running
+    for key, value in buffers["ref"].items():
+        torch.testing.assert_close(buffers["kernel"][key].cpu(), value, rtol=1e-5, atol=1e-6, msg=key)
+    assert not torch.allclose(buffers["ref"]["running_lambda"], torch.ones(3))
+
+
+NOISE_CASES = [("layer", (6, 8, 64), "row"), ("batch", (32, 3, 8), "split")]
+
+
+def choose_path(path: str, monkeypatch) -> None:
+    """Noise tests need a few hundred values per group; split them into 4 tiles each."""
+    if path == "split":
+        monkeypatch.setattr(config, "row_max", 0)
+        monkeypatch.setattr(config, "chunk", 128)
+
+
+def noisy(x3, weight, bias, partition, seed, noise=0.5):
+    torch.manual_seed(seed)
+    return normality_triton(x3.to(DEVICE), weight.to(DEVICE), bias.to(DEVICE), partition=partition,
+                            training=True, noise=noise).cpu()
+
+
+@pytest.mark.parametrize(("partition", "shape", "path"), NOISE_CASES)
+def test_noise_reproducible_and_scaled_per_group(monkeypatch, partition, shape, path):
+    choose_path(path, monkeypatch)
+    x3 = make_input(shape, seed=9, constant_channel=False)
+    weight, bias = params(shape[1], 10)
+    first, again, other = (noisy(x3, weight, bias, partition, s) for s in (0, 0, 1))
+    assert torch.equal(first, again)
+    assert not torch.allclose(first, other)
+    clean = noisy(x3, weight, bias, partition, 0, noise=0.0)
+    # The noise-free pre-affine values give the per-group scale s = mean |x - mean x|.
+    pre = normality_norm(x3.double(), None, None, partition=partition, training=True)
+    dims = (0, 2) if partition == "batch" else (1, 2)
+    scale = (pre - pre.mean(dims, keepdim=True)).abs().mean(dims, keepdim=True).float()
+    z = (first - clean) / (weight.view(1, -1, 1) * 0.5 * scale)
+    assert abs(z.mean().item()) < 4 / z.numel() ** 0.5
+    assert abs(z.std().item() - 1) < 0.1
+    per_group = z.std(dim=dims)
+    assert ((per_group - 1).abs() < 0.3).all(), per_group  # each group's noise has its own scale
+
+
+@pytest.mark.parametrize(("partition", "shape", "path"), NOISE_CASES)
+def test_noise_regenerated_in_backward(monkeypatch, partition, shape, path):
+    """dx and dbias ignore the noise; dweight = sum dy * (y - b) / w needs the forward's noise."""
+    choose_path(path, monkeypatch)
+    x3 = make_input(shape, seed=12, constant_channel=False)
+    weight, bias = params(shape[1], 13)
+    dy = torch.randn(shape, generator=torch.Generator().manual_seed(14)).to(DEVICE)
+    args = (x3.to(DEVICE), weight.to(DEVICE), bias.to(DEVICE), dy)
+    torch.manual_seed(3)
+    y, dx, dw, db = run(normality_triton, *args, partition=partition, training=True, noise=0.5)
+    _, dx_clean, _, db_clean = run(normality_triton, *args, partition=partition, training=True, noise=0.0)
+    torch.testing.assert_close(dx, dx_clean, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(db, db_clean, rtol=1e-5, atol=1e-6)
+    dims = (0, 2)
+    want = (dy * (y - bias.to(DEVICE).view(1, -1, 1)) / weight.to(DEVICE).view(1, -1, 1)).sum(dims)
+    torch.testing.assert_close(dw, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_low_precision_input_and_output(dtype):
+    x3 = make_input((3, 4, 10), seed=15).to(dtype)
+    weight, bias = params(4, 16)
+    dy = torch.randn(x3.shape, generator=torch.Generator().manual_seed(17)).to(dtype)
+    got = run(normality_triton, x3.to(DEVICE), weight.to(DEVICE), bias.to(DEVICE), dy.to(DEVICE),
+              partition="layer", training=True)
+    assert got[0].dtype == dtype and got[1].dtype == dtype and got[2].dtype == torch.float32
+    want = reference(x3.float(), weight, bias, dy.float(), partition="layer", training=True)
+    tol = 2e-2 if dtype == torch.float16 else 8e-2
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.float().cpu(), w, rtol=tol, atol=tol)
+    out32 = normality_triton(x3.to(DEVICE), weight.to(DEVICE), bias.to(DEVICE), partition="layer",
+                             training=True, out_dtype=torch.float32)
+    torch.testing.assert_close(out32.cpu(), want[0], rtol=1e-4, atol=1e-4)  # fp32 math on the fp16 values
+
+
+def test_torch_compile_of_a_model_with_the_op():
+    """Dynamo + AOTAutograd trace the custom op (fake impl) and run the kernels (real impl)."""
+    torch.manual_seed(0)
+    conv = torch.nn.Conv1d(4, 4, 1).to(DEVICE)
+    weight, bias = (p.to(DEVICE).requires_grad_() for p in params(4, 18))
+
+    def model(x, running):
+        return normality_triton(conv(x), weight, bias, partition="batch", training=True, noise=0.0, **running)
+
+    x = torch.randn(3, 4, 5, device=DEVICE)
+    results = []
+    for fn in (model, torch.compile(model, fullgraph=True, backend="aot_eager")):
+        running = {k: torch.full((4,), v, device=DEVICE) for k, v in
+                   (("running_mean", 0.0), ("running_var", 1.0), ("running_lambda", 1.0))}
+        y = fn(x, running)
+        grads = torch.autograd.grad(y.square().sum(), (conv.weight, weight, bias))
+        results.append((y.detach(), *grads, *running.values()))
+    for eager, compiled in zip(*results):
+        torch.testing.assert_close(compiled, eager)
+
+
+@pytest.mark.slow  # inductor compiles C++ for the surrounding ops: about 15 s on 2 cores
+def test_torch_compile_inductor():
+    torch.manual_seed(0)
+    weight, bias = (p.to(DEVICE).requires_grad_() for p in params(4, 19))
+
+    def model(x):
+        return normality_triton(torch.relu(x), weight, bias, partition="layer", training=True, noise=0.0) * 2
+
+    x = torch.randn(3, 4, 5, device=DEVICE)
+    eager = model(x)
+    compiled = torch.compile(model, fullgraph=True)(x)
+    torch.testing.assert_close(compiled, eager)
+    torch.testing.assert_close(torch.autograd.grad(compiled.sum(), weight)[0],
+                               torch.autograd.grad(eager.sum(), weight)[0])
+
+
+def test_opcheck():
+    from normkit_normalnorm.triton_kernels.op import normality_forward
+
+    x3 = make_input((3, 4, 5), seed=20).to(DEVICE)
+    weight, bias = (p.to(DEVICE).requires_grad_() for p in params(4, 21))
+    torch.library.opcheck(normality_forward, (x3, weight, bias, None, None, None, torch.tensor([5]), "group", 2,
+                                              False, True, 1e-5, 1.0, 0.3, None, None, False, None))
+
+
+def test_available():
+    assert available()
+
+
+def test_bad_arguments_raise_normkit_errors():
+    x3 = torch.randn(2, 6, 4, device=DEVICE)
+    with pytest.raises(NormkitError, match="groups"):
+        normality_triton(x3, None, None, partition="group", groups=4, training=True)
+    with pytest.raises(NormkitError, match="more than 1 value"):
+        normality_triton(x3[:1, :, :1], None, None, partition="batch", training=True)
+    with pytest.raises(NormkitError, match="float32, float16 or bfloat16"):
+        normality_triton(x3.double(), None, None, partition="layer", training=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA device")
+@pytest.mark.parametrize(("partition", "shape", "tokens"), [
+    ("batch", (128, 64, 1024), False), ("batch", (128, 512, 16), False),
+    ("layer", (32, 768, 65), True), ("layer", (8, 4096, 1024), True), ("group", (16, 64, 1024), False)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_benchmark_shapes_match_reference(partition, shape, tokens, dtype):
+    g = torch.Generator().manual_seed(22)
+    x3 = (torch.randn(shape, generator=g).exp() - 1).to(DEVICE, dtype)
+    if tokens:
+        x3 = x3.transpose(1, 2).contiguous().transpose(1, 2)
+    weight, bias = (p.to(DEVICE) for p in params(shape[1], 23))
+    dy = torch.randn(shape, generator=g).to(DEVICE, dtype)
+    kw = {"partition": partition, "groups": 8 if partition == "group" else 1, "tokens": tokens, "training": True}
+    got = run(normality_triton, x3, weight, bias, dy, **kw)
+    want = run(normality_norm, x3.double(), weight.double(), bias.double(), dy.double(), **kw)
+    tol = 1e-3 if dtype == torch.float32 else 5e-2
+    for g_, w_ in zip(got, want):
+        torch.testing.assert_close(g_.float(), w_.float(), rtol=tol, atol=tol)
