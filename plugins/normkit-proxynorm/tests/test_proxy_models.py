@@ -78,8 +78,6 @@ def test_convert_takes_over_the_activation_after_each_norm() -> None:
     assert out.shape == (2, 10) and torch.isfinite(out).all()
 
 
-@pytest.mark.xfail(strict=True, reason="core: convert() applies the old norm's eps to every part declaring "
-                                       "eps, so pn gets 1e-5 instead of 0.03 (needs head-only settings)")
 def test_convert_keeps_pn_eps() -> None:
     model = torch_net()
     normkit.convert(model, "gn(groups=8)+pn")

@@ -16,9 +16,18 @@ from normkit.spec import Part, Spec, params_of, parse
 from normkit.stages import BuildContext, Pipeline
 
 
-def _with_overrides(spec: Spec, overrides: dict[str, Any]) -> list[Part]:
-    """Apply keyword overrides to every part that declares them (explicit spec values win)."""
+def _with_overrides(spec: Spec, overrides: dict[str, Any], norm_settings: dict[str, Any]) -> list[Part]:
+    """Apply keyword overrides to every part that declares them (explicit spec values win).
+
+    `norm_settings` go to the base norm only, when it declares them (convert() carries an old
+    layer's eps/momentum this way, so a stage's own eps, e.g. pn's 0.03, is left alone).
+    """
     parts = [Part(p.entry, dict(p.params)) for p in spec.parts]
+    head = parts[0]
+    norm_declared = {q.name: q for q in head.entry.params}
+    for key, value in norm_settings.items():
+        if key in norm_declared and key not in head.params:
+            head.params[key] = norm_declared[key].coerce(value, head.name)
     for key, value in overrides.items():
         targets = [p for p in parts if key in {q.name for q in p.entry.params}]
         if not targets:
@@ -103,8 +112,15 @@ def build(spec: str | Spec, num_channels: int, *, channel_dim: int = 1,
     overrides: parameter values applied to every part that declares them, unless the spec
         sets them explicitly (e.g. `build("bn", 64, momentum=0.01)`).
     """
+    return build_with_settings(spec, num_channels, channel_dim=channel_dim, activation=activation,
+                               overrides=overrides, norm_settings={})
+
+
+def build_with_settings(spec: str | Spec, num_channels: int, *, channel_dim: int, activation: str | None,
+                        overrides: dict[str, Any], norm_settings: dict[str, Any]) -> nn.Module:
+    """`build`, plus settings that only the base norm takes when it declares them (see convert)."""
     parsed = parse(spec)
-    parts = _with_overrides(parsed, overrides)
+    parts = _with_overrides(parsed, overrides, norm_settings)
     head = parts[0]
     if head.entry.factory is not None:
         factory = head.entry.factory

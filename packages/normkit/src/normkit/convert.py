@@ -8,10 +8,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from normkit import plugins
-from normkit.build import build
+from normkit.build import build_with_settings
 from normkit.errors import SpecError
-from normkit.spec import Spec, params_of, parse
+from normkit.spec import Spec, parse
 
 _TORCH_NORMS = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm,
                 nn.modules.instancenorm._InstanceNorm)
@@ -127,14 +126,13 @@ def convert(model: nn.Module, spec: str | Spec) -> ConversionSummary:
     parsed = parse(spec)
     if isinstance(model, _TORCH_NORMS):
         raise SpecError("convert() replaces norms inside a model; use normkit.build() for one layer")
-    declared = {p.name for part in parsed.parts for p in params_of(part.entry, plugins.registry())}
     plan = _plan(model, parsed)
     built = []
     for parent, name, path, old, act_name, act_child in plan:
         channels, channel_dim, settings = _layout(path, old)
-        overrides = {k: v for k, v in settings.items() if k in declared}
         try:
-            new = build(parsed, channels, channel_dim=channel_dim, activation=act_name, **overrides)
+            new = build_with_settings(parsed, channels, channel_dim=channel_dim, activation=act_name,
+                                      overrides={}, norm_settings=settings)
         except SpecError as exc:
             raise SpecError(f"cannot convert {path} ({type(old).__name__}({channels})): {exc}") from exc
         copied = _copy_state(old, new)
