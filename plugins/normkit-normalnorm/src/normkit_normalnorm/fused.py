@@ -63,8 +63,7 @@ class NormalityFunction(torch.autograd.Function):
                 running_mean: Tensor | None, running_var: Tensor | None,
                 running_lambda: Tensor | None) -> Tensor:
         use_running = cfg.partition == "batch" and running_mean is not None and not cfg.training
-        h3, stats = _standardize(x3, cfg, running_mean, running_var, use_running)
-        h, groups = Partition(cfg.partition, cfg.groups).group(h3, cfg.tokens)
+        h, groups, stats = _standardize(x3, cfg, running_mean, running_var, use_running)
         if use_running:
             lam = _clamp(groups.per_channel(running_lambda.to(h.dtype)), cfg)
             newton = None
@@ -118,23 +117,34 @@ def _one(like: Tensor) -> Tensor:
 
 
 def _standardize(x3: Tensor, cfg: FusedConfig, running_mean: Tensor | None, running_var: Tensor | None,
-                 use_running: bool) -> tuple[Tensor, tuple[Tensor, ...]]:
-    """h3 and what its backward needs: (mean, invstd) or the eval scale."""
-    n, c, s = x3.shape
+                 use_running: bool) -> tuple[Tensor, Groups, tuple[Tensor, ...]]:
+    """Grouped h (a scratch buffer) and what backward needs: (mean, rstd) in the native layout, or the eval scale.
+
+    Statistics come from torch.var_mean (Welford), so a constant group gives exactly h = 0 and lambda = 1;
+    a running batch update uses the unbiased variance, as torch's BatchNorm.
+    """
+    n, c = x3.shape[:2]
+    partition = Partition(cfg.partition, cfg.groups)
     if use_running:
         scale = torch.rsqrt(running_var.to(x3.dtype) + cfg.eps)
         shift = -running_mean.to(x3.dtype) * scale
-        return torch.addcmul(shift.view(1, c, 1), x3, scale.view(1, c, 1)), (scale,)
+        h3 = torch.addcmul(shift.view(1, c, 1), x3, scale.view(1, c, 1), out=scratch(3, x3))
+        h, groups = partition.group(h3, cfg.tokens)
+        return h, groups, (scale,)
+    g, groups = partition.group(x3, cfg.tokens)
+    var, mean = torch.var_mean(g, dim=groups.dims, unbiased=False, keepdim=True)
+    rstd = torch.rsqrt(var + cfg.eps)
+    h = torch.addcmul(-mean * rstd, g, rstd, out=scratch(3, g))
     if cfg.partition == "batch":
-        h3, mean, invstd = torch.native_batch_norm(x3, None, None, running_mean, running_var, True,
-                                                   cfg.momentum, cfg.eps)
-        return h3, (mean, invstd)
-    g = cfg.native_groups(c)
-    if g is None:  # per-token layer statistics over C
-        h, mean, rstd = torch.native_layer_norm(x3.transpose(1, 2), [c], None, None, cfg.eps)
-        return h.transpose(1, 2), (mean, rstd)
-    h3, mean, rstd = torch.native_group_norm(x3, None, None, n, c, s, g, cfg.eps)
-    return h3, (mean, rstd)
+        if running_mean is not None and cfg.training:
+            count = groups.count
+            running_mean.lerp_(groups.channel_stat(mean).to(running_mean), cfg.momentum)
+            unbiased = groups.channel_stat(var) * (count / max(count - 1, 1))
+            running_var.lerp_(unbiased.to(running_var), cfg.momentum)
+        return h, groups, (groups.channel_stat(mean), groups.channel_stat(rstd))
+    if cfg.native_groups(c) is None:  # per-token rows: native_layer_norm's (N, S, 1) layout
+        return h, groups, (mean.transpose(1, 2), rstd.transpose(1, 2))
+    return h, groups, (mean.reshape(n, -1), rstd.reshape(n, -1))
 
 
 def _standardize_backward(gh3: Tensor, x3: Tensor, cfg: FusedConfig, stats: tuple[Tensor, ...]) -> Tensor:
