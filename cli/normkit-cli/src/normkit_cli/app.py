@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from normkit_cli import bench, catalog, compare, report
+from normkit_cli import bench, catalog, compare, diagnose, report
 
 app = typer.Typer(
     name="normkit",
@@ -14,7 +14,7 @@ app = typer.Typer(
     add_completion=False,
 )
 
-for module in (catalog, bench, compare, report):
+for module in (catalog, bench, compare, report, diagnose):
     module.register(app)
 
 

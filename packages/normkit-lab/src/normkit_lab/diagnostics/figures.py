@@ -38,6 +38,15 @@ def _pyplot() -> Any:
     return plt
 
 
+def _integer_ticks(ax: Any, y: bool = False) -> None:
+    """Depths and epochs are whole numbers: no 1.5 ticks."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if y:
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def _save(fig: Any, path: Path) -> Path:
     if fig.get_layout_engine() is None:
         fig.tight_layout()
@@ -61,12 +70,15 @@ def normality_figure(norms: dict[str, Any], path: Path) -> Path | None:
                         label=norm)
         ax.set(xlabel="norm layer depth", title=STAGE_TITLES[stage])
         ax.grid(alpha=0.3)
+        _integer_ticks(ax)
     axes[0][0].set_ylabel("mean Q-Q R^2 (1 = normal)")
     axes[0][-1].legend()
     return _save(fig, path)
 
 
-def power_figure(norms: dict[str, Any], path: Path) -> Path | None:
+def power_figure(norms: dict[str, Any], path: Path, stage_titles: dict[str, str] | None = None) -> Path | None:
+    """Stacked power shares vs depth; rows are stages (init, final), columns norms."""
+    stage_titles = stage_titles or {"init": "init", "final": "trained"}
     stages = [s for s in ("init", "final") if any(r.get(s) for r in norms.values())]
     names = [n for n, r in norms.items() if any(r.get(s) for s in stages)]
     if not names:
@@ -82,7 +94,8 @@ def power_figure(norms: dict[str, Any], path: Path) -> Path | None:
                 stacks = [[r["power"][t] or 0.0 for r in rows] for t in TERMS]
                 ax.stackplot(depths, *stacks, labels=[SHARE_LABELS[t] for t in TERMS],
                              colors=[SHARE_COLORS[t] for t in TERMS], alpha=0.85)
-            ax.set(ylim=(0, 1), title=f"{norm}, {'init' if stage == 'init' else 'trained'}", xlabel="depth")
+            ax.set(ylim=(0, 1), title=f"{norm}, {stage_titles[stage]}", xlabel="depth")
+            _integer_ticks(ax)
     for i in range(len(stages)):
         axes[i][0].set_ylabel("power share")
     handles, labels = axes[0][0].get_legend_handles_labels()
@@ -105,6 +118,7 @@ def lambda_figure(norms: dict[str, Any], path: Path) -> Path | None:
             ax.plot([e["epoch"] for e in epochs], ys, marker=".", label=f"{i + 1}: {layer['layer']}")
         ax.axhline(1.0, color="gray", linewidth=0.8, linestyle="--")
         ax.set(xlabel="epoch (0 = init)", ylabel="running lambda (channel mean)", title=norm)
+        _integer_ticks(ax)
         ax.grid(alpha=0.3)
         ax.legend(fontsize="x-small")
     return _save(fig, path)
@@ -121,10 +135,10 @@ def noise_figure(norms: dict[str, Any], path: Path) -> Path | None:
     for norm in names:
         rob = norms[norm]["noise_robustness"]
         n = len(rob["layers"])
-        grid = np.full((n, n), np.nan)
+        grid = np.full((n - 1, n - 1), np.nan)  # rows k = 1..n-1, columns l = 2..n
         for c in rob["table"]:
             if c["zeta"] is not None:
-                grid[c["k"] - 1, c["l"] - 1] = c["zeta"]
+                grid[c["k"] - 1, c["l"] - 2] = c["zeta"]
                 top = max(top, c["zeta"])
         grids[norm] = grid
     fig, axes = plt.subplots(1, len(names), figsize=(3.6 * len(names) + 1, 3.4), squeeze=False,
@@ -133,8 +147,14 @@ def noise_figure(norms: dict[str, Any], path: Path) -> Path | None:
     for ax, norm in zip(axes[0], names, strict=True):
         grid = grids[norm]
         image = ax.imshow(grid, vmin=0, vmax=top or 1, cmap="viridis", origin="upper",
-                          extent=(0.5, grid.shape[1] + 0.5, grid.shape[0] + 0.5, 0.5))
+                          extent=(1.5, grid.shape[1] + 1.5, grid.shape[0] + 0.5, 0.5))
         ax.set(title=norm, xlabel="measured at layer l", ylabel="noise at layer k")
+        _integer_ticks(ax, y=True)
+        if grid.size <= 64:
+            for (i, j), value in np.ndenumerate(grid):
+                if not np.isnan(value):
+                    ax.text(j + 2, i + 1, f"{value:.2f}", ha="center", va="center", fontsize="small",
+                            color="white" if value < 0.6 * (top or 1) else "black")
     fig.colorbar(image, ax=axes[0].tolist(), label="zeta (relative L1 change)")
     delta = norms[names[0]]["noise_robustness"]["delta"]
     fig.suptitle(f"noise robustness, delta={delta} (lower is more robust)")
@@ -148,5 +168,6 @@ def random_net_figure(result: dict[str, list[dict[str, float]]], path: Path, tit
         ax.plot(range(1, len(rows) + 1), [r["dataset"] for r in rows], marker="o", markersize=3, label=norm)
     ax.set(xlabel="depth", ylabel="dataset-scale power share", ylim=(-0.02, 1.02), title=title)
     ax.grid(alpha=0.3)
+    _integer_ticks(ax)
     ax.legend()
     return _save(fig, path)

@@ -52,7 +52,7 @@ def randomize(model: nn.Module, generator: torch.Generator) -> None:
                 layer.bias.copy_(AFFINE_STD * torch.randn(layer.bias.shape, generator=generator))
 
 
-def random_net_power(norm: str, *, depth: int = 24, width: int = 32, batch: int = 32, image_size: int = 16,
+def random_net_power(norm: str, *, depth: int = 20, width: int = 24, batch: int = 16, image_size: int = 16,
                      in_channels: int = 3, seed: int = 0) -> list[dict[str, float]]:
     """Power shares of each layer's post-norm values (depth order) in one random net, no training.
 
@@ -67,3 +67,32 @@ def random_net_power(norm: str, *, depth: int = 24, width: int = 32, batch: int 
     with attached({layer: lambda lay, v: accs[lay].add(v) for layer in accs}), torch.no_grad():
         model(x)
     return [acc.shares() for acc in accs.values()]
+
+
+def installed_norms(specs: tuple[str, ...] = DEFAULT_NORMS) -> list[str]:
+    """The specs among `specs` whose plugins are installed (e.g. ln+pn needs normkit-proxynorm)."""
+    found = []
+    for spec in specs:
+        try:
+            normkit.parse(spec)
+        except normkit.SpecError:
+            continue
+        found.append(spec)
+    return found
+
+
+def random_net_experiment(norms: list[str], *, depth: int = 20, width: int = 24, batch: int = 16,
+                          image_size: int = 16, seeds: int = 3) -> dict[str, list[dict[str, float]]]:
+    """Per norm, the power shares per depth averaged over `seeds` random nets (seeds 0..seeds-1)."""
+    if depth < 1 or width < 1 or batch < 2 or image_size < 1 or seeds < 1:
+        raise normkit.SpecError(f"random net: depth, width, image size and seeds must be >= 1 and batch >= 2, "
+                                f"got depth={depth}, width={width}, batch={batch}, image_size={image_size}, "
+                                f"seeds={seeds}")
+    for norm in norms:
+        normkit.parse(norm)
+    result = {}
+    for norm in norms:
+        runs = [random_net_power(norm, depth=depth, width=width, batch=batch, image_size=image_size, seed=s)
+                for s in range(seeds)]
+        result[norm] = [{t: sum(run[d][t] for run in runs) / seeds for t in runs[0][d]} for d in range(depth)]
+    return result
