@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from normkit.errors import SpecError
-from normkit_lab.models.blocks import ClassifierHead, conv_norm_act
+from normkit_lab.models.blocks import ClassifierHead, conv3x3, conv_norm_act, final_norm_act
 from normkit_lab.models.context import ModelContext
 
 
@@ -13,7 +13,8 @@ class SmallCNN(nn.Module):
     """Blocks of conv3x3 -> norm -> ReLU; every norm is followed by an activation, so `gn+pn` fits.
 
     The first block keeps the resolution, the second halves it and doubles the width, the rest
-    keep both (8x8 digits: 8x8 -> 4x4), then global average pooling and a linear layer.
+    keep both (8x8 digits: 8x8 -> 4x4), then global average pooling and a linear layer. The last
+    norm feeds the pooling, so proxy norm there runs without scaling (as in the paper).
     """
 
     def __init__(self, ctx: ModelContext, width: int, depth: int) -> None:
@@ -21,7 +22,11 @@ class SmallCNN(nn.Module):
         layers, cin = [], ctx.in_channels
         for i in range(depth):
             cout = width if i == 0 else 2 * width
-            layers.append(conv_norm_act(ctx, cin, cout, stride=2 if i == 1 else 1))
+            stride = 2 if i == 1 else 1
+            if i == depth - 1:  # feeds global pooling: proxy norm without scaling
+                layers.append(nn.Sequential(conv3x3(cin, cout, stride), final_norm_act(ctx, cout)))
+            else:
+                layers.append(conv_norm_act(ctx, cin, cout, stride))
             cin = cout
         self.features = nn.Sequential(*layers)
         self.head = ClassifierHead(cin, ctx.num_classes)

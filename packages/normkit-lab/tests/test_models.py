@@ -1,0 +1,160 @@
+"""Every model builds and trains a step with the norms it can host, and refuses the others clearly."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import normkit
+from normkit import plugins
+from normkit.layer import NormLayer
+from normkit_lab.models import build_model
+
+# Tiny versions of every registered model (8x8 inputs, few channels) so a step takes milliseconds.
+TINY = {
+    "small-cnn": {"width": 8},
+    "resnet18": {"width": 4},
+    "resnet34": {"width": 4},
+    "preact-resnet18": {"width": 4},
+    "preact-resnet34": {"width": 4},
+    "wrn": {"depth": 10, "width": 1},
+    "vit": {"patch": 4, "depth": 1, "heads": 2, "width": 16, "mlp_width": 32},
+    "vit-small": {"width": 16, "mlp_width": 32},
+    "tv-resnet18": {},
+    "tv-resnet50": {},
+}
+HOSTS_POST_ACTIVATION = ("small-cnn", "preact-resnet18", "preact-resnet34", "wrn")
+GN_PN = "gn(groups=4)+pn"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run fastest on one thread (and do not fight other processes for cores)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _build(name: str, norm: str, in_channels: int = 1):
+    return build_model(name, norm, num_classes=10, in_channels=in_channels, image_size=8, **TINY[name])
+
+
+def _step(model: torch.nn.Module, in_channels: int = 1) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(4, in_channels, 8, 8)
+    out = model(x)
+    assert out.shape == (4, 10)
+    out.square().mean().backward()
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    assert grads and all(g is not None and torch.isfinite(g).all() for g in grads)
+
+
+def _norm_layers(model: torch.nn.Module) -> list[NormLayer]:
+    return [m for m in model.modules() if isinstance(m, NormLayer)]
+
+
+def test_every_registered_model_is_covered_here():
+    registered = {e.name for e in plugins.registry().of_kind("model") if e.plugin == "lab"}
+    assert registered == set(TINY)
+
+
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_model_with_bn_runs_forward_and_backward(name):
+    model = _build(name, "bn")
+    _step(model)
+    layers = _norm_layers(model)
+    assert layers and all(layer.spec == "bn" for layer in layers)
+    assert not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
+
+
+@pytest.mark.parametrize("name", HOSTS_POST_ACTIVATION)
+def test_preactivation_models_host_gn_pn_at_every_norm(name):
+    model = _build(name, GN_PN)
+    _step(model)
+    layers = _norm_layers(model)
+    assert layers and all(layer.post is not None for layer in layers)
+    assert not any(isinstance(m, torch.nn.ReLU) for m in model.modules() if not isinstance(m, NormLayer)
+                   and m not in {layer.act for layer in layers})
+
+
+@pytest.mark.parametrize("name", HOSTS_POST_ACTIVATION)
+def test_only_the_norm_before_pooling_drops_proxy_scaling(name):
+    layers = _norm_layers(_build(name, GN_PN))
+    scales = [layer.post.describe()["scale"] for layer in layers]
+    assert scales[-1] is False and all(scales[:-1])
+
+
+def test_explicit_pn_scale_in_the_spec_wins_over_the_final_layer_default():
+    layers = _norm_layers(_build("small-cnn", "gn(groups=4)+pn(scale=true)"))
+    assert all(layer.post.describe()["scale"] for layer in layers)
+
+
+@pytest.mark.parametrize("name", ("resnet18", "resnet34", "tv-resnet18"))
+def test_post_activation_norm_in_a_v1_resnet_names_the_preact_model(name):
+    with pytest.raises(normkit.SpecError, match=f"model '{name}' cannot host 'gn.*pn'.*preact-resnet18") as info:
+        _build(name, GN_PN)
+    assert "\n" not in str(info.value)
+
+
+def test_vit_cannot_host_post_activation_norms():
+    with pytest.raises(normkit.SpecError, match="cannot host 'ln\\+pn'.*attention and linear"):
+        _build("vit-small", "ln+pn")
+
+
+@pytest.mark.parametrize("norm", ("ln", "bn", "gn(groups=4)", "rms"))
+def test_vit_norms_work_on_channels_last_tokens(norm):
+    model = _build("vit-small", norm)
+    _step(model)
+    assert all(layer.channel_dim == -1 for layer in _norm_layers(model))
+
+
+def test_bnn_on_every_lab_built_model():
+    pytest.importorskip("normkit_normalnorm")
+    for name in TINY:
+        if not name.startswith("tv-"):  # torchvision's in-place `out += identity` (see the lab README)
+            _step(_build(name, "bnn"))
+
+
+def test_tv_resnet_takes_three_channel_images_without_a_new_stem():
+    model = _build("tv-resnet18", "gn(groups=8)", in_channels=3)
+    _step(model, in_channels=3)
+
+
+def test_gn_with_too_many_groups_says_which_groups_fit():
+    with pytest.raises(normkit.SpecError, match="cannot host 'gn'.*use groups="):
+        _build("wrn", "gn")
+
+
+def test_unknown_model_parameter_lists_the_valid_ones():
+    with pytest.raises(normkit.SpecError, match="no parameter 'widht'.*did you mean 'width'"):
+        build_model("small-cnn", "bn", num_classes=10, in_channels=1, image_size=8, widht=4)
+
+
+def test_model_parameter_is_type_checked():
+    with pytest.raises(normkit.SpecError, match="expects int"):
+        build_model("small-cnn", "bn", num_classes=10, in_channels=1, image_size=8, width="wide")
+
+
+@pytest.mark.parametrize(("name", "params", "message"), [
+    ("wrn", {"depth": 12}, "6n\\+4"),
+    ("vit-small", {"patch": 3}, "does not divide"),
+    ("vit-small", {"heads": 3}, "not divisible by heads"),
+    ("small-cnn", {"depth": 0}, ">= 1"),
+])
+def test_bad_architecture_numbers_are_spec_errors(name, params, message):
+    with pytest.raises(normkit.SpecError, match=message):
+        build_model(name, "bn", num_classes=10, in_channels=1, image_size=8, **params)
+
+
+def test_unknown_model_suggests_close_names():
+    with pytest.raises(normkit.SpecError, match="unknown model 'resnet19'.*resnet18"):
+        build_model("resnet19", "bn", num_classes=10, in_channels=1, image_size=8)
+
+
+def test_same_seed_gives_the_same_initialization():
+    def weights():
+        torch.manual_seed(3)
+        return torch.cat([p.detach().flatten() for p in _build("preact-resnet18", "bn").parameters()])
+
+    assert torch.equal(weights(), weights())
