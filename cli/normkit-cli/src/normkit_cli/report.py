@@ -6,7 +6,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from normkit_cli.errors import one_line_errors
@@ -39,20 +41,43 @@ def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def summary_table(results: Results) -> Table:
+# Columns left out, in this order, when the table is wider than the terminal (summary.csv has all).
+_OPTIONAL = ("params", "peak MB", "samples/s")
+
+
+def _cells(s: NormSummary) -> dict[str, str]:
+    diff, interval, p = _diff(s)
+    return {"norm": s.norm, "n": str(s.final_acc.n), "acc % ± s.e.": _acc(s.final_acc), "Δ": diff,
+            "95% CI": interval, "p": p, "s/epoch": _num(s.time_per_epoch_s, ".2f"),
+            "samples/s": _num(s.throughput, ",.0f"), "peak MB": _num(s.peak_mem_mb, ",.0f"),
+            "params": _num(s.params, ","), "diverged": str(s.diverged)}
+
+
+def summary_table(results: Results, drop: tuple[str, ...] = ()) -> Table:
     """The final table: accuracy, paired difference to the baseline, speed, memory, size, divergences."""
     cfg = results.config
-    table = Table(title=f"{cfg.get('model')} on {cfg.get('dataset')}, {cfg.get('epochs')} epochs; "
-                        f"final val accuracy (%) over seeds; difference paired by seed")
-    columns = ("norm", "n", "acc % ± s.e.", f"Δ vs {results.baseline}", "95% CI", "p", "s/epoch",
-               "samples/s", "peak MB", "params", "diverged")
-    for name in columns:
-        table.add_column(name, justify="left" if name == "norm" else "right", no_wrap=True)
-    for s in results.summaries():
-        table.add_row(s.norm, str(s.final_acc.n), _acc(s.final_acc), *_diff(s),
-                      _num(s.time_per_epoch_s, ".2f"), _num(s.throughput, ",.0f"),
-                      _num(s.peak_mem_mb, ",.0f"), _num(s.params, ","), str(s.diverged))
+    table = Table(title=f"{cfg.get('model')} on {cfg.get('dataset')}, {cfg.get('epochs')} epochs: final val "
+                        f"accuracy over seeds, difference to {results.baseline} paired by seed",
+                  box=box.SIMPLE_HEAD, title_justify="left", collapse_padding=True, pad_edge=False)
+    rows = [_cells(s) for s in results.summaries()]
+    names = [name for name in rows[0] if name not in drop] if rows else []
+    for name in names:
+        header = f"Δ vs {results.baseline}" if name == "Δ" else name
+        table.add_column(header, justify="left" if name == "norm" else "right", no_wrap=True)
+    for row in rows:
+        table.add_row(*(row[name] for name in names))
     return table
+
+
+def fitted_table(results: Results, console: Console) -> tuple[Table, tuple[str, ...]]:
+    """The summary table without the optional columns the console is too narrow for, and those left out."""
+    unbounded = console.options.update(max_width=10_000)
+    for k in range(len(_OPTIONAL) + 1):
+        dropped = _OPTIONAL[:k]
+        table = summary_table(results, drop=dropped)
+        if Measurement.get(console, unbounded, table).maximum <= console.width:
+            break
+    return table, dropped
 
 
 def console() -> Console:
@@ -65,7 +90,10 @@ def show(results: Results, store: ResultsDir, console: Console) -> None:
     """Rewrite the summary files and plots in `store`, then print the table and where files are."""
     write_summary(store, results)
     written = write_plots(store, results)
-    console.print(summary_table(results))
+    table, dropped = fitted_table(results, console)
+    console.print(table)
+    if dropped:
+        console.print(f"(too narrow for {', '.join(dropped)}: see summary.csv)")
     console.print(f"results: {store.path}")
     if written is None:
         console.print(f"plots: none ({plots.PLOTS_HINT})")

@@ -26,7 +26,7 @@ from normkit_lab.training import TrainConfig
 # Defaults that make `normkit compare --norms bn,bnn,gn+pn` meaningful and finish in under three
 # minutes on two CPU cores (measured, see docs/experiments.md); other keys keep TrainConfig's defaults.
 TRAIN_DEFAULTS: dict[str, Any] = {"epochs": 5, "batch_size": 128}
-DEFAULT_SEEDS = (0, 1, 2)
+DEFAULT_SEEDS = (0, 1, 2, 3, 4)
 
 # Keys that may differ between result directories that `normkit report` merges: they change where
 # or how fast runs execute, not what they compute.
