@@ -42,7 +42,7 @@ def test_precedence_cli_over_yaml_over_defaults(tmp_path):
     cfg = config.resolve({"epochs": 2}, path)
     assert cfg.train.epochs == 2  # CLI
     assert cfg.train.batch_size == 16  # YAML, '-' read as '_'
-    assert cfg.train.model == "small-cnn" and cfg.seeds == [0, 1, 2]  # defaults
+    assert cfg.train.model == "small-cnn" and cfg.seeds == list(config.DEFAULT_SEEDS)  # defaults
     assert cfg.norms == ["bn", "ln"] and cfg.baseline_norm == "bn"
     assert config.resolve({"norms": "ln,bn"}, path).norms == ["ln", "bn"]
 
