@@ -18,6 +18,7 @@ from normkit_cli.report import show
 from normkit_lab import config as lab_config
 from normkit_lab.compare import check, create_store, open_store, run_compare
 from normkit_lab.config import DEFAULT_SEEDS, RUNTIME_KEYS, parse_key_values
+from normkit_lab.diagnostics import callbacks_for as diagnostics_callbacks
 from normkit_lab.progress import choose_progress
 
 D = lab_config.defaults()
@@ -111,6 +112,10 @@ def compare_cmd(
     resume: Annotated[Path | None, typer.Option(help="Continue an interrupted comparison in this directory "
                                                      "with its saved config; finished runs are skipped.",
                                                 rich_help_panel=OUTPUT)] = None,
+    diagnostics: Annotated[bool, typer.Option(help="Also measure representations (Q-Q normality, power "
+                                                   "decomposition, lambdas, noise robustness); see "
+                                                   "docs/diagnostics.md.", rich_help_panel=OUTPUT)]
+    = D["diagnostics"],
 ) -> None:
     """Train the same model on the same data once per (norm, seed) and compare the norms.
 
@@ -140,7 +145,8 @@ def compare_cmd(
                   f"seeds {','.join(map(str, cfg.seeds))}: {len(cfg.plan())} runs -> {store.path}")
     resume_hint = f"continue with: normkit compare --resume {store.path}"
     try:
-        results = run_compare(cfg, store, progress=choose_progress())
+        results = run_compare(cfg, store, progress=choose_progress(),
+                              callbacks=diagnostics_callbacks(cfg.diagnostics))
     except KeyboardInterrupt:
         saved = len(store.finished())
         typer.echo(f"interrupted: {saved} of {len(cfg.plan())} runs are saved in {store.path}; {resume_hint}",

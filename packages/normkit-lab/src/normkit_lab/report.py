@@ -17,6 +17,7 @@ import yaml
 
 from normkit_lab import plots
 from normkit_lab.config import RUNTIME_KEYS
+from normkit_lab.diagnostics.report import write_report as write_diagnostics
 from normkit_lab.errors import ConfigError
 from normkit_lab.results import ENVIRONMENT_FILE, ResultsDir
 from normkit_lab.summary import NormSummary, summarize, summary_rows
@@ -94,10 +95,15 @@ def write_summary(store: ResultsDir, results: Results) -> list[NormSummary]:
 
 
 def write_plots(store: ResultsDir, results: Results) -> list[Path] | None:
-    """The PNG plots, or None when matplotlib is not installed (see plots.PLOTS_HINT)."""
+    """The PNG plots, or None when matplotlib is not installed (see plots.PLOTS_HINT).
+
+    Runs made with --diagnostics also get diagnostics.json/.md (always) and their figures.
+    """
+    diagnostics_files = write_diagnostics(store.path, results.runs, results.norms)
     if not plots.available():
         return None
-    return plots.write_plots(store.path, results.runs, results.norms)
+    return [*plots.write_plots(store.path, results.runs, results.norms),
+            *(p for p in diagnostics_files if p.suffix == ".png")]
 
 
 def merge_into(results: Results, out: str | Path | None) -> ResultsDir:

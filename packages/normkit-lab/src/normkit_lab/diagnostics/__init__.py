@@ -11,7 +11,7 @@
 See docs/diagnostics.md.
 """
 
-from normkit_lab.diagnostics.callback import DiagnosticsCallback, DiagnosticsSettings
+from normkit_lab.diagnostics.callback import DiagnosticsCallback, DiagnosticsSettings, callbacks_for
 from normkit_lab.diagnostics.lambdas import running_lambdas
 from normkit_lab.diagnostics.measures import measure_layers
 from normkit_lab.diagnostics.normality import qq_r2
@@ -24,6 +24,7 @@ __all__ = [
     "DiagnosticsCallback",
     "DiagnosticsSettings",
     "PowerAccumulator",
+    "callbacks_for",
     "has_diagnostics",
     "measure_layers",
     "noise_robustness",

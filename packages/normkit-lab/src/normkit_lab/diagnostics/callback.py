@@ -10,6 +10,7 @@ deep copy, with the random generators untouched, so the training run is the same
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -83,3 +84,10 @@ class DiagnosticsCallback:
         layers = running_lambdas(model)
         if layers:
             self._result["lambda"].append({"epoch": epoch + 1, "layers": layers})
+
+
+def callbacks_for(enabled: bool) -> Callable[[], tuple[DiagnosticsCallback, ...]]:
+    """The per-run callback factory `run_compare` takes: a fresh DiagnosticsCallback per run, or none."""
+    if not enabled:
+        return tuple
+    return lambda: (DiagnosticsCallback(),)
