@@ -80,12 +80,12 @@ class NormalityFunction(torch.autograd.Function):
         inverse_mu = torch.copysign(_one(h), signed_log, out=scratch(0, h)).mul_(c0).add_(c1)  # sign(h)/mu
         x.mul_(inverse_mu)
         y = _add_noise(x, x3, groups, cfg)
-        out = _affine(y, weight, bias, groups)
+        out = _affine(groups.ungroup(y), weight, bias)  # a fresh (N, C, S) tensor, not a view
         ctx.cfg, ctx.groups, ctx.stats = cfg, groups, stats
         ctx.lam, ctx.newton = lam, newton
         ctx.inverse = (c0, c1)
         ctx.save_for_backward(x3, signed_log, x, y, weight, bias)
-        return groups.ungroup(out)
+        return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -267,11 +267,12 @@ def _add_noise(x: Tensor, x3: Tensor, groups: Groups, cfg: FusedConfig) -> Tenso
     return torch.addcmul(x, z, s * cfg.noise, out=z)
 
 
-def _affine(y: Tensor, weight: Tensor | None, bias: Tensor | None, groups: Groups) -> Tensor:
+def _affine(y3: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
+    c = y3.shape[1]
     if weight is not None and bias is not None:
-        return torch.addcmul(groups.per_channel(bias), y, groups.per_channel(weight))
+        return torch.addcmul(bias.view(1, c, 1), y3, weight.view(1, c, 1))
     if weight is not None:
-        return y * groups.per_channel(weight)
+        return y3 * weight.view(1, c, 1)
     if bias is not None:
-        return y + groups.per_channel(bias)
-    return y.clone()
+        return y3 + bias.view(1, c, 1)
+    return y3.clone()
