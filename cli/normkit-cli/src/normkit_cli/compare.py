@@ -71,8 +71,8 @@ def compare_cmd(
     lr: Annotated[float | None, typer.Option(help="Peak learning rate (default: the optimizer's: sgd 0.1, "
                                                   "adamw 1e-3).", rich_help_panel=TRAINING)] = D["lr"],
     optimizer: Annotated[str, typer.Option(help="sgd or adamw.", rich_help_panel=TRAINING)] = D["optimizer"],
-    weight_decay: Annotated[float | None, typer.Option(help="Weight decay, not on norm gains and biases "
-                                                              "(default: sgd 5e-4, adamw 0.05).",
+    weight_decay: Annotated[float | None, typer.Option(help="Weight decay (default: sgd 5e-4, adamw 0.05); "
+                                                              "norms may exempt parameters (pn).",
                                                 rich_help_panel=TRAINING)] = D["weight_decay"],
     momentum: Annotated[float, typer.Option(help="SGD momentum.", rich_help_panel=TRAINING)] = D["momentum"],
     schedule: Annotated[str, typer.Option(help="cosine, step or none.", rich_help_panel=TRAINING)]
@@ -132,7 +132,7 @@ def compare_cmd(
         fixed = set(given) - RUNTIME_KEYS
         if fixed:
             raise fail(f"--resume reuses the config saved in {str(resume)!r}; drop {_flags(fixed)} "
-                       f"(only {_flags(set(RUNTIME_KEYS) - {'diagnostics'})} may change)")
+                       f"(only {_flags(set(RUNTIME_KEYS))} may change)")
         cfg, store = open_store(resume, given)
         check(cfg)
     else:
