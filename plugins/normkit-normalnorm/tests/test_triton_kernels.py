@@ -168,6 +168,43 @@ def test_running_buffers_updated_like_reference(request, path, momentum):
     assert not torch.allclose(buffers["ref"]["running_lambda"], torch.ones(3))
 
 
+LAYER_CASES = [("bnn", 4, (5, 4), 1, False), ("bnn", 4, (3, 4, 2, 3), 1, True), ("lnn", 6, (2, 3, 6), -1, False),
+               ("gnn(groups=2)", 4, (2, 4, 5), 1, False), ("inn", 3, (2, 3, 4), 1, False)]
+
+
+@pytest.mark.parametrize(("spec", "channels", "shape", "channel_dim", "channels_last"), LAYER_CASES)
+def test_layer_with_kernel_triton_matches_kernel_torch(spec, channels, shape, channel_dim, channels_last):
+    """Through normkit.build and the stage's dispatch: 2D/3D/4D, channels-last, train and eval."""
+    import normkit
+
+    def build(kernel: str) -> torch.nn.Module:
+        options = f"noise=0, kernel={kernel}"
+        full = spec.replace(")", f", {options})") if "(" in spec else f"{spec}({options})"
+        return normkit.build(full, channels, channel_dim=channel_dim).to(DEVICE)
+
+    fast, ref = build("triton"), build("torch")
+    with torch.no_grad():
+        fast.weight.uniform_(0.5, 1.5)
+        fast.bias.normal_()
+    ref.load_state_dict(fast.state_dict())
+    x = make_input(shape, seed=30, constant_channel=False).to(DEVICE)  # constants: vs float64 above
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    for training in (True, False):
+        outs = []
+        for layer in (fast, ref):
+            layer.train(training)
+            xg = x.clone().requires_grad_()
+            y = layer(xg)
+            outs.append((y, *torch.autograd.grad(y.square().sum(), (xg, layer.weight, layer.bias))))
+        for got, want in zip(*outs):
+            torch.testing.assert_close(got, want, rtol=2e-4, atol=2e-4)
+        if channels_last:
+            assert outs[0][0].is_contiguous(memory_format=torch.channels_last)
+    for key, value in ref.state_dict().items():
+        torch.testing.assert_close(fast.state_dict()[key], value, msg=key)
+
+
 NOISE_CASES = [("layer", (6, 8, 64), "row"), ("batch", (32, 3, 8), "split")]
 
 

@@ -14,7 +14,7 @@ class KernelConfig:
     the eval kernel. interpreter_programs: program budget of one backward launch on CPU, where
     the interpreter runs programs one after another."""
 
-    row_max: int = 16384
+    row_max: int = 8192
     chunk: int = 4096
     pointwise_block: int = 1024
     interpreter_programs: int = 4

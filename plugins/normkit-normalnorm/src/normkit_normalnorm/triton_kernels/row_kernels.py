@@ -33,8 +33,12 @@ def row_forward(x_ptr, y_ptr, w_ptr, b_ptr, stats_ptr,
     mask = j < M
     offset, c, logical = element(gid, j // T, j % T, C, S, G, CG, sn, sc, ss, PART)
     u = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
-    mean = tl.sum(u, axis=0) / M
-    centered = tl.where(mask, u - mean, 0.0)
+    shift, _, _ = element(gid, 0, 0, C, S, G, CG, sn, sc, ss, PART)
+    shift = tl.load(x_ptr + shift).to(tl.float32)  # statistics of u - u[0]: a constant group gives h == 0
+    shifted = tl.where(mask, u - shift, 0.0)
+    mean_shifted = tl.sum(shifted, axis=0) / M
+    centered = tl.where(mask, shifted - mean_shifted, 0.0)
+    mean = shift + mean_shifted
     var = tl.sum(centered * centered, axis=0) / M
     rstd = 1.0 / tl.sqrt(var + eps)
     h = centered * rstd

@@ -65,7 +65,15 @@ def _chan_combine(cnt_ptr, cnt_col, cnt_width, part_ptr, mean_col, m2_col, width
 
 
 @triton.jit
+def _shift(x_ptr, gid, C, S, G, CG, sn, sc, ss, PART: tl.constexpr):
+    """The group's first element: moments are taken of u - shift, so a constant group has h == 0."""
+    offset, _, _ = element(gid, 0, 0, C, S, G, CG, sn, sc, ss, PART)
+    return tl.load(x_ptr + offset).to(tl.float32)
+
+
+@triton.jit
 def _moments(moments_ptr, gid, n_ch, M, eps, BLOCK_CH: tl.constexpr):
+    """(mean of u - shift, var, rstd) of a group from its tiles' rows."""
     mean, m2 = _chan_combine(moments_ptr, 0, 3, moments_ptr, 1, 2, 3, gid, n_ch, M * 1.0, BLOCK_CH)
     var = m2 / M
     return mean, var, 1.0 / tl.sqrt(var + eps)
@@ -86,11 +94,12 @@ def _lambda(moments_ptr, newton_ptr, gid, n_ch, M, alpha, sqrt_eps, lmin, lmax,
 @triton.jit
 def split_moments(x_ptr, moments_ptr, R, T, n_tb, C, S, G, CG, sn, sc, ss,
                   PART: tl.constexpr, BR: tl.constexpr, BT: tl.constexpr):
-    """Pass 1: per tile (count, mean, M2), two-pass on registers."""
+    """Pass 1: per tile (count, mean, M2) of u - shift, two-pass on registers."""
     gid = tl.program_id(0)
     ch = tl.program_id(1)
     offset, _c, _logical, mask, _r = _tile(gid, ch, R, T, n_tb, C, S, G, CG, sn, sc, ss, PART, BR, BT)
     u = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
+    u = tl.where(mask, u - _shift(x_ptr, gid, C, S, G, CG, sn, sc, ss, PART), 0.0)
     cnt = tl.sum(tl.sum(mask.to(tl.float32), axis=1), axis=0)
     mean = tl.sum(tl.sum(u, axis=1), axis=0) / cnt
     dev = tl.where(mask, u - mean, 0.0)
@@ -108,9 +117,10 @@ def split_newton(x_ptr, moments_ptr, newton_ptr, R, T, n_tb, M, C, S, G, CG, sn,
     ch = tl.program_id(1)
     n_ch = tl.num_programs(1)
     mean, _var, rstd = _moments(moments_ptr, gid, n_ch, M, eps, BLOCK_CH)
+    shift = _shift(x_ptr, gid, C, S, G, CG, sn, sc, ss, PART)
     offset, _c, _logical, mask, _r = _tile(gid, ch, R, T, n_tb, C, S, G, CG, sn, sc, ss, PART, BR, BT)
     u = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
-    h = tl.where(mask, (u - mean) * rstd, 0.0)
+    h = tl.where(mask, (u - shift - mean) * rstd, 0.0)
     sg, a, log_a, d, e = newton_terms(h)
     cnt = tl.load(moments_ptr + (gid * n_ch + ch) * 3)
     mean_d = tl.sum(tl.sum(d, axis=1), axis=0) / cnt
@@ -133,11 +143,12 @@ def split_spread(x_ptr, moments_ptr, newton_ptr, sum_x_ptr, part_ptr, R, T, n_tb
     ch = tl.program_id(1)
     n_ch = tl.num_programs(1)
     mean, _var, rstd = _moments(moments_ptr, gid, n_ch, M, eps, BLOCK_CH)
+    shift = _shift(x_ptr, gid, C, S, G, CG, sn, sc, ss, PART)
     lam, _, _, _, _ = _lambda(moments_ptr, newton_ptr, gid, n_ch, M, alpha, sqrt_eps, lmin, lmax,
                               BLOCK_CH, CLAMP_MIN, CLAMP_MAX, True)
     offset, _c, _logical, mask, _r = _tile(gid, ch, R, T, n_tb, C, S, G, CG, sn, sc, ss, PART, BR, BT)
     u = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
-    x, _, _ = yeo_johnson(tl.where(mask, (u - mean) * rstd, 0.0), lam)
+    x, _, _ = yeo_johnson(tl.where(mask, (u - shift - mean) * rstd, 0.0), lam)
     if FIRST:
         value = tl.where(mask, x, 0.0)
     else:
@@ -157,11 +168,12 @@ def split_output(x_ptr, y_ptr, w_ptr, b_ptr, stats_ptr, moments_ptr, newton_ptr,
     ch = tl.program_id(1)
     n_ch = tl.num_programs(1)
     mean, var, rstd = _moments(moments_ptr, gid, n_ch, M, eps, BLOCK_CH)
+    shift = _shift(x_ptr, gid, C, S, G, CG, sn, sc, ss, PART)
     lam, mean_d, coef_d, coef_e, coef_s = _lambda(moments_ptr, newton_ptr, gid, n_ch, M, alpha, sqrt_eps,
                                                   lmin, lmax, BLOCK_CH, CLAMP_MIN, CLAMP_MAX, DETACH)
     offset, c, logical, mask, _r = _tile(gid, ch, R, T, n_tb, C, S, G, CG, sn, sc, ss, PART, BR, BT)
     u = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
-    x, _, _ = yeo_johnson(tl.where(mask, (u - mean) * rstd, 0.0), lam)
+    x, _, _ = yeo_johnson(tl.where(mask, (u - shift - mean) * rstd, 0.0), lam)
     scale = 0.0
     if NOISE:
         scale = _total(spread_ptr, gid, 0, 1, n_ch, BLOCK_CH) / M
@@ -173,7 +185,7 @@ def split_output(x_ptr, y_ptr, w_ptr, b_ptr, stats_ptr, moments_ptr, newton_ptr,
     tl.store(y_ptr + offset, x.to(y_ptr.dtype.element_ty), mask=mask)
     if ch == 0:
         row = stats_ptr + gid * NSTAT
-        tl.store(row + 0, mean)
+        tl.store(row + 0, shift + mean)
         tl.store(row + 1, rstd)
         tl.store(row + 2, lam)
         tl.store(row + 3, scale)
