@@ -68,8 +68,8 @@ def cpu_threads(device: torch.device, threads: int | None, n_params: int) -> Ite
     """Run a block with torch's intra-op CPU thread count set; restores it afterwards.
 
     `threads` None picks 1 thread for models under a million parameters on CPU (their ops are
-    too small to split: small-cnn on digits takes 0.4 s per epoch with 1 thread against 7-15 s
-    with 2 on a busy 2-core machine) and leaves torch's default otherwise.
+    too small to split: small-cnn on digits took 0.3-0.4 s per epoch with 1 thread against
+    6.8-14.5 s with 2 on a busy 2-core machine) and leaves torch's default otherwise.
     """
     before = torch.get_num_threads()
     if threads is None:

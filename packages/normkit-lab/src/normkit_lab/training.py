@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
 import normkit
-from normkit_lab.datasets import DatasetBundle, dataset_params, is_folder, load_dataset
+from normkit_lab.datasets import DatasetBundle, dataset_params, load_dataset
 from normkit_lab.device import cpu_threads, peak_memory_mb, reset_peak_memory, resolve_device, synchronize
 from normkit_lab.errors import ConfigError
 from normkit_lab.models import build_model, model_params
@@ -242,9 +242,7 @@ def check_config(cfg: TrainConfig, norms: list[str]) -> None:
     for norm in norms:
         normkit.parse(norm)
     model_params(cfg.model, cfg.model_params)
-    if not is_folder(cfg.dataset):
-        dataset_params(cfg.dataset, cfg.dataset_params)
-    data = _dataset(cfg)
+    data = _dataset(cfg)  # checks the dataset's parameters before loading it
     for norm in norms:
         _check_hosting(cfg, norm, data)
 
