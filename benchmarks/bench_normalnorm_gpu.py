@@ -29,9 +29,11 @@ PEAK_GBPS = {"H100 SXM": 3350.0, "H100 80GB HBM3": 3350.0, "H100 PCIe": 2000.0, 
              "A100-SXM4-80GB": 2039.0, "A100 80GB PCIe": 1935.0, "A100-SXM4-40GB": 1555.0,
              "A100-PCIE-40GB": 1555.0}
 
-# (norm, shape, num_channels, channel_dim): bnn on NCHW conv maps, lnn on (batch, tokens, features).
-SHAPES = [("bnn", (128, 64, 32, 32), 64, 1), ("bnn", (128, 512, 4, 4), 512, 1),
-          ("lnn", (32, 65, 768), 768, -1), ("lnn", (8, 1024, 4096), 4096, -1)]
+# (norm, shape, num_channels, channel_dim, channels_last): bnn on conv maps (NCHW, and one
+# channels-last case, which the kernels address with strides), lnn on (batch, tokens, features).
+SHAPES = [("bnn", (128, 64, 32, 32), 64, 1, False), ("bnn", (128, 512, 4, 4), 512, 1, False),
+          ("bnn", (128, 64, 32, 32), 64, 1, True),
+          ("lnn", (32, 65, 768), 768, -1, False), ("lnn", (8, 1024, 4096), 4096, -1, False)]
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -104,25 +106,26 @@ def kernel_call(norm: str, layer: torch.nn.Module, dtype: torch.dtype) -> Callab
     def call(x: torch.Tensor) -> torch.Tensor:
         n, c = x.shape[0], layer.num_channels
         x3 = x.reshape(n, -1, c).transpose(1, 2) if layer.tokens else x.reshape(n, c, -1)
-        tracked = batch
-        return normality_triton(
+        y3 = normality_triton(
             x3, layer.weight, layer.bias, partition=layer.partition.kind, tokens=layer.tokens,
             training=layer.training, eps=nn_step.eps, alpha=nn_step.alpha, noise=nn_step.noise,
-            running_mean=layer.running_mean if tracked else None,
-            running_var=layer.running_var if tracked else None,
-            running_lambda=layer.running_lambda if tracked else None, momentum=0.1, out_dtype=dtype)
+            running_mean=layer.running_mean if batch else None,
+            running_var=layer.running_var if batch else None,
+            running_lambda=layer.running_lambda if batch else None, momentum=0.1, out_dtype=dtype)
+        return y3.transpose(1, 2).reshape(x.shape) if layer.tokens else y3.reshape(x.shape)
 
     call.train = layer.train  # so measure() can switch modes
     return call
 
 
-def run_case(norm: str, shape: tuple[int, ...], channels: int, channel_dim: int, dtype: torch.dtype,
-             args: argparse.Namespace) -> dict[str, Timing]:
+def run_case(norm: str, shape: tuple[int, ...], channels: int, channel_dim: int, channels_last: bool,
+             dtype: torch.dtype, args: argparse.Namespace) -> dict[str, Timing]:
     import normkit
 
     gen = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(shape, device="cuda", generator=gen).to(dtype)
-    dy = torch.randn(shape, device="cuda", generator=gen).to(dtype)
+    memory = torch.channels_last if channels_last else torch.contiguous_format
+    x = torch.randn(shape, device="cuda", generator=gen).to(dtype, memory_format=memory)
+    dy = torch.randn(shape, device="cuda", generator=gen).to(dtype, memory_format=memory)
     if norm == "bnn":
         baseline = torch.nn.BatchNorm2d(channels).cuda()  # fp32 affine: cuDNN (fp32) / native (bf16)
     else:
@@ -186,17 +189,18 @@ def main() -> int:
     checks = []
     for dname in dtypes:
         dtype = DTYPES[dname]
-        for norm, shape, channels, channel_dim in SHAPES:
-            result = run_case(norm, shape, channels, channel_dim, dtype, args)
+        for norm, shape, channels, channel_dim, channels_last in SHAPES:
+            result = run_case(norm, shape, channels, channel_dim, channels_last, dtype, args)
+            label = "x".join(map(str, shape)) + (" cl" if channels_last else "")
             numel, size = torch.Size(shape).numel(), torch.empty((), dtype=dtype).element_size()
             for path, t in result.items():
                 fwd_bw = gbps(2 * numel * size, t.forward)
                 train_bw = gbps(5 * numel * size, t.train)
                 pct = None if peak is None or fwd_bw is None else 100 * fwd_bw / peak
-                print(f"{norm:4} {'x'.join(map(str, shape)):16} {dname:5} {path:9} {fmt(t.forward):>8} "
+                print(f"{norm:4} {label:16} {dname:5} {path:9} {fmt(t.forward):>8} "
                       f"{fmt(t.train):>8} {fmt(t.eval):>8} {fmt(fwd_bw, '.0f'):>9} {fmt(train_bw, '.0f'):>9} "
                       f"{fmt(pct, '.0f'):>9} {fmt(t.peak_mb, '.1f'):>8}")
-            checks.extend(target_checks(norm, shape, dname, result, peak, numel * size))
+            checks.extend(target_checks(f"{norm} {label} {dname}", norm, result, peak, numel * size))
             print()
     print("targets (docs/performance.md)")
     for line in checks:
@@ -204,9 +208,7 @@ def main() -> int:
     return 0
 
 
-def target_checks(norm: str, shape: tuple[int, ...], dname: str, r: dict[str, Timing], peak: float | None,
-                  nbytes: int) -> list[str]:
-    label = f"{norm} {'x'.join(map(str, shape))} {dname}"
+def target_checks(label: str, norm: str, r: dict[str, Timing], peak: float | None, nbytes: int) -> list[str]:
     tri, base, kern = r["triton"], r["baseline"], r["kernel"]
     lines = []
     if norm == "bnn":
