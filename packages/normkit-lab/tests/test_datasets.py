@@ -76,6 +76,29 @@ def test_missing_torchvision_dataset_says_where_and_how_to_download(name, tmp_pa
     assert list(tmp_path.iterdir()) == []  # nothing was downloaded or created
 
 
+def _write_idx(path, magic: int, array) -> None:
+    import numpy as np
+
+    header = np.array([magic, *array.shape], dtype=">i4").tobytes()
+    path.write_bytes(header + array.astype(np.uint8).tobytes())
+
+
+def test_mnist_on_disk_is_loaded_into_memory_and_standardized(tmp_path):
+    import numpy as np
+
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for prefix, n in (("train", 6), ("t10k", 4)):
+        _write_idx(raw / f"{prefix}-images-idx3-ubyte", 2051, rng.integers(0, 256, (n, 28, 28)))
+        _write_idx(raw / f"{prefix}-labels-idx1-ubyte", 2049, np.arange(n) % 10)
+    data = load_dataset("mnist", data_dir=str(tmp_path))
+    assert (len(data.train), len(data.val), data.num_classes, data.in_channels, data.image_size) == (6, 4, 10, 1, 28)
+    train = torch.stack([data.train[i][0] for i in range(6)])
+    assert train.shape == (6, 1, 28, 28) and abs(train.mean().item()) < 1e-4
+    assert _labels(data.val) == [0, 1, 2, 3]
+
+
 def test_dataset_missing_is_a_normkit_error():
     assert issubclass(DatasetMissing, normkit.NormkitError)
 
