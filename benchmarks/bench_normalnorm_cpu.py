@@ -1,0 +1,131 @@
+"""CPU benchmark of normality normalization (the fused PyTorch path) against torch's own norms.
+
+    .venv/bin/python benchmarks/bench_normalnorm_cpu.py              # default: 11 repeats
+    .venv/bin/python benchmarks/bench_normalnorm_cpu.py --repeats 21 --reference
+
+Two intra-op threads (`torch.set_num_threads(2)`). For each case it times one training step,
+forward + backward of `sum(y * g)`, for the baseline torch layer and the normkit layer; the layers
+take turns within every repeat (interleaved) and the table shows the median. `--reference` adds
+the step-by-step autograd path (the layer's reference, forced with a no-op probe) for comparison.
+
+Peak memory: each (layer, case) runs again in a fresh process that builds the layer and input,
+resets the kernel's peak-RSS counter (`echo 5 > /proc/self/clear_refs`), runs two training steps
+and reports the peak resident set size (VmHWM) minus the RSS before the steps: the extra memory
+the steps needed at their peak, including anything the layer keeps between steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+
+CASES = [  # name, spec, input shape, channel_dim, target ratio vs torch
+    ("bnn vs BatchNorm2d", "bnn", (128, 64, 32, 32), 1, 10.0),
+    ("bnn vs BatchNorm2d", "bnn", (128, 256, 8, 8), 1, 10.0),
+    ("lnn vs LayerNorm", "lnn", (32, 65, 768), -1, 15.0),
+]
+
+
+def build(kind: str, spec: str, shape: tuple[int, ...], channel_dim: int) -> torch.nn.Module:
+    channels = shape[channel_dim]
+    if kind == "torch":
+        return torch.nn.BatchNorm2d(channels) if spec == "bnn" else torch.nn.LayerNorm(channels)
+    import normkit
+
+    layer = normkit.build(spec, channels, channel_dim=channel_dim)
+    if kind == "reference":
+        layer.add_probe(lambda _layer, _values: None)  # any probe makes the layer take its reference path
+    return layer
+
+
+def step_fn(layer: torch.nn.Module, shape: tuple[int, ...]) -> Callable[[], None]:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=gen).requires_grad_(True)
+    g = torch.randn(shape, generator=gen)
+
+    def step() -> None:
+        x.grad = None
+        layer(x).backward(g)
+
+    return step
+
+
+def time_case(spec: str, shape: tuple[int, ...], channel_dim: int, kinds: list[str],
+              repeats: int) -> dict[str, float]:
+    steps = {k: step_fn(build(k, spec, shape, channel_dim), shape) for k in kinds}
+    for step in steps.values():  # warm-up: first-call allocations, workspace, lazy init
+        step()
+        step()
+    times: dict[str, list[float]] = {k: [] for k in kinds}
+    for _ in range(repeats):
+        for kind, step in steps.items():
+            start = time.perf_counter()
+            step()
+            times[kind].append(time.perf_counter() - start)
+    return {k: 1000 * statistics.median(v) for k, v in times.items()}
+
+
+def status_kb(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+
+def peak_child(kind: str, spec: str, shape: tuple[int, ...], channel_dim: int) -> None:
+    """Runs in a fresh process: print the peak RSS increase (MB) of two training steps."""
+    torch.set_num_threads(2)
+    step = step_fn(build(kind, spec, shape, channel_dim), shape)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset the peak RSS (VmHWM) to the current RSS
+    before = status_kb("VmRSS")
+    step()
+    step()
+    print(json.dumps({"peak_mb": (status_kb("VmHWM") - before) / 1024}))
+
+
+def peak_mb(kind: str, spec: str, shape: tuple[int, ...], channel_dim: int) -> float:
+    args = [sys.executable, __file__, "--peak-child", json.dumps([kind, spec, list(shape), channel_dim])]
+    done = subprocess.run(args, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])["peak_mb"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=11)
+    parser.add_argument("--reference", action="store_true", help="also time the step-by-step reference path")
+    parser.add_argument("--peak-child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.peak_child:
+        kind, spec, shape, channel_dim = json.loads(args.peak_child)
+        peak_child(kind, spec, tuple(shape), channel_dim)
+        return
+    torch.set_num_threads(2)
+    kinds = ["torch", "normkit"] + (["reference"] if args.reference else [])
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cores, "
+          f"load average {os.getloadavg()[0]:.1f}, {args.repeats} interleaved repeats")
+    header = "| case | input | torch ms | normkit ms | ratio | target |"
+    header += " reference ms |" if args.reference else ""
+    header += " torch peak MB | normkit peak MB |"
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
+    for name, spec, shape, channel_dim, target in CASES:
+        ms = time_case(spec, shape, channel_dim, kinds, args.repeats)
+        ratio = ms["normkit"] / ms["torch"]
+        row = (f"| {name} | {tuple(shape)} | {ms['torch']:.1f} | {ms['normkit']:.1f} | {ratio:.1f}x | "
+               f"<= {target:.0f}x {'(met)' if ratio <= target else '(missed)'} |")
+        if args.reference:
+            row += f" {ms['reference']:.1f} |"
+        peaks = [peak_mb(k, spec, shape, channel_dim) for k in ("torch", "normkit")]
+        row += f" {peaks[0]:.0f} | {peaks[1]:.0f} |"
+        print(row, flush=True)
+
+
+if __name__ == "__main__":
+    main()
