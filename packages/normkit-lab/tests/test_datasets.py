@@ -93,7 +93,8 @@ def test_mnist_on_disk_is_loaded_into_memory_and_standardized(tmp_path):
         _write_idx(raw / f"{prefix}-images-idx3-ubyte", 2051, rng.integers(0, 256, (n, 28, 28)))
         _write_idx(raw / f"{prefix}-labels-idx1-ubyte", 2049, np.arange(n) % 10)
     data = load_dataset("mnist", data_dir=str(tmp_path))
-    assert (len(data.train), len(data.val), data.num_classes, data.in_channels, data.image_size) == (6, 4, 10, 1, 28)
+    shape = (len(data.train), len(data.val), data.num_classes, data.in_channels, data.image_size)
+    assert shape == (6, 4, 10, 1, 28)
     train = torch.stack([data.train[i][0] for i in range(6)])
     assert train.shape == (6, 1, 28, 28) and abs(train.mean().item()) < 1e-4
     assert _labels(data.val) == [0, 1, 2, 3]

@@ -92,7 +92,8 @@ def test_explicit_pn_scale_in_the_spec_wins_over_the_final_layer_default():
 
 @pytest.mark.parametrize("name", ("resnet18", "resnet34", "tv-resnet18"))
 def test_post_activation_norm_in_a_v1_resnet_names_the_preact_model(name):
-    with pytest.raises(normkit.SpecError, match=f"model '{name}' cannot host 'gn.*pn'.*preact-resnet18") as info:
+    message = f"model '{name}' cannot host 'gn.*pn'.*preact-resnet18"
+    with pytest.raises(normkit.SpecError, match=message) as info:
         _build(name, GN_PN)
     assert "\n" not in str(info.value)
 

@@ -151,3 +151,22 @@ def test_check_config_reports_a_missing_dataset(tmp_path):
     cfg = TrainConfig(dataset="cifar10", data_dir=str(tmp_path))
     with pytest.raises(DatasetMissing, match="--download"):
         check_config(cfg, ["bn"])
+
+
+@pytest.mark.slow
+def test_compiled_model_trains():
+    result = train_run(dataclasses.replace(DIGITS, compile=True, epochs=1), "bn", seed=0)
+    assert result.status == "ok" and result.epochs[0].val_acc > 0.3
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("norm", ["bn", "gn+pn", "bnn"])
+def test_amp_and_channels_last_train_on_cuda(norm):
+    if norm == "bnn":
+        pytest.importorskip("normkit_normalnorm")
+    cfg = dataclasses.replace(DIGITS, device="cuda", amp=True, channels_last=True)
+    check_config(cfg, [norm])
+    result = train_run(cfg, norm, seed=0)
+    assert result.status == "ok" and result.epochs[-1].val_acc > 0.6
+    assert all(r.peak_mem_mb > 0 for r in result.epochs)

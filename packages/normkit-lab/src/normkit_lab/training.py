@@ -153,37 +153,46 @@ def _is_number(v: Any) -> bool:
 
 
 def _check_numbers(cfg: TrainConfig) -> None:
-    _require(_is_int(cfg.epochs) and cfg.epochs >= 1, f"epochs must be an integer >= 1, got {cfg.epochs!r}")
-    _require(_is_int(cfg.batch_size) and cfg.batch_size >= 1,
-             f"batch_size must be an integer >= 1, got {cfg.batch_size!r}")
-    _require(cfg.optimizer in OPTIMIZERS, f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {cfg.optimizer!r}")
-    _require(cfg.lr is None or (_is_number(cfg.lr) and cfg.lr > 0), f"lr must be a number > 0, got {cfg.lr!r}")
-    _require(_is_number(cfg.momentum) and 0 <= cfg.momentum < 1, f"momentum must be in [0, 1), got {cfg.momentum!r}")
-    _require(cfg.weight_decay is None or (_is_number(cfg.weight_decay) and cfg.weight_decay >= 0),
-             f"weight_decay must be a number >= 0, got {cfg.weight_decay!r}")
-    _require(cfg.schedule in SCHEDULES, f"schedule must be one of {', '.join(SCHEDULES)}, got {cfg.schedule!r}")
-    _require(_is_int(cfg.warmup_epochs) and 0 <= cfg.warmup_epochs <= cfg.epochs,
-             f"warmup_epochs must be an integer in [0, epochs={cfg.epochs}], got {cfg.warmup_epochs!r}")
-    _require(_is_int(cfg.step_size) and cfg.step_size >= 1, f"step_size must be an integer >= 1, got {cfg.step_size!r}")
-    _require(_is_number(cfg.gamma) and 0 < cfg.gamma <= 1, f"gamma must be in (0, 1], got {cfg.gamma!r}")
-    _require(_is_number(cfg.label_smoothing) and 0 <= cfg.label_smoothing < 1,
-             f"label_smoothing must be in [0, 1), got {cfg.label_smoothing!r}")
-    _require(_is_int(cfg.num_workers) and cfg.num_workers >= 0,
-             f"num_workers must be an integer >= 0, got {cfg.num_workers!r}")
-    _require(cfg.cpu_threads is None or (_is_int(cfg.cpu_threads) and cfg.cpu_threads >= 1),
-             f"cpu_threads must be an integer >= 1 (or unset), got {cfg.cpu_threads!r}")
-    for key in ("download", "augment", "amp", "channels_last", "compile"):
-        _require(isinstance(getattr(cfg, key), bool), f"{key} must be true or false, got {getattr(cfg, key)!r}")
-    for key in ("model_params", "dataset_params"):
-        _require(isinstance(getattr(cfg, key), dict), f"{key} must be a mapping of name to value")
+    def at_least(v: Any, low: int) -> bool:
+        return _is_int(v) and v >= low
+
+    def within(v: Any, low: float, high: float) -> bool:
+        return _is_number(v) and low <= v < high
+
+    checks = [
+        ("epochs", at_least(cfg.epochs, 1), "an integer >= 1"),
+        ("batch_size", at_least(cfg.batch_size, 1), "an integer >= 1"),
+        ("optimizer", cfg.optimizer in OPTIMIZERS, f"one of {', '.join(OPTIMIZERS)}"),
+        ("lr", cfg.lr is None or (_is_number(cfg.lr) and cfg.lr > 0), "a number > 0"),
+        ("momentum", within(cfg.momentum, 0, 1), "in [0, 1)"),
+        ("weight_decay", cfg.weight_decay is None or within(cfg.weight_decay, 0, math.inf),
+         "a number >= 0"),
+        ("schedule", cfg.schedule in SCHEDULES, f"one of {', '.join(SCHEDULES)}"),
+        ("warmup_epochs", at_least(cfg.warmup_epochs, 0) and cfg.warmup_epochs <= cfg.epochs,
+         f"an integer in [0, epochs={cfg.epochs}]"),
+        ("step_size", at_least(cfg.step_size, 1), "an integer >= 1"),
+        ("gamma", _is_number(cfg.gamma) and 0 < cfg.gamma <= 1, "in (0, 1]"),
+        ("label_smoothing", within(cfg.label_smoothing, 0, 1), "in [0, 1)"),
+        ("num_workers", at_least(cfg.num_workers, 0), "an integer >= 0"),
+        ("cpu_threads", cfg.cpu_threads is None or at_least(cfg.cpu_threads, 1),
+         "an integer >= 1 (or unset)"),
+        *((key, isinstance(getattr(cfg, key), bool), "true or false")
+          for key in ("download", "augment", "amp", "channels_last", "compile")),
+        *((key, isinstance(getattr(cfg, key), dict), "a mapping of name to value")
+          for key in ("model_params", "dataset_params")),
+    ]
+    for key, ok, expected in checks:
+        _require(ok, f"{key} must be {expected}, got {getattr(cfg, key)!r}")
 
 
 def _check_device(cfg: TrainConfig) -> torch.device:
-    _require(isinstance(cfg.device, str), f"device must be a string such as auto, cpu or cuda, got {cfg.device!r}")
+    _require(isinstance(cfg.device, str),
+             f"device must be auto, cpu, cuda, cuda:N or mps; got {cfg.device!r}")
     device = resolve_device(cfg.device)
     for key in ("amp", "channels_last"):
+        flag = key.replace("_", "-")
         _require(not getattr(cfg, key) or device.type == "cuda",
-                 f"{key} needs a CUDA device, but the run would use {device.type}; drop --{key.replace('_', '-')}")
+                 f"{key} needs a CUDA device, but the run would use {device.type}; drop --{flag}")
     return device
 
 
@@ -238,7 +247,8 @@ def check_config(cfg: TrainConfig, norms: list[str]) -> None:
     """
     _check_numbers(cfg)
     _check_device(cfg)
-    _require(isinstance(norms, (list, tuple)) and len(norms) > 0, "give at least one norm, e.g. --norms bn,bnn")
+    _require(isinstance(norms, (list, tuple)) and len(norms) > 0,
+             "give at least one norm, e.g. --norms bn,bnn")
     for norm in norms:
         normkit.parse(norm)
     model_params(cfg.model, cfg.model_params)
@@ -346,7 +356,8 @@ def _evaluate(step: _Step, loader: DataLoader, top5: bool) -> tuple[float, float
     return loss_sum.item() / seen, correct.item() / seen, (correct5.item() / seen if top5 else None)
 
 
-def _loaders(cfg: TrainConfig, data: DatasetBundle, seed: int, device: torch.device) -> tuple[DataLoader, DataLoader]:
+def _loaders(cfg: TrainConfig, data: DatasetBundle, seed: int,
+             device: torch.device) -> tuple[DataLoader, DataLoader]:
     pin = device.type == "cuda"
     train = DataLoader(data.train, batch_size=cfg.batch_size, shuffle=True,
                        generator=torch.Generator().manual_seed(seed),
@@ -357,7 +368,8 @@ def _loaders(cfg: TrainConfig, data: DatasetBundle, seed: int, device: torch.dev
     return train, val
 
 
-def train_run(cfg: TrainConfig, norm: str, seed: int, *, on_epoch: Callable[[EpochRecord], None] | None = None,
+def train_run(cfg: TrainConfig, norm: str, seed: int, *,
+              on_epoch: Callable[[EpochRecord], None] | None = None,
               callbacks: Sequence[Callback] = ()) -> RunResult:
     """Train `cfg.model` with every norm built from `norm`, seeded by `seed`; evaluate every epoch.
 
