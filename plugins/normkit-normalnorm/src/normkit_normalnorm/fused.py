@@ -26,9 +26,10 @@ import torch
 from normkit.stages import Groups, Partition
 from torch import Tensor
 
-from normkit_normalnorm.workspace import scratch
+from normkit_normalnorm.workspace import scratch, scratch_stack
 from normkit_normalnorm.yeojohnson import standard_normal_like
 
+STACK_SLOT = 6  # scratch slot of the stacked temporaries (four activations)
 _TINY_MU = 1e-20  # stands in for mu == 0 (lam exactly 0 or 2): expm1(tiny * L) / tiny == L in float
 
 
@@ -77,8 +78,7 @@ class NormalityFunction(torch.autograd.Function):
                 running_lambda.lerp_(groups.channel_stat(lam).to(running_lambda), cfg.momentum)
         c0, c1 = _inverse_mu(lam)
         torch.addcmul(log1p_a, signed_log, lam - 1, out=x).expm1_()  # expm1(mu * L)
-        inverse_mu = torch.copysign(_one(h), signed_log, out=scratch(0, h)).mul_(c0).add_(c1)  # sign(h)/mu
-        x.mul_(inverse_mu)
+        x.mul_(torch.where(signed_log >= 0, c0 + c1, c1 - c0))  # times sign(h) / mu
         y = _add_noise(x, x3, groups, cfg)
         out = _affine(groups.ungroup(y), weight, bias)  # a fresh (N, C, S) tensor, not a view
         ctx.cfg, ctx.groups, ctx.stats = cfg, groups, stats
@@ -93,18 +93,19 @@ class NormalityFunction(torch.autograd.Function):
         x3, signed_log, x, y, weight, bias = ctx.saved_tensors
         cfg, groups, lam = ctx.cfg, ctx.groups, ctx.lam
         gv = grad3.reshape(x.shape)
+        buffers = scratch_stack(STACK_SLOT, x, 4)
         grad_weight = grad_bias = None
         if bias is not None and ctx.needs_input_grad[2]:
             grad_bias = grad3.sum((0, 2))
         if weight is not None and ctx.needs_input_grad[1]:
-            grad_weight = groups.ungroup(torch.mul(gv, y, out=scratch(5, x))).sum((0, 2))
+            grad_weight = groups.ungroup(torch.mul(gv, y, out=buffers[2])).sum((0, 2))
         grad_x3 = None
         if ctx.needs_input_grad[0]:
             gx = torch.mul(gv, groups.per_channel(weight), out=scratch(0, x)) if weight is not None else gv
-            dx_dh = torch.mul(signed_log, lam - 1, out=scratch(2, x)).exp_()
+            dx_dh = torch.mul(signed_log, lam - 1, out=buffers[0]).exp_()
             gh = torch.mul(gx, dx_dh, out=scratch(3, x))
             if ctx.newton is not None and not cfg.detach_lambda:
-                _add_lambda_gradient(gh, gx, dx_dh, signed_log, x, ctx.newton, ctx.inverse, groups, cfg)
+                _add_lambda_gradient(gh, gx, buffers, signed_log, x, ctx.newton, ctx.inverse, groups, cfg)
             grad_x3 = _standardize_backward(groups.ungroup(gh), x3, cfg, ctx.stats)
         return grad_x3, grad_weight, grad_bias, None, None, None, None
 
@@ -184,7 +185,6 @@ class _Newton:
 def _newton(h: Tensor, groups: Groups, cfg: FusedConfig) -> tuple[_Newton, Tensor, Tensor, Tensor]:
     """lambda_hat per group, sign(h) * log1p(|h|), log1p(|h|) and a fresh buffer for x.
 
-    Overwrites `h` (a temporary of the forward) with intermediate products.
     """
     dims, n = groups.dims, groups.count
 
@@ -196,11 +196,12 @@ def _newton(h: Tensor, groups: Groups, cfg: FusedConfig) -> tuple[_Newton, Tenso
     signed_log = torch.copysign(log1p_a, h)
     s1 = mean(signed_log)
     p = torch.addcmul(log1p_a, a, log1p_a)  # (1 + a) L; its buffer becomes x
-    d = torch.sub(p, a, out=scratch(2, h))  # (1 + a) L - a
-    mean_d = mean(d)
-    mean_hd = mean(h.mul_(d))
-    mean_dd = mean(torch.mul(d, d, out=h))
-    mean_aq = mean(p.mul_(log1p_a).sub_(d, alpha=2).mul_(a))  # a * ((1 + a) L^2 - 2 d) = h * d2
+    terms = scratch_stack(STACK_SLOT, h, 4)  # d, h d, d^2, h d2: one reduction for the four means
+    d = torch.sub(p, a, out=terms[0])  # (1 + a) L - a
+    torch.mul(h, d, out=terms[1])
+    torch.mul(d, d, out=terms[2])
+    torch.mul(p, log1p_a, out=terms[3]).sub_(d, alpha=2).mul_(a)  # a ((1 + a) L^2 - 2 d) = h d2
+    mean_d, mean_hd, mean_dd, mean_aq = terms.sum(tuple(k + 1 for k in dims), keepdim=True).div_(n)
     dvar = 2 * mean_hd
     d2var = 2 * (mean_aq + mean_dd - mean_d * mean_d)
     g1 = 0.5 * dvar - s1
@@ -224,26 +225,30 @@ def _inverse_mu(lam: Tensor) -> tuple[Tensor, Tensor]:
     return (inv_pos + inv_neg) / 2, (inv_pos - inv_neg) / 2
 
 
-def _add_lambda_gradient(gh: Tensor, gx: Tensor, dx_dh: Tensor, signed_log: Tensor, x: Tensor,
+def _add_lambda_gradient(gh: Tensor, gx: Tensor, buffers: Tensor, signed_log: Tensor, x: Tensor,
                          newton: _Newton, inverse: tuple[Tensor, Tensor], groups: Groups,
                          cfg: FusedConfig) -> None:
-    """gh += dLoss/dlam * dlam/dh, in place. Reuses the buffers of gx (then free) and dx_dh."""
+    """gh += dLoss/dlam * dlam/dh, in place.
+
+    `buffers[0]` holds dx/dh on entry; all four are scratch. Reuses gx's buffer once gx is spent.
+    """
     dims, n = groups.dims, newton.count
     c0, c1 = inverse
+    dx_dh, one_plus_a, q, qs = buffers
     log1p_a = torch.abs(signed_log, out=scratch(1, x))
-    one_plus_a = torch.exp(log1p_a, out=scratch(4, x))
-    work = torch.mul(one_plus_a, dx_dh, out=scratch(5, x))  # exp(mu * L)
-    work.mul_(signed_log).sub_(x).mul_(gx)  # gx * (sign(h) / mu)^-1 * dx/dlam
-    sum_q = work.sum(dims, keepdim=True)
+    torch.exp(log1p_a, out=one_plus_a)
+    torch.mul(one_plus_a, dx_dh, out=q)  # exp(mu * L)
+    q.mul_(signed_log).sub_(x).mul_(gx)  # gx * (sign(h) / mu)^-1 * dx/dlam
     sign = torch.copysign(_one(x), signed_log, out=dx_dh)
-    sum_qs = work.mul_(sign).sum(dims, keepdim=True)
+    torch.mul(q, sign, out=qs)
+    sum_q, sum_qs = buffers[2:].sum(tuple(k + 1 for k in dims), keepdim=True)
     grad_lam = (c1 * sum_q + c0 * sum_qs) * newton.in_range
     grad_g1 = -cfg.alpha * grad_lam / newton.den
     grad_g2 = cfg.alpha * newton.g1 * grad_lam / (newton.den * newton.den)
     k1 = (2 / n) * (0.5 * grad_g1 - newton.dvar * grad_g2)  # times d(dvar)/dh * n / 2
     k2 = (2 / n) * 0.5 * grad_g2  # times d(d2var)/dh * n / 2
     k3 = -grad_g1 / n  # times d(s1)/dh * n
-    bl = torch.mul(one_plus_a, 2, out=work).sub_(1).mul_(log1p_a)  # (1 + 2a) L
+    bl = torch.mul(one_plus_a, 2, out=q).sub_(1).mul_(log1p_a)  # (1 + 2a) L
     gh.addcmul_(bl, k1).addcmul_(one_plus_a, -k1).add_(k1)  # k1 * (d + a L)
     l_minus_1 = torch.sub(log1p_a, 1, out=scratch(0, x))  # gx is no longer needed
     bl.mul_(log1p_a).add_(l_minus_1, alpha=2)  # (1 + 2a) L^2 + 2 (L - 1)
@@ -262,7 +267,7 @@ def _add_noise(x: Tensor, x3: Tensor, groups: Groups, cfg: FusedConfig) -> Tenso
         return x
     dims, n = groups.dims, groups.count
     centred = torch.sub(x, x.sum(dims, keepdim=True).div_(n), out=scratch(0, x))
-    s = centred.abs_().sum(dims, keepdim=True).div_(n)
+    s = torch.linalg.vector_norm(centred, 1, dims, keepdim=True).div_(n)
     z = standard_normal_like(x3, cfg.tokens).reshape(x.shape)
     return torch.addcmul(x, z, s * cfg.noise, out=z)
 
