@@ -121,9 +121,11 @@ def test_tv_resnet_takes_three_channel_images_without_a_new_stem():
     _step(model, in_channels=3)
 
 
-def test_gn_with_too_many_groups_says_which_groups_fit():
-    with pytest.raises(normkit.SpecError, match="cannot host 'gn'.*use groups="):
-        _build("wrn", "gn")
+@pytest.mark.parametrize("name", ("wrn", "resnet18", "vit-small"))
+def test_gn_with_too_many_groups_says_which_groups_fit_without_unrelated_hints(name):
+    with pytest.raises(normkit.SpecError, match="cannot host 'gn'.*use groups=") as info:
+        _build(name, "gn")
+    assert "preact" not in str(info.value) and "attention" not in str(info.value)
 
 
 def test_unknown_model_parameter_lists_the_valid_ones():

@@ -15,9 +15,10 @@ import normkit
 from normkit import plugins
 from normkit.errors import did_you_mean
 from normkit_lab.models import preact_resnet, resnet, small_cnn, torchvision_models, vit
-from normkit_lab.models.context import ModelContext, NormHostError
+from normkit_lab.models.context import MissingActivation, ModelContext, NormHostError
 
-__all__ = ["ModelContext", "NormHostError", "build_model", "register_builtin_models"]
+__all__ = ["MissingActivation", "ModelContext", "NormHostError", "build_model", "model_params",
+           "register_builtin_models"]
 
 _PREACT_HINT = ("use 'preact-resnet18', 'preact-resnet34' or 'wrn', where every norm is followed by an "
                 "activation")
@@ -77,6 +78,6 @@ def build_model(name: str, norm: str, *, num_classes: int, in_channels: int, ima
     try:
         return entry.factory(ctx, **typed)
     except NormHostError as exc:
-        hint = entry.meta.get("host_hint")
+        hint = entry.meta.get("host_hint") if isinstance(exc, MissingActivation) else None
         raise normkit.SpecError(f"model {entry.name!r} cannot host {spec!r}: {exc}"
                                 + (f"; {hint}" if hint else "")) from exc

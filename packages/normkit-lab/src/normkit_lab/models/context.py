@@ -15,6 +15,10 @@ class NormHostError(normkit.SpecError):
     """A norm that cannot sit at one position of a model (turned into one line by `build_model`)."""
 
 
+class MissingActivation(NormHostError):
+    """A spec with an activation or post-activation stage at a norm no activation follows."""
+
+
 @dataclass
 class ModelContext:
     """Norm spec and data shape for a model factory.
@@ -50,8 +54,8 @@ class ModelContext:
         """
         if activation is None and self.has_stage("activation", "post_activation"):
             stages = "+".join(p.name for p in self.spec().stages if p.entry.kind != "step")
-            raise NormHostError(f"a norm of this model is not followed by an activation (e.g. the one "
-                                f"before a residual add), so '+{stages}' has no activation to act on")
+            raise MissingActivation(f"a norm of this model is not followed by an activation, so "
+                                    f"'+{stages}' has no activation to act on")
         try:
             return normkit.build(self.norm, channels, channel_dim=channel_dim, activation=activation,
                                  **overrides)

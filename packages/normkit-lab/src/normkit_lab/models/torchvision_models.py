@@ -11,7 +11,7 @@ from collections.abc import Callable
 from torch import nn
 
 import normkit
-from normkit_lab.models.context import ModelContext, NormHostError
+from normkit_lab.models.context import MissingActivation, ModelContext, NormHostError
 
 CITATION = ("He, Zhang, Ren & Sun, Deep Residual Learning for Image Recognition, CVPR 2016, "
             "arXiv:1512.03385 (torchvision implementation)")
@@ -26,7 +26,8 @@ def _converted(ctx: ModelContext, builder: Callable[..., nn.Module]) -> nn.Modul
     try:
         normkit.convert(model, ctx.norm)
     except normkit.SpecError as exc:
-        raise NormHostError(str(exc)) from exc
+        error = MissingActivation if ctx.has_stage("activation", "post_activation") else NormHostError
+        raise error(str(exc)) from exc
     return model
 
 
