@@ -27,7 +27,9 @@ from normkit.stages import Partition
 from torch import Tensor
 
 from normkit_normalnorm.functional import ema_factor
-from normkit_normalnorm.triton_kernels.op import interpreting, normality_forward, update_running_from
+from normkit_normalnorm.triton_kernels.autograd import NormalityFunction, update_running_from
+from normkit_normalnorm.triton_kernels.geometry import Options, geometry
+from normkit_normalnorm.triton_kernels.op import interpreting, normality_forward
 
 __all__ = ["available", "normality_triton"]
 
@@ -73,14 +75,18 @@ def normality_triton(
         x3 = x3.contiguous()
     tracked = partition == "batch" and running_mean is not None
     factor = ema_factor(momentum, num_batches_tracked) if tracked and training else None
-    if training and noise > 0:
-        seed = torch.randint(0, 2**31 - 1, (1,), dtype=torch.int64)
-    else:
-        seed = torch.zeros(1, dtype=torch.int64)
-    y, stats = normality_forward(x3, weight, bias, running_mean, running_var, running_lambda, seed, partition,
-                                 groups, tokens, training, eps, alpha, noise, lambda_min, lambda_max,
+    with_noise = training and noise > 0
+    if not torch.compiler.is_compiling():
+        seed = int(torch.randint(0, 2**31 - 1, (1,))) if with_noise else 0
+        geo = geometry(x3.shape, partition, groups, tokens)
+        opts = Options(training, eps, alpha, noise, lambda_min, lambda_max, detach_lambda)
+        return NormalityFunction.apply(x3, weight, bias, (running_mean, running_var, running_lambda), seed,
+                                       geo, opts, factor, out_dtype or x3.dtype)
+    seed_tensor = torch.randint(0, 2**31 - 1, (1,)) if with_noise else torch.zeros(1, dtype=torch.int64)
+    y, stats = normality_forward(x3, weight, bias, running_mean, running_var, running_lambda, seed_tensor,
+                                 partition, groups, tokens, training, eps, alpha, noise, lambda_min, lambda_max,
                                  detach_lambda, out_dtype)
-    if tracked and training:
+    if factor is not None:
         update_running_from(stats, x3.shape[0] * x3.shape[2], factor, running_mean, running_var, running_lambda)
     return y
 

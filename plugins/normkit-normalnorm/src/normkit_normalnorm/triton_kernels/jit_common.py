@@ -145,3 +145,17 @@ def lambda_grad_direction(sg, a, log_a, d, e, mean_d, coef_d, coef_e, coef_s):
     return (coef_d * (d + a * log_a)
             + coef_e * sg * (e + a * log_a * log_a + 2.0 * (d - mean_d) * log_a)
             + coef_s / (1.0 + a))
+
+
+@triton.jit
+def _lerp(start, end, weight):
+    """torch.lerp's formula (exact at weight 1)."""
+    return tl.where(weight < 0.5, start + weight * (end - start), end - (end - start) * (1.0 - weight))
+
+
+@triton.jit
+def update_running(mean_ptr, var_ptr, lam_ptr, c, mean, unbiased_var, lam, momentum):
+    """EMA of channel c's running buffers (float32), as `functional.update_running` does."""
+    tl.store(mean_ptr + c, _lerp(tl.load(mean_ptr + c), mean, momentum))
+    tl.store(var_ptr + c, _lerp(tl.load(var_ptr + c), unbiased_var, momentum))
+    tl.store(lam_ptr + c, _lerp(tl.load(lam_ptr + c), lam, momentum))

@@ -56,8 +56,13 @@ def running_stats(running: tuple[Tensor, Tensor, Tensor], opts: Options) -> Tens
 
 
 def forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, stats_in: Tensor | None,
-            geo: Geometry, opts: Options, seed: int, out_dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    """Output and per-group statistics `(groups, NSTAT)`; `stats_in` = running table for eval."""
+            geo: Geometry, opts: Options, seed: int, out_dtype: torch.dtype,
+            update: tuple[Tensor, Tensor, Tensor, float] | None = None) -> tuple[Tensor, Tensor]:
+    """Output and per-group statistics `(groups, NSTAT)`; `stats_in` = running table for eval.
+
+    `update` = (running_mean, running_var, running_lambda, factor): float32 contiguous buffers of a
+    training batch partition that the kernel moves in place (saves the host-side EMA launches).
+    """
     y = torch.empty_like(x3, dtype=out_dtype)
     w = weight if weight is not None else x3
     b = bias if bias is not None else x3
@@ -72,12 +77,15 @@ def forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, stats_in: Te
         return y, stats_in
     stats = torch.empty(geo.n_groups, NSTAT, dtype=torch.float32, device=x3.device)
     noise = opts.training and opts.noise > 0
+    run_mean, run_var, run_lam, factor = update if update is not None else (stats, stats, stats, 0.0)
+    running = {"run_mean_ptr": run_mean, "run_var_ptr": run_var, "run_lam_ptr": run_lam, "momentum": factor,
+               "unbias": geo.size / max(geo.size - 1, 1), "UPDATE": update is not None}
     common = dict(C=geo.c, S=geo.s, G=geo.groups, CG=geo.group_channels, **_strides(x3), PART=geo.part)
     scalars = dict(eps=opts.eps, sqrt_eps=math.sqrt(opts.eps), alpha=opts.alpha, **opts.clamp_args)
     if geo.size <= config.row_max:
         block = triton.next_power_of_2(geo.size)
         row_forward[(geo.n_groups,)](
-            x3, y, w, b, stats, T=geo.cols, M=geo.size, noise=opts.noise, seed=seed, BLOCK=block,
+            x3, y, w, b, stats, **running, T=geo.cols, M=geo.size, noise=opts.noise, seed=seed, BLOCK=block,
             NOISE=noise, DETACH=opts.detach_lambda, num_warps=_num_warps(block),
             **common, **scalars, **opts.clamp_flags, **flags)
         return y, stats
@@ -98,24 +106,19 @@ def forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, stats_in: Te
         for first, out in ((True, sum_x), (False, spread)):
             split_spread[grid](x3, moments, newton, sum_x, out, M=geo.size, BLOCK_CH=block_ch,
                                FIRST=first, num_warps=warps, **tiles, **scalars, **opts.clamp_flags)
-    split_output[grid](x3, y, w, b, stats, moments, newton, spread, M=geo.size, noise=opts.noise,
+    split_output[grid](x3, y, w, b, stats, moments, newton, spread, **running, M=geo.size, noise=opts.noise,
                        seed=seed, BLOCK_CH=block_ch, NOISE=noise, DETACH=opts.detach_lambda,
                        num_warps=warps, **tiles, **scalars, **opts.clamp_flags, **flags)
     return y, stats
-
-
-def _channel_sums(partial: Tensor, geo: Geometry) -> Tensor:
-    """Per-channel totals of the split path's `(groups, rows, column tiles)` partials."""
-    if geo.part == BATCH:
-        return partial.sum(dim=(1, 2))
-    return partial.reshape(-1, geo.c, partial.shape[-1]).sum(dim=(0, 2))
 
 
 def backward(dy: Tensor, x3: Tensor, weight: Tensor | None, stats: Tensor, geo: Geometry, opts: Options,
              use_running: bool, seed: int, has_bias: bool) -> tuple[Tensor, Tensor | None, Tensor | None]:
     """(dx, dweight, dbias) for the forward that produced `stats`; noise regenerated from `seed`.
 
-    The weight and bias gradients come back in float32."""
+    The weight and bias gradients come back in float32: the kernels write per-program partials
+    (weight and bias in one buffer), reduced per channel by a single torch sum.
+    """
     if dy.stride() != x3.stride():
         dy = torch.empty_like(x3, dtype=dy.dtype).copy_(dy)
     dx = torch.empty_like(x3)
@@ -132,32 +135,28 @@ def backward(dy: Tensor, x3: Tensor, weight: Tensor | None, stats: Tensor, geo: 
         per_split = math.ceil(per_class / splits)
         splits = math.ceil(per_class / per_split)
         block = triton.next_power_of_2(geo.size)
-        shape = (splits, geo.classes, geo.size)
-        dw_part = torch.empty(shape if has_w else 1, dtype=torch.float32, device=dev)
-        db_part = torch.empty(shape if has_bias else 1, dtype=torch.float32, device=dev)
+        parts = torch.empty(2, splits, geo.classes, geo.size, dtype=torch.float32, device=dev)
         row_backward[(geo.classes, splits)](
-            x3, dy, dx, w, stats, dw_part, db_part, T=geo.cols, M=geo.size, K=geo.classes,
+            x3, dy, dx, w, stats, parts[0], parts[1], T=geo.cols, M=geo.size, K=geo.classes,
             per_split=per_split, n_per_class=per_class, noise=opts.noise, seed=seed, BLOCK=block,
             USE_RUNNING=use_running, num_warps=_num_warps(block), **common, **flags)
-
-        def reduce(part: Tensor) -> Tensor:
-            return part.sum(0).reshape(geo.c, -1).sum(1)
+        # (classes, size) is (C, values per channel) in memory order for every partition.
+        totals = parts.reshape(2, splits, geo.c, -1).sum(dim=(1, 3))
     else:
         br, bt, n_tb, n_ch = _tiles(geo)
         grid = (geo.n_groups, n_ch)
         tiles = dict(R=geo.rows, T=geo.cols, n_tb=n_tb, BR=br, BT=bt, **common)
         warps = _num_warps(br * bt)
-        sums = torch.zeros(geo.n_groups, n_ch, 5, dtype=torch.float32, device=dev)
-        shape = (geo.n_groups, geo.rows, n_tb)
-        dw_part = torch.empty(shape if has_w else 1, dtype=torch.float32, device=dev)
-        db_part = torch.empty(shape if has_bias else 1, dtype=torch.float32, device=dev)
-        split_backward_reduce[grid](x3, dy, w, stats, sums, dw_part, db_part, noise=opts.noise, seed=seed,
+        sums = torch.empty(geo.n_groups, n_ch, 5, dtype=torch.float32, device=dev)
+        parts = torch.empty(2, geo.n_groups, geo.rows, n_tb, dtype=torch.float32, device=dev)
+        split_backward_reduce[grid](x3, dy, w, stats, sums, parts[0], parts[1], noise=opts.noise, seed=seed,
                                     num_warps=warps, **tiles, **flags)
         split_backward_input[grid](x3, dy, dx, w, stats, sums, M=geo.size,
                                    BLOCK_CH=min(triton.next_power_of_2(n_ch), 1024), num_warps=warps,
                                    USE_RUNNING=use_running, HAS_W=has_w, LAMBDA_GRAD=lambda_grad,
                                    NSTAT=NSTAT, **tiles)
-
-        def reduce(part: Tensor) -> Tensor:
-            return _channel_sums(part, geo)
-    return dx, reduce(dw_part) if has_w else None, reduce(db_part) if has_bias else None
+        if geo.part == BATCH:  # group = channel
+            totals = parts.sum(dim=(2, 3))
+        else:  # (groups, rows) is (outer index, C) in memory order
+            totals = parts.reshape(2, -1, geo.c, n_tb).sum(dim=(1, 3))
+    return dx, totals[0] if has_w else None, totals[1] if has_bias else None

@@ -1,4 +1,4 @@
-"""The kernels as `torch.library` custom ops with autograd, so `torch.compile` treats them as one op.
+"""The kernels as `torch.library` custom ops with autograd, the entry `torch.compile` traces.
 
 `normality_forward` returns the output and a small per-group statistics table the backward
 reuses; `normality_backward` returns (dx, dweight, dbias). On CUDA, and on CPU under
@@ -13,7 +13,8 @@ import os
 import torch
 from torch import Tensor
 
-from normkit_normalnorm.functional import normality_norm, update_running
+from normkit_normalnorm.functional import normality_norm
+from normkit_normalnorm.triton_kernels.autograd import kernel_backward, kernel_forward
 from normkit_normalnorm.triton_kernels.geometry import LAM, MEAN, NSTAT, VAR, Options, geometry
 
 NAMESPACE = "normkit_normalnorm"
@@ -43,31 +44,19 @@ def normality_forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, ru
                       noise: float, lambda_min: float | None, lambda_max: float | None,
                       detach_lambda: bool, out_dtype: torch.dtype | None) -> tuple[Tensor, Tensor]:
     """(output, statistics). Functional (autograd needs that): the caller updates running buffers
-    from the statistics' mean/var/lambda columns (see `update_running_from`)."""
+    from the statistics' mean/var/lambda columns (`autograd.update_running_from`)."""
     out_dtype = out_dtype or x3.dtype
-    tracked = partition == "batch" and running_mean is not None
     if not runs_kernels(x3):
         return _reference_forward(x3, weight, bias, (running_mean, running_var, running_lambda), seed,
                                   out_dtype, {"partition": partition, "groups": groups, "tokens": tokens,
                                                   "training": training, "eps": eps, "alpha": alpha, "noise": noise,
                                                   "lambda_min": lambda_min, "lambda_max": lambda_max,
                                                   "detach_lambda": detach_lambda})
-    from normkit_normalnorm.triton_kernels import launch
-
     geo = geometry(x3.shape, partition, groups, tokens)
     opts = Options(training, eps, alpha, noise, lambda_min, lambda_max, detach_lambda)
-    running = None
-    if tracked and not training:
-        running = launch.running_stats((running_mean, running_var, running_lambda), opts)
-    y, stats = launch.forward(x3, weight, bias, running, geo, opts, int(seed), out_dtype)
-    return y, stats.clone() if running is not None else stats
-
-
-def update_running_from(stats: Tensor, count: int, factor: float, running_mean: Tensor, running_var: Tensor,
-                        running_lambda: Tensor) -> None:
-    """EMA of the batch statistics a training forward returned into the running buffers."""
-    update_running(stats[:, MEAN], stats[:, VAR], stats[:, LAM], count, factor, running_mean, running_var,
-                   running_lambda)
+    y, stats, use_running = kernel_forward(x3, weight, bias, (running_mean, running_var, running_lambda), geo,
+                                           opts, int(seed), out_dtype, None)
+    return y, stats.clone() if use_running else stats
 
 
 def _reference_forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None,
@@ -112,14 +101,12 @@ def normality_backward(dy: Tensor, x3: Tensor, weight: Tensor | None, bias: Tens
                                    {"partition": partition, "groups": groups, "tokens": tokens, "training": training,
                                         "eps": eps, "alpha": alpha, "noise": noise, "lambda_min": lambda_min,
                                         "lambda_max": lambda_max, "detach_lambda": detach_lambda})
-    from normkit_normalnorm.triton_kernels import launch
-
     geo = geometry(x3.shape, partition, groups, tokens)
     opts = Options(training, eps, alpha, noise, lambda_min, lambda_max, detach_lambda)
     use_running = partition == "batch" and running_mean is not None and not training
-    dx, dw, db = launch.backward(dy, x3, weight, stats, geo, opts, use_running, int(seed), bias is not None)
-    return (dx, dw.to(weight.dtype) if dw is not None else empty,
-            db.to(bias.dtype) if db is not None else empty.clone())
+    dx, dw, db = kernel_backward(dy, x3, weight, bias, stats, geo, opts, use_running, int(seed))
+    # dw and db are views of one buffer; custom-op outputs must not alias each other.
+    return dx, dw.clone() if dw is not None else empty, db.clone() if db is not None else empty.clone()
 
 
 @normality_backward.register_fake

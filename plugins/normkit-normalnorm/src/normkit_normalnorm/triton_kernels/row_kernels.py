@@ -17,24 +17,26 @@ from normkit_normalnorm.triton_kernels.jit_common import (
     lambda_from_sums,
     lambda_grad_direction,
     newton_terms,
+    update_running,
     yeo_johnson,
 )
 
 
 @triton.jit(do_not_specialize=["seed"])
-def row_forward(x_ptr, y_ptr, w_ptr, b_ptr, stats_ptr,
+def row_forward(x_ptr, y_ptr, w_ptr, b_ptr, stats_ptr, run_mean_ptr, run_var_ptr, run_lam_ptr,
                 C, S, G, CG, T, M, sn, sc, ss,
-                eps, sqrt_eps, alpha, noise, lmin, lmax, seed,
+                eps, sqrt_eps, alpha, noise, lmin, lmax, momentum, unbias, seed,
                 PART: tl.constexpr, BLOCK: tl.constexpr, NSTAT: tl.constexpr,
                 HAS_W: tl.constexpr, HAS_B: tl.constexpr, NOISE: tl.constexpr,
-                CLAMP_MIN: tl.constexpr, CLAMP_MAX: tl.constexpr, DETACH: tl.constexpr):
+                CLAMP_MIN: tl.constexpr, CLAMP_MAX: tl.constexpr, DETACH: tl.constexpr,
+                UPDATE: tl.constexpr):
     gid = tl.program_id(0)
     j = tl.arange(0, BLOCK)
     mask = j < M
     offset, c, logical = element(gid, j // T, j % T, C, S, G, CG, sn, sc, ss, PART)
     u = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
-    shift, _, _ = element(gid, 0, 0, C, S, G, CG, sn, sc, ss, PART)
-    shift = tl.load(x_ptr + shift).to(tl.float32)  # statistics of u - u[0]: a constant group gives h == 0
+    first, _, _ = element(gid, 0, 0, C, S, G, CG, sn, sc, ss, PART)
+    shift = tl.load(x_ptr + first).to(tl.float32)  # statistics of u - u[0]: a constant group gives h == 0
     shifted = tl.where(mask, u - shift, 0.0)
     mean_shifted = tl.sum(shifted, axis=0) / M
     centered = tl.where(mask, shifted - mean_shifted, 0.0)
@@ -70,6 +72,8 @@ def row_forward(x_ptr, y_ptr, w_ptr, b_ptr, stats_ptr,
     tl.store(row + 6, coef_e)
     tl.store(row + 7, coef_s)
     tl.store(row + 8, var)
+    if UPDATE:
+        update_running(run_mean_ptr, run_var_ptr, run_lam_ptr, gid, mean, var * unbias, lam, momentum)
 
 
 @triton.jit(do_not_specialize=["seed"])

@@ -19,6 +19,7 @@ from normkit_normalnorm.triton_kernels.jit_common import (
     lambda_from_sums,
     lambda_grad_direction,
     newton_terms,
+    update_running,
     yeo_johnson,
 )
 
@@ -159,11 +160,15 @@ def split_spread(x_ptr, moments_ptr, newton_ptr, sum_x_ptr, part_ptr, R, T, n_tb
 
 @triton.jit(do_not_specialize=["seed"])
 def split_output(x_ptr, y_ptr, w_ptr, b_ptr, stats_ptr, moments_ptr, newton_ptr, spread_ptr,
-                 R, T, n_tb, M, C, S, G, CG, sn, sc, ss, eps, sqrt_eps, alpha, noise, lmin, lmax, seed,
+                 run_mean_ptr, run_var_ptr, run_lam_ptr,
+                 R, T, n_tb, M, C, S, G, CG, sn, sc, ss, eps, sqrt_eps, alpha, noise, lmin, lmax,
+                 momentum, unbias, seed,
                  PART: tl.constexpr, BR: tl.constexpr, BT: tl.constexpr, BLOCK_CH: tl.constexpr,
                  NSTAT: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, NOISE: tl.constexpr,
-                 CLAMP_MIN: tl.constexpr, CLAMP_MAX: tl.constexpr, DETACH: tl.constexpr):
-    """Last forward pass: transform, noise, affine, store; tile 0 stores the group's statistics."""
+                 CLAMP_MIN: tl.constexpr, CLAMP_MAX: tl.constexpr, DETACH: tl.constexpr,
+                 UPDATE: tl.constexpr):
+    """Last forward pass: transform, noise, affine, store; tile 0 stores the group's statistics
+    (and, with UPDATE, moves the channel's running buffers)."""
     gid = tl.program_id(0)
     ch = tl.program_id(1)
     n_ch = tl.num_programs(1)
@@ -194,6 +199,9 @@ def split_output(x_ptr, y_ptr, w_ptr, b_ptr, stats_ptr, moments_ptr, newton_ptr,
         tl.store(row + 6, coef_e)
         tl.store(row + 7, coef_s)
         tl.store(row + 8, var)
+        if UPDATE:
+            update_running(run_mean_ptr, run_var_ptr, run_lam_ptr, gid, shift + mean, var * unbias, lam,
+                           momentum)
 
 
 @triton.jit(do_not_specialize=["seed"])

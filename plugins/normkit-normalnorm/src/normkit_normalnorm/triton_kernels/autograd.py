@@ -1,0 +1,76 @@
+"""Eager entry: a torch.autograd.Function that launches the kernels with the least host work.
+
+Compared with the custom op (used under torch.compile, see `op.py`) it skips the dispatcher, passes
+the seed as a plain int and lets the kernel move float32 running buffers in place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from normkit_normalnorm.functional import update_running
+from normkit_normalnorm.triton_kernels.geometry import BATCH, LAM, MEAN, VAR, Geometry, Options
+
+Running = tuple[Tensor | None, Tensor | None, Tensor | None]
+
+
+def kernel_forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, running: Running, geo: Geometry,
+                   opts: Options, seed: int, out_dtype: torch.dtype,
+                   factor: float | None) -> tuple[Tensor, Tensor, bool]:
+    """(output, statistics, eval-with-running-statistics?). With `factor`, the running buffers of a
+    training batch partition are updated (in the kernel when they are float32 and contiguous)."""
+    from normkit_normalnorm.triton_kernels import launch
+
+    tracked = geo.part == BATCH and running[0] is not None
+    use_running = tracked and not opts.training
+    table = launch.running_stats(running, opts) if use_running else None
+    update = tracked and opts.training and factor is not None
+    in_kernel = update and all(t.dtype == torch.float32 and t.is_contiguous() and t.device == x3.device
+                               for t in running)
+    y, stats = launch.forward(x3, weight, bias, table, geo, opts, seed, out_dtype,
+                              (*running, factor) if in_kernel else None)
+    if update and not in_kernel:
+        update_running_from(stats, geo.size, factor, *running)
+    return y, stats, use_running
+
+
+def update_running_from(stats: Tensor, count: int, factor: float, running_mean: Tensor, running_var: Tensor,
+                        running_lambda: Tensor) -> None:
+    """EMA of the batch statistics a training forward returned into the running buffers."""
+    update_running(stats[:, MEAN], stats[:, VAR], stats[:, LAM], count, factor, running_mean, running_var,
+                   running_lambda)
+
+
+def kernel_backward(dy: Tensor, x3: Tensor, weight: Tensor | None, bias: Tensor | None, stats: Tensor,
+                    geo: Geometry, opts: Options, use_running: bool,
+                    seed: int) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """(dx, dweight, dbias), parameter gradients in the parameters' dtypes."""
+    from normkit_normalnorm.triton_kernels import launch
+
+    dx, dw, db = launch.backward(dy, x3, weight, stats, geo, opts, use_running, seed, bias is not None)
+    return (dx, dw.to(weight.dtype) if dw is not None else None,
+            db.to(bias.dtype) if db is not None else None)
+
+
+class NormalityFunction(torch.autograd.Function):
+    """Forward saves the input and the per-group statistics; backward regenerates the noise."""
+
+    @staticmethod
+    def forward(ctx: Any, x3: Tensor, weight: Tensor | None, bias: Tensor | None, running: Running,
+                seed: int, geo: Geometry, opts: Options, factor: float | None,
+                out_dtype: torch.dtype) -> Tensor:
+        y, stats, use_running = kernel_forward(x3, weight, bias, running, geo, opts, seed, out_dtype, factor)
+        ctx.save_for_backward(x3, weight, bias, stats)
+        ctx.call = (geo, opts, use_running, seed)
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:
+        x3, weight, bias, stats = ctx.saved_tensors
+        dx, dw, db = kernel_backward(dy, x3, weight, bias, stats, *ctx.call[:3], ctx.call[3])
+        return dx, dw, db, None, None, None, None, None, None
