@@ -218,7 +218,7 @@ def _cached_dataset(name: str, params: tuple[tuple[str, Any], ...], data_dir: st
 
 def _dataset(cfg: TrainConfig) -> DatasetBundle:
     """The run's data, the same for every norm and seed (loaded once per configuration)."""
-    params = tuple(sorted(_data_params(cfg).items()))
+    params = tuple(sorted(dataset_params(cfg.dataset, _data_params(cfg)).items()))  # typed, hashable
     return _cached_dataset(cfg.dataset, params, cfg.data_dir, cfg.download)
 
 
@@ -234,7 +234,7 @@ def _check_hosting(cfg: TrainConfig, norm: str, data: DatasetBundle) -> None:
             _build(cfg, norm, data)
     except normkit.NormkitError:
         raise
-    except Exception:
+    except Exception:  # some plugin computes constants at init, which needs real tensors
         _build(cfg, norm, data)
 
 
@@ -252,7 +252,7 @@ def check_config(cfg: TrainConfig, norms: list[str]) -> None:
     for norm in norms:
         normkit.parse(norm)
     model_params(cfg.model, cfg.model_params)
-    data = _dataset(cfg)  # checks the dataset's parameters before loading it
+    data = _dataset(cfg)
     for norm in norms:
         _check_hosting(cfg, norm, data)
 
