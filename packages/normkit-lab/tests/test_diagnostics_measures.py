@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+
+import numpy as np
 import pytest
 import torch
 from scipy import stats
@@ -10,6 +13,7 @@ from torch import nn
 import normkit
 from normkit_lab.diagnostics import measure_layers, noise_robustness, power_shares, qq_r2, running_lambdas
 from normkit_lab.diagnostics.power import TERMS, PowerAccumulator
+from normkit_lab.diagnostics.sampling import sample_batches
 
 
 def g(seed: int = 0) -> torch.Generator:
@@ -117,3 +121,23 @@ def test_running_lambdas_only_for_layers_that_keep_one():
     assert len(running_lambdas(tiny_net("bnn"))) == 3
     assert running_lambdas(tiny_net("bn")) == []
     assert running_lambdas(tiny_net("lnn")) == []
+
+
+class AugmentingDataset(torch.utils.data.Dataset):
+    """Draws from every generator per item, as random augmentations do."""
+
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, i: int):
+        random.random()
+        np.random.rand()
+        return torch.rand(3), 0
+
+
+def test_sampling_batches_leaves_every_generator_where_it_was():
+    states = torch.get_rng_state(), random.getstate(), np.random.get_state()[1].copy()
+    batches = sample_batches(AugmentingDataset(), count=3, batch_size=16)
+    assert [len(b) for b in batches] == [16, 16, 8]  # a tail of at least 8 samples is kept
+    after = torch.get_rng_state(), random.getstate(), np.random.get_state()[1]
+    assert torch.equal(states[0], after[0]) and states[1] == after[1] and (states[2] == after[2]).all()
