@@ -133,7 +133,7 @@ def test_check_config_accepts_the_default_comparison():
     ({"model_params": {"widht": 3}}, ["bn"], "no parameter 'widht'"),
     ({"dataset_params": {"val_fraction": "x"}}, ["bn"], "val_fraction"),
     ({"augment": True}, ["bn"], "no augmentation.*drop --augment"),
-    ({"model": "resnet18", "model_params": {"width": 4}}, ["bn", "gn+pn"], "cannot host 'gn\\+pn'.*preact"),
+    ({"model": "resnet18", "model_params": {"width": 32}}, ["bn", "gn+pn"], "cannot host 'gn\\+pn'.*preact"),
 ])
 def test_check_config_refuses_with_one_line(changes, norms, message):
     with pytest.raises(normkit.NormkitError, match=message) as info:
