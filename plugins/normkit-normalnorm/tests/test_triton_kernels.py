@@ -150,22 +150,23 @@ def test_eval_uses_running_statistics(request, path):
 
 
 @pytest.mark.parametrize("path", ["row", "split"])
-@pytest.mark.parametrize("momentum", [0.1, None])
-def test_running_buffers_updated_like_reference(request, path, momentum):
+@pytest.mark.parametrize(("momentum", "dtype"), [(0.1, torch.float32), (None, torch.float32), (0.1, torch.float64)])
+def test_running_buffers_updated_like_reference(request, path, momentum, dtype):
+    """float32 buffers are moved inside the kernel, others on the host: both like the reference."""
     if path == "split":
         request.getfixturevalue("split_path")
     x3 = make_input((4, 3, 5), seed=8, constant_channel=False)
     buffers = {}
     for name, fn, device in (("ref", normality_norm, "cpu"), ("kernel", normality_triton, DEVICE)):
-        running = {"running_mean": torch.zeros(3, device=device), "running_var": torch.ones(3, device=device),
-                       "running_lambda": torch.ones(3, device=device)}
+        running = {key: torch.full((3,), value, dtype=dtype, device=device)
+                   for key, value in (("running_mean", 0.0), ("running_var", 1.0), ("running_lambda", 1.0))}
         for step in (1, 2):
             fn(x3.to(device) * step, None, None, partition="batch", training=True, noise=0.0, momentum=momentum,
                num_batches_tracked=torch.tensor(step), **running)
         buffers[name] = running
     for key, value in buffers["ref"].items():
         torch.testing.assert_close(buffers["kernel"][key].cpu(), value, rtol=1e-5, atol=1e-6, msg=key)
-    assert not torch.allclose(buffers["ref"]["running_lambda"], torch.ones(3))
+    assert not torch.allclose(buffers["ref"]["running_lambda"], torch.ones(3, dtype=dtype))
 
 
 LAYER_CASES = [("bnn", 4, (5, 4), 1, False), ("bnn", 4, (3, 4, 2, 3), 1, True), ("lnn", 6, (2, 3, 6), -1, False),

@@ -80,8 +80,9 @@ def normality_triton(
         seed = int(torch.randint(0, 2**31 - 1, (1,))) if with_noise else 0
         geo = geometry(x3.shape, partition, groups, tokens)
         opts = Options(training, eps, alpha, noise, lambda_min, lambda_max, detach_lambda)
+        need_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x3, weight, bias))
         return NormalityFunction.apply(x3, weight, bias, (running_mean, running_var, running_lambda), seed,
-                                       geo, opts, factor, out_dtype or x3.dtype)
+                                       geo, opts, factor, out_dtype or x3.dtype, need_grad)
     seed_tensor = torch.randint(0, 2**31 - 1, (1,)) if with_noise else torch.zeros(1, dtype=torch.int64)
     y, stats = normality_forward(x3, weight, bias, running_mean, running_var, running_lambda, seed_tensor,
                                  partition, groups, tokens, training, eps, alpha, noise, lambda_min, lambda_max,

@@ -19,23 +19,25 @@ Running = tuple[Tensor | None, Tensor | None, Tensor | None]
 
 
 def kernel_forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, running: Running, geo: Geometry,
-                   opts: Options, seed: int, out_dtype: torch.dtype,
-                   factor: float | None) -> tuple[Tensor, Tensor, bool]:
+                   opts: Options, seed: int, out_dtype: torch.dtype, factor: float | None,
+                   need_stats: bool = True) -> tuple[Tensor, Tensor | None, bool]:
     """(output, statistics, eval-with-running-statistics?). With `factor`, the running buffers of a
-    training batch partition are updated (in the kernel when they are float32 and contiguous)."""
+    training batch partition are updated (in the kernel when they are float32 and contiguous).
+    In eval with running statistics the table for backward is built only when `need_stats`."""
     from normkit_normalnorm.triton_kernels import launch
 
     tracked = geo.part == BATCH and running[0] is not None
-    use_running = tracked and not opts.training
-    table = launch.running_stats(running, opts) if use_running else None
+    if tracked and not opts.training:
+        y = launch.eval_forward(x3, weight, bias, running, geo, opts, out_dtype)
+        return y, launch.running_stats(running, opts) if need_stats else None, True
     update = tracked and opts.training and factor is not None
     in_kernel = update and all(t.dtype == torch.float32 and t.is_contiguous() and t.device == x3.device
                                for t in running)
-    y, stats = launch.forward(x3, weight, bias, table, geo, opts, seed, out_dtype,
+    y, stats = launch.forward(x3, weight, bias, geo, opts, seed, out_dtype,
                               (*running, factor) if in_kernel else None)
     if update and not in_kernel:
         update_running_from(stats, geo.size, factor, *running)
-    return y, stats, use_running
+    return y, stats, False
 
 
 def update_running_from(stats: Tensor, count: int, factor: float, running_mean: Tensor, running_var: Tensor,
@@ -61,9 +63,10 @@ class NormalityFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x3: Tensor, weight: Tensor | None, bias: Tensor | None, running: Running,
-                seed: int, geo: Geometry, opts: Options, factor: float | None,
-                out_dtype: torch.dtype) -> Tensor:
-        y, stats, use_running = kernel_forward(x3, weight, bias, running, geo, opts, seed, out_dtype, factor)
+                seed: int, geo: Geometry, opts: Options, factor: float | None, out_dtype: torch.dtype,
+                need_stats: bool) -> Tensor:
+        y, stats, use_running = kernel_forward(x3, weight, bias, running, geo, opts, seed, out_dtype, factor,
+                                               need_stats)
         ctx.save_for_backward(x3, weight, bias, stats)
         ctx.call = (geo, opts, use_running, seed)
         return y
@@ -73,4 +76,4 @@ class NormalityFunction(torch.autograd.Function):
     def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:
         x3, weight, bias, stats = ctx.saved_tensors
         dx, dw, db = kernel_backward(dy, x3, weight, bias, stats, *ctx.call[:3], ctx.call[3])
-        return dx, dw, db, None, None, None, None, None, None
+        return dx, dw, db, None, None, None, None, None, None, None

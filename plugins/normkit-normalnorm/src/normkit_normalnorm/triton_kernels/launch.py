@@ -43,8 +43,22 @@ def _tiles(geo: Geometry) -> tuple[int, int, int, int]:
     return br, bt, n_tb, n_tb * math.ceil(geo.rows / br)
 
 
+def eval_forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, running: tuple[Tensor, Tensor, Tensor],
+                 geo: Geometry, opts: Options, out_dtype: torch.dtype) -> Tensor:
+    """Eval of a batch partition with running statistics: one elementwise pass."""
+    y = torch.empty_like(x3, dtype=out_dtype)
+    block = config.pointwise_block
+    sn, sc, ss = x3.stride()
+    eval_pointwise[(triton.cdiv(x3.numel(), block),)](
+        x3, y, weight if weight is not None else x3, bias if bias is not None else x3,
+        *(t.contiguous() for t in running), x3.numel(),
+        geo.c, geo.s, sn, sc, ss, opts.eps, **opts.clamp_args, BLOCK=block, HAS_W=weight is not None,
+        HAS_B=bias is not None, CHANNELS_LAST=sc == 1 and geo.c > 1, num_warps=4, **opts.clamp_flags)
+    return y
+
+
 def running_stats(running: tuple[Tensor, Tensor, Tensor], opts: Options) -> Tensor:
-    """The per-channel statistics table built from running buffers (eval of a batch partition)."""
+    """The statistics table the backward reads, built from running buffers (eval of a batch partition)."""
     mean, var, lam = (t.detach().float() for t in running)
     stats = torch.zeros(mean.numel(), NSTAT, dtype=torch.float32, device=mean.device)
     stats[:, MEAN] = mean
@@ -55,10 +69,9 @@ def running_stats(running: tuple[Tensor, Tensor, Tensor], opts: Options) -> Tens
     return stats
 
 
-def forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, stats_in: Tensor | None,
-            geo: Geometry, opts: Options, seed: int, out_dtype: torch.dtype,
-            update: tuple[Tensor, Tensor, Tensor, float] | None = None) -> tuple[Tensor, Tensor]:
-    """Output and per-group statistics `(groups, NSTAT)`; `stats_in` = running table for eval.
+def forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, geo: Geometry, opts: Options, seed: int,
+            out_dtype: torch.dtype, update: tuple[Tensor, Tensor, Tensor, float] | None = None) -> tuple[Tensor, Tensor]:
+    """Training (or batch-statistics) forward: output and per-group statistics `(groups, NSTAT)`.
 
     `update` = (running_mean, running_var, running_lambda, factor): float32 contiguous buffers of a
     training batch partition that the kernel moves in place (saves the host-side EMA launches).
@@ -67,14 +80,6 @@ def forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, stats_in: Te
     w = weight if weight is not None else x3
     b = bias if bias is not None else x3
     flags = {"HAS_W": weight is not None, "HAS_B": bias is not None, "NSTAT": NSTAT}
-    if stats_in is not None:
-        block = config.pointwise_block
-        sn, sc, ss = x3.stride()
-        channels_last = sc == 1 and geo.c > 1
-        eval_pointwise[(triton.cdiv(x3.numel(), block),)](
-            x3, y, w, b, stats_in, x3.numel(), geo.c, geo.s, sn, sc, ss, BLOCK=block,
-            CHANNELS_LAST=channels_last, num_warps=4, **flags)
-        return y, stats_in
     stats = torch.empty(geo.n_groups, NSTAT, dtype=torch.float32, device=x3.device)
     noise = opts.training and opts.noise > 0
     run_mean, run_var, run_lam, factor = update if update is not None else (stats, stats, stats, 0.0)

@@ -54,9 +54,9 @@ def normality_forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, ru
                                                   "detach_lambda": detach_lambda})
     geo = geometry(x3.shape, partition, groups, tokens)
     opts = Options(training, eps, alpha, noise, lambda_min, lambda_max, detach_lambda)
-    y, stats, use_running = kernel_forward(x3, weight, bias, (running_mean, running_var, running_lambda), geo,
-                                           opts, int(seed), out_dtype, None)
-    return y, stats.clone() if use_running else stats
+    y, stats, _ = kernel_forward(x3, weight, bias, (running_mean, running_var, running_lambda), geo, opts,
+                                 int(seed), out_dtype, None)
+    return y, stats
 
 
 def _reference_forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None,

@@ -9,10 +9,13 @@ from normkit_normalnorm.triton_kernels.jit_common import yeo_johnson
 
 
 @triton.jit
-def eval_pointwise(x_ptr, y_ptr, w_ptr, b_ptr, stats_ptr, numel, C, S, sn, sc, ss,
-                   BLOCK: tl.constexpr, NSTAT: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
-                   CHANNELS_LAST: tl.constexpr):
-    """y = w * psi((x - running_mean) * rstd; running_lambda) + b, walking memory order."""
+def eval_pointwise(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, var_ptr, lam_ptr, numel, C, S, sn, sc, ss,
+                   eps, lmin, lmax, BLOCK: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+                   CHANNELS_LAST: tl.constexpr, CLAMP_MIN: tl.constexpr, CLAMP_MAX: tl.constexpr):
+    """y = w * psi((x - running_mean) * rstd; running_lambda) + b, walking memory order.
+
+    Reads the running buffers themselves (any float dtype), so eval needs no host-side work.
+    """
     idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = idx < numel
     if CHANNELS_LAST:
@@ -24,10 +27,13 @@ def eval_pointwise(x_ptr, y_ptr, w_ptr, b_ptr, stats_ptr, numel, C, S, sn, sc, s
         c = (idx // S) % C
         n = idx // (C * S)
     offset = n * sn + c * sc + s * ss
-    row = stats_ptr + c * NSTAT
-    mean = tl.load(row + 0, mask=mask, other=0.0)
-    rstd = tl.load(row + 1, mask=mask, other=1.0)
-    lam = tl.load(row + 2, mask=mask, other=1.0)
+    mean = tl.load(mean_ptr + c, mask=mask, other=0.0).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.load(var_ptr + c, mask=mask, other=1.0).to(tl.float32) + eps)
+    lam = tl.load(lam_ptr + c, mask=mask, other=1.0).to(tl.float32)
+    if CLAMP_MIN:
+        lam = tl.maximum(lam, lmin)
+    if CLAMP_MAX:
+        lam = tl.minimum(lam, lmax)
     u = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
     x, _, _ = yeo_johnson((u - mean) * rstd, lam)
     if HAS_W:
