@@ -101,3 +101,9 @@ def test_the_suite_catches(spec: str, check: str) -> None:
 def test_unknown_check_names_are_rejected() -> None:
     with pytest.raises(ValueError, match="unknown checks"):
         check_norm("bn", 4, only=["gradient"])
+
+
+def test_skip_leaves_checks_out() -> None:
+    check_norm("plain-ln+wrong-grad", 4, skip=["gradients", "autocast", "edge_cases"])
+    with pytest.raises(AssertionError, match=r"\[gradients\]"):
+        check_norm("plain-ln+wrong-grad", 4, skip=["autocast", "edge_cases"])

@@ -72,3 +72,8 @@ def test_overrides_apply_unless_spec_sets_them() -> None:
     assert normkit.build("bn(eps=1e-2)", 4, eps=1e-3).steps[0].eps == 1e-2
     with pytest.raises(normkit.SpecError, match="unknown parameter 'grups'"):
         normkit.build("gn", 64, grups=4)
+
+
+def test_parameter_keys_accept_dashes_and_text_is_typed() -> None:
+    assert normkit.parse("bn(track-running-stats=false)").parts[0].params == {"track_running_stats": False}
+    assert normkit.parse("gn(groups=8.0)").text == normkit.parse("gn(groups=8)").text == "gn(groups=8)"

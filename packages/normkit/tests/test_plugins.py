@@ -152,8 +152,27 @@ def test_disabled_plugins_are_skipped(monkeypatch) -> None:
     try:
         with pytest.raises(normkit.SpecError, match="unknown norm"):
             normkit.parse("bn")
-        assert any(p.name == "standard" and "disabled" in p.error for p in plugins.plugins())
+        assert any(p.name == "standard" and p.disabled and not p.error for p in plugins.plugins())
     finally:
         monkeypatch.delenv("NORMKIT_DISABLED_PLUGINS")
         plugins.reload()
     assert torch.isfinite(normkit.build("bn", 4)(torch.randn(3, 4))).all()
+
+
+def test_a_third_party_clash_rejects_the_newcomer_not_the_standard_norms(monkeypatch) -> None:
+    module = types.ModuleType("aaa_normkit_clash")
+
+    @normkit.hookimpl
+    def normkit_register_norms(register):
+        register("bn", pipeline=lambda: Pipeline(Partition("batch"), [lambda ctx: Standardize()]))
+
+    module.normkit_register_norms = normkit_register_norms
+    _fake_entry_point(monkeypatch, "aaa_normkit_clash", module, dist="aaa-clash")
+    monkeypatch.delenv("NORMKIT_STRICT_PLUGINS", raising=False)
+    plugins.reload()
+    try:
+        clash = next(p for p in plugins.plugins() if p.name == "aaa_normkit_clash")
+        assert "'bn' is registered twice: by plugin 'standard'" in clash.error
+        assert normkit.parse("bn").norm.entry.plugin == "standard"
+    finally:
+        plugins.reload()

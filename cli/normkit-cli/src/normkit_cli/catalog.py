@@ -18,6 +18,7 @@ def _console() -> Console:
     return Console(soft_wrap=False, width=None)
 
 
+@one_line_errors
 def list_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
@@ -49,6 +50,7 @@ def list_cmd(
             console.print(f"{title}: none installed (pip install normkit-lab)")
 
 
+@one_line_errors
 def plugins_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
@@ -61,7 +63,8 @@ def plugins_cmd(
     for col in ("plugin", "distribution", "version", "registers", "status"):
         table.add_column(col)
     for i in infos:
-        status = f"[red]failed: {i.error}[/red]" if i.error else "[green]ok[/green]"
+        status = ("[yellow]disabled (NORMKIT_DISABLED_PLUGINS)[/yellow]" if i.disabled
+                  else f"[red]failed: {i.error}[/red]" if i.error else "[green]ok[/green]")
         table.add_row(i.name, i.distribution, i.version, ", ".join(i.registered), status)
     _console().print(table)
 

@@ -125,7 +125,7 @@ def _parse_part(chunk: str, spec: str) -> RawPart:
                         f"parameter {item.strip()!r} of {name!r} needs the form key=value"
                     )
                 key, value = item.split("=", 1)
-                key = key.strip()
+                key = key.strip().replace("-", "_")  # as in names, '-' and '_' are the same
                 if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
                     raise SpecError(f"bad parameter name {key!r} in {name!r}")
                 if key.lower() in params:

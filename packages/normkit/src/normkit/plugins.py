@@ -23,6 +23,9 @@ from normkit.registry import Registry
 
 ENTRY_POINT_GROUP = "normkit"
 BUILTIN_PLUGINS = ("normkit.activations",)
+# normkit's own plugins load before third-party ones, so a third-party name clash rejects the
+# newcomer rather than knocking out the standard norms.
+FIRST_PARTY = ("normkit-standard", "normkit-normalnorm", "normkit-proxynorm", "normkit-ibnorm", "normkit-lab")
 
 
 @dataclass
@@ -34,6 +37,7 @@ class PluginInfo:
     version: str
     registered: list[str] = field(default_factory=list)
     error: str | None = None
+    disabled: bool = False  # skipped on purpose (NORMKIT_DISABLED_PLUGINS)
 
 
 @dataclass
@@ -94,12 +98,15 @@ def _load() -> PluginState:
         module = importlib.import_module(module_name)
         _collect(state, module, PluginInfo(module_name, "normkit", normkit.__version__))
     disabled = _disabled()
-    eps = sorted(md.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
+    def order(ep: md.EntryPoint) -> tuple[bool, str]:
+        return (ep.dist is None or ep.dist.name not in FIRST_PARTY, ep.name)
+
+    eps = sorted(md.entry_points(group=ENTRY_POINT_GROUP), key=order)
     for ep in eps:
         dist = ep.dist.name if ep.dist else "?"
         version = ep.dist.version if ep.dist else "?"
         if ep.name.lower() in disabled or dist.lower() in disabled:
-            state.plugins.append(PluginInfo(ep.name, dist, version, error="disabled by NORMKIT_DISABLED_PLUGINS"))
+            state.plugins.append(PluginInfo(ep.name, dist, version, disabled=True))
             continue
         info = PluginInfo(ep.name, dist, version)
         try:

@@ -117,9 +117,16 @@ def parse(spec: str | Spec, registry: Registry | None = None) -> Spec:
     for raw in raws:
         for entry, params in _expand(raw, reg):
             parts.append(Part(entry, _typed(entry, params)))
-    text = "+".join(str(Part(reg.lookup(r.name), r.params)) for r in raws)
+    text = "+".join(str(_as_typed(r, reg)) for r in raws)
     _check_composition(parts, text)
     return Spec(text, tuple(parts))
+
+
+def _as_typed(raw: RawPart, reg: Registry) -> Part:
+    """A part as written, with values in their declared types (so gn(groups=8.0) reads gn(groups=8))."""
+    entry = reg.lookup(raw.name)
+    declared = {p.name: p for p in params_of(entry, reg)}
+    return Part(entry, {k: declared[k].coerce(v, entry.name) for k, v in raw.params.items()})
 
 
 def _check_composition(parts: list[Part], text: str) -> None:

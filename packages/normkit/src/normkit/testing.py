@@ -257,7 +257,7 @@ def check_norm(spec: str, num_channels: int = 8, *, channel_dim: int = 1, activa
     skip / only: names from CHECKS to leave out / to run alone.
     build_kwargs: passed to normkit.build (parameter overrides).
     """
-    unknown = set(skip) | set(only or ()) - set(CHECKS)
+    unknown = (set(skip) | set(only or ())) - set(CHECKS)
     if unknown:
         raise ValueError(f"unknown checks {sorted(unknown)}; known: {', '.join(CHECKS)}")
     case = _Case(spec, num_channels, channel_dim, activation, build_kwargs, shapes)
