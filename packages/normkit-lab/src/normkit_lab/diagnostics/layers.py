@@ -1,14 +1,14 @@
 """Finding a model's norm layers in execution order and running it in a measurement mode.
 
 Everything here is read-only for the model: probes are removed and training flags restored on
-exit, and the "batch" mode works on a deep copy with the random number generators forked.
+exit, the "batch" mode works on a deep copy, and the random number generators are forked.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Literal
 
 import torch
@@ -59,14 +59,21 @@ def _silence_noise(model: nn.Module) -> None:
 
 @contextmanager
 def measuring(model: nn.Module, mode: Mode) -> Iterator[nn.Module]:
-    """Yield the model to measure, without changing `model`'s state.
+    """Yield the model to measure, without changing `model`'s state or the random generators.
 
     eval: `model` itself in eval mode (running statistics), training flags restored afterwards.
     batch: a deep copy in training mode, so statistics come from the batch (what the layer does
-    at initialization, when running statistics hold nothing yet); its training noise is off and
-    the random generators are forked, so the measurement leaves the training run unchanged.
+    at initialization, when running statistics hold nothing yet), with its training noise off.
     """
-    if mode == "eval":
+    if mode not in ("eval", "batch"):
+        raise ValueError(f"mode must be 'eval' or 'batch', got {mode!r}")
+    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=cuda):
+        if mode == "batch":
+            twin = copy.deepcopy(model).train()
+            _silence_noise(twin)
+            yield twin
+            return
         flags = {m: m.training for m in model.modules()}
         model.eval()
         try:
@@ -74,21 +81,10 @@ def measuring(model: nn.Module, mode: Mode) -> Iterator[nn.Module]:
         finally:
             for m, flag in flags.items():
                 m.training = flag
-        return
-    if mode != "batch":
-        raise ValueError(f"mode must be 'eval' or 'batch', got {mode!r}")
-    twin = copy.deepcopy(model).train()
-    _silence_noise(twin)
-    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
-    with ExitStack() as stack:
-        stack.enter_context(torch.random.fork_rng(devices=cuda))
-        yield twin
 
 
-def forward_all(model: nn.Module, batches: list[Tensor], each: Callable[[int], None] | None = None) -> None:
-    """Run every batch through `model` without gradients; `each(i)` is called before batch i."""
+def forward_all(model: nn.Module, batches: list[Tensor]) -> None:
+    """Run every batch through `model` without gradients."""
     with torch.no_grad():
-        for i, batch in enumerate(batches):
-            if each is not None:
-                each(i)
+        for batch in batches:
             model(batch)

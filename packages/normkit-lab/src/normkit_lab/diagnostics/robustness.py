@@ -22,19 +22,30 @@ DRAWS = 3
 
 
 def channel_mad(model: nn.Module, layers: list[NormLayer], batches: list[Tensor]) -> dict[NormLayer, Tensor]:
-    """Per layer, the per-channel mean absolute deviation of post-norm values over `batches`."""
-    sums: dict[NormLayer, list[Tensor]] = {layer: [] for layer in layers}
+    """Per layer, the per-channel mean absolute deviation of post-norm values over `batches`.
 
-    def observe(layer: NormLayer, y3: Tensor) -> None:
-        sums[layer].append(y3.detach().float().transpose(0, 1).reshape(y3.shape[1], -1))
+    Two passes (channel means, then deviations), so memory does not grow with the batches.
+    """
+    sums: dict[NormLayer, Tensor] = {}
+    counts: dict[NormLayer, int] = {}
 
-    with attached({layer: observe for layer in layers}):
+    def add_sum(layer: NormLayer, y3: Tensor) -> None:
+        total = y3.detach().float().sum(dim=(0, 2))
+        sums[layer] = sums[layer] + total if layer in sums else total
+        counts[layer] = counts.get(layer, 0) + y3.shape[0] * y3.shape[2]
+
+    with attached({layer: add_sum for layer in layers}):
         forward_all(model, batches)
-    mads = {}
-    for layer, parts in sums.items():
-        values = torch.cat(parts, dim=1)
-        mads[layer] = (values - values.mean(dim=1, keepdim=True)).abs().mean(dim=1)
-    return mads
+    means = {layer: sums[layer] / counts[layer] for layer in sums}
+    deviations: dict[NormLayer, Tensor] = {}
+
+    def add_deviation(layer: NormLayer, y3: Tensor) -> None:
+        total = (y3.detach().float() - means[layer].view(1, -1, 1)).abs().sum(dim=(0, 2))
+        deviations[layer] = deviations[layer] + total if layer in deviations else total
+
+    with attached({layer: add_deviation for layer in layers}):
+        forward_all(model, batches)
+    return {layer: deviations[layer] / counts[layer] for layer in deviations}
 
 
 def relative_l1(clean: Tensor, noisy: Tensor) -> tuple[float, int]:
