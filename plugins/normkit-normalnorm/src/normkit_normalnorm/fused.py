@@ -119,10 +119,11 @@ def _one(like: Tensor) -> Tensor:
 
 def _standardize(x3: Tensor, cfg: FusedConfig, running_mean: Tensor | None, running_var: Tensor | None,
                  use_running: bool) -> tuple[Tensor, Groups, tuple[Tensor, ...]]:
-    """Grouped h (a scratch buffer) and what backward needs: (mean, rstd) in the native layout, or the eval scale.
+    """Grouped h (a temporary) and what backward needs: (mean, rstd) in the native layout, or the eval scale.
 
-    Statistics come from torch.var_mean (Welford), so a constant group gives exactly h = 0 and lambda = 1;
-    a running batch update uses the unbiased variance, as torch's BatchNorm.
+    A constant group gives exactly h = 0 and lambda = 1 (torch's native batch norm does not: its
+    float32 mean of a constant channel can be off by an ulp, so batch statistics use var_mean).
+    A running batch update uses the unbiased variance, as torch's BatchNorm.
     """
     n, c = x3.shape[:2]
     partition = Partition(cfg.partition, cfg.groups)
@@ -132,20 +133,25 @@ def _standardize(x3: Tensor, cfg: FusedConfig, running_mean: Tensor | None, runn
         h3 = torch.addcmul(shift.view(1, c, 1), x3, scale.view(1, c, 1), out=scratch(3, x3))
         h, groups = partition.group(h3, cfg.tokens)
         return h, groups, (scale,)
-    g, groups = partition.group(x3, cfg.tokens)
+    if cfg.partition != "batch":  # rows: torch's native kernels (exact zeros for constant rows, fast)
+        g = cfg.native_groups(c)
+        if g is None:  # per-token rows over C, native_layer_norm's (N, S, 1) statistics
+            h, mean, rstd = torch.native_layer_norm(x3.transpose(1, 2), [c], None, None, cfg.eps)
+            h3 = h.transpose(1, 2)
+        else:
+            h3, mean, rstd = torch.native_group_norm(x3, None, None, n, c, x3.shape[2], g, cfg.eps)
+        h, groups = partition.group(h3, cfg.tokens)
+        return h, groups, (mean, rstd)
+    g, groups = partition.group(x3, cfg.tokens)  # batch: Welford, so a constant channel gives h = 0 exactly
     var, mean = torch.var_mean(g, dim=groups.dims, unbiased=False, keepdim=True)
     rstd = torch.rsqrt(var + cfg.eps)
     h = torch.addcmul(-mean * rstd, g, rstd, out=scratch(3, g))
-    if cfg.partition == "batch":
-        if running_mean is not None and cfg.training:
-            count = groups.count
-            running_mean.lerp_(groups.channel_stat(mean).to(running_mean), cfg.momentum)
-            unbiased = groups.channel_stat(var) * (count / max(count - 1, 1))
-            running_var.lerp_(unbiased.to(running_var), cfg.momentum)
-        return h, groups, (groups.channel_stat(mean), groups.channel_stat(rstd))
-    if cfg.native_groups(c) is None:  # per-token rows: native_layer_norm's (N, S, 1) layout
-        return h, groups, (mean.transpose(1, 2), rstd.transpose(1, 2))
-    return h, groups, (mean.reshape(n, -1), rstd.reshape(n, -1))
+    if running_mean is not None and cfg.training:
+        count = groups.count
+        running_mean.lerp_(groups.channel_stat(mean).to(running_mean), cfg.momentum)
+        unbiased = groups.channel_stat(var) * (count / max(count - 1, 1))
+        running_var.lerp_(unbiased.to(running_var), cfg.momentum)
+    return h, groups, (groups.channel_stat(mean), groups.channel_stat(rstd))
 
 
 def _standardize_backward(gh3: Tensor, x3: Tensor, cfg: FusedConfig, stats: tuple[Tensor, ...]) -> Tensor:
