@@ -1,10 +1,12 @@
 """The fused torch path: standardize + lambda + transform + noise + affine in one autograd.Function.
 
-Why it is faster than autograd on the reference: the standardization runs on torch's native
-kernels (forward and backward), every per-element quantity is built in place in a few scratch
-buffers (fresh activation-sized allocations cost page faults on CPU), log1p(|h|) is computed once
-and serves both the lambda sums and the transform, and backward saves only the input, the signed
-log `sign(h) * log1p(|h|)`, the transformed values and the noisy values (when there is noise).
+Why it is faster than autograd on the reference: the standardization's backward (and the row
+partitions' forward) runs on torch's native norm kernels; every per-element quantity is built in
+place in a few scratch buffers (fresh activation-sized allocations cost page faults on CPU); the
+four Newton means, and the two lambda-gradient sums, each take one stacked reduction; log1p(|h|)
+is computed once and serves both the lambda sums and the transform; and backward saves only the
+input, the signed log `sign(h) * log1p(|h|)`, the transformed values and the noisy values (when
+there is noise).
 
 Derivation of the backward (per group, n elements, a = |h|, L = log1p(a), sg = sign(h)):
   x = psi(h; lam);  dx/dh = (1 + a)^(mu - 1) = exp((lam - 1) * sg * L),  mu = lam or 2 - lam;
