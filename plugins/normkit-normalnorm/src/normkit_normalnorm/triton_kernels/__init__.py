@@ -26,14 +26,14 @@ from normkit import NormkitError, NormShapeError, SpecError
 from normkit.stages import Partition
 from torch import Tensor
 
-from normkit_normalnorm.functional import ema_factor
+from normkit_normalnorm.functional import ema_factor, normality_norm
 from normkit_normalnorm.triton_kernels.autograd import NormalityFunction, update_running_from
 from normkit_normalnorm.triton_kernels.geometry import Options, geometry
 from normkit_normalnorm.triton_kernels.op import interpreting, normality_forward
 
 __all__ = ["available", "normality_triton"]
 
-_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # float64 goes to the reference
 
 
 def available() -> bool:
@@ -66,10 +66,18 @@ def normality_triton(
     """`normality_norm` computed by the fused kernels; same arguments, same result and gradients.
 
     x3 may be float32, float16 or bfloat16 (statistics in float32); `out_dtype` (default x3's)
-    lets a caller write a low-precision output directly. Layouts other than contiguous `(N, C, S)`
-    and channels-last `(N, S, C)` memory are copied to contiguous first.
+    lets a caller write a low-precision output directly. float64 (gradcheck, reference runs) goes
+    to the reference `normality_norm`, because the kernels compute in float32. Layouts other than
+    contiguous `(N, C, S)` and channels-last `(N, S, C)` memory are copied to contiguous first.
     """
     _check_device(x3)
+    if x3.dtype == torch.float64:
+        y = normality_norm(x3, weight, bias, partition=partition, groups=groups, tokens=tokens, training=training,
+                           eps=eps, alpha=alpha, noise=noise, running_mean=running_mean, running_var=running_var,
+                           running_lambda=running_lambda, momentum=momentum, lambda_min=lambda_min,
+                           lambda_max=lambda_max, detach_lambda=detach_lambda,
+                           num_batches_tracked=num_batches_tracked)
+        return y.to(out_dtype) if out_dtype is not None else y
     _check_args(x3, partition, groups, training, running_mean, running_var, running_lambda)
     if not _dense(x3):
         x3 = x3.contiguous()
@@ -125,7 +133,7 @@ def _check_args(x3: Tensor, partition: str, groups: int, training: bool, *runnin
     if x3.dim() != 3:
         raise NormShapeError(f"normality_triton expects an (N, C, S) tensor, got shape {tuple(x3.shape)}")
     if x3.dtype not in _DTYPES:
-        raise NormkitError(f"normality_triton takes float32, float16 or bfloat16 input, got {x3.dtype}; "
+        raise NormkitError(f"normality_triton takes float16, bfloat16, float32 or float64 input, got {x3.dtype}; "
                            "use kernel=torch")
     if x3.numel() >= 2**31:
         raise NormkitError(f"normality_triton addresses with 32-bit offsets; {x3.numel()} elements is too many "
