@@ -40,6 +40,12 @@ def test_new_results_dir_never_reuses_a_name(tmp_path):
     assert [first.name, second.name, third.name] == ["exp", "exp-1", "exp-2"]
 
 
+def test_uncreatable_dir_is_one_clear_error(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match="cannot create results directory .*; choose another --out"):
+        new_results_dir(tmp_path / "file" / "exp")
+
+
 def test_default_dir_is_timestamped_under_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     path = new_results_dir(None)

@@ -58,15 +58,11 @@ class CompareConfig:
                 "diagnostics": self.diagnostics, **dataclasses.asdict(self.train)}
 
 
-def _train_types() -> dict[str, Any]:
-    return typing.get_type_hints(TrainConfig)
-
-
-_COMPARE_TYPES: dict[str, Any] = {"norms": list, "seeds": list, "baseline": str | None, "diagnostics": bool}
+_COMPARE_KEYS = ("norms", "seeds", "baseline", "diagnostics")
 
 
 def known_keys() -> list[str]:
-    return [*_COMPARE_TYPES, *(f.name for f in dataclasses.fields(TrainConfig))]
+    return [*_COMPARE_KEYS, *(f.name for f in dataclasses.fields(TrainConfig))]
 
 
 def defaults() -> dict[str, Any]:
@@ -215,7 +211,7 @@ def build_config(values: dict[str, Any]) -> CompareConfig:
         if baseline not in norms:
             raise ConfigError(f"baseline {baseline!r} is not one of the compared norms "
                               f"({', '.join(norms)}); add it to --norms or pick one of those")
-    hints = _train_types()
+    hints = typing.get_type_hints(TrainConfig)
     train_values = {key: _check_type(key, value, hints[key]) for key, value in merged.items()}
     try:
         train = TrainConfig(**train_values)

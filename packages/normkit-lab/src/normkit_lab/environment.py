@@ -63,7 +63,8 @@ def git_commit(path: Path) -> str | None:
 
 
 def environment(device: str) -> dict[str, Any]:
-    """Versions, plugins, device, CPU, threads and git commit, for environment.json."""
+    """Versions, plugins, device, CPU, threads and git commits (of the working directory, where the
+    experiment's own code usually lives, and of normkit-lab's source when it is a checkout)."""
     return {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
@@ -76,5 +77,6 @@ def environment(device: str) -> dict[str, Any]:
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
-        "git_commit": git_commit(Path(__file__).resolve().parent),
+        "git_commit": {"cwd": git_commit(Path.cwd()),
+                       "normkit_lab_source": git_commit(Path(__file__).resolve().parent)},
     }

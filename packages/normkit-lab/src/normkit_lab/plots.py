@@ -60,7 +60,8 @@ def write_plots(out_dir: Path, runs: Sequence[RunResult], norms: Sequence[str]) 
            title="Validation accuracy (mean over seeds, band = +-1 s.e.)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
-    ax.legend()
+    if ax.lines:
+        ax.legend()
     written.append(_save(fig, out_dir / "val_acc_curves.png"))
 
     fig, ax = plt.subplots(figsize=(max(4.0, 1.3 * len(norms) + 2), 4.2))

@@ -73,15 +73,19 @@ def _finite(obj: Any) -> Any:
 def new_results_dir(out: str | Path | None, kind: str = "compare") -> Path:
     """Create a fresh directory: `out`, or runs/<timestamp>-<kind>; `-1`, `-2`... if taken."""
     base = Path(out) if out is not None else Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{kind}"
-    base.parent.mkdir(parents=True, exist_ok=True)
     candidate, suffix = base, 0
-    while True:
-        try:
-            candidate.mkdir()
-            return candidate
-        except FileExistsError:
-            suffix += 1
-            candidate = base.with_name(f"{base.name}-{suffix}")
+    try:
+        base.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            try:
+                candidate.mkdir()
+                return candidate
+            except FileExistsError:
+                suffix += 1
+                candidate = base.with_name(f"{base.name}-{suffix}")
+    except OSError as exc:
+        raise ConfigError(f"cannot create results directory {str(candidate)!r}: {exc.strerror or exc}; "
+                          f"choose another --out") from None
 
 
 def epoch_fields() -> list[str]:
