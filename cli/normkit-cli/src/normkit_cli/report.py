@@ -53,13 +53,13 @@ def _cells(s: NormSummary) -> dict[str, str]:
             "params": _num(s.params, ","), "diverged": str(s.diverged)}
 
 
-def summary_table(results: Results, drop: tuple[str, ...] = ()) -> Table:
+def summary_table(results: Results, summaries: list[NormSummary], drop: tuple[str, ...] = ()) -> Table:
     """The final table: accuracy, paired difference to the baseline, speed, memory, size, divergences."""
     cfg = results.config
     table = Table(title=f"{cfg.get('model')} on {cfg.get('dataset')}, {cfg.get('epochs')} epochs: final val "
                         f"accuracy over seeds, difference to {results.baseline} paired by seed",
                   box=box.SIMPLE_HEAD, title_justify="left", collapse_padding=True, pad_edge=False)
-    rows = [_cells(s) for s in results.summaries()]
+    rows = [_cells(s) for s in summaries]
     names = [name for name in rows[0] if name not in drop] if rows else []
     for name in names:
         header = f"Δ vs {results.baseline}" if name == "Δ" else name
@@ -69,12 +69,13 @@ def summary_table(results: Results, drop: tuple[str, ...] = ()) -> Table:
     return table
 
 
-def fitted_table(results: Results, console: Console) -> tuple[Table, tuple[str, ...]]:
+def fitted_table(results: Results, summaries: list[NormSummary],
+                 console: Console) -> tuple[Table, tuple[str, ...]]:
     """The summary table without the optional columns the console is too narrow for, and those left out."""
     unbounded = console.options.update(max_width=10_000)
     for k in range(len(_OPTIONAL) + 1):
         dropped = _OPTIONAL[:k]
-        table = summary_table(results, drop=dropped)
+        table = summary_table(results, summaries, drop=dropped)
         if Measurement.get(console, unbounded, table).maximum <= console.width:
             break
     return table, dropped
@@ -88,9 +89,9 @@ def console() -> Console:
 
 def show(results: Results, store: ResultsDir, console: Console) -> None:
     """Rewrite the summary files and plots in `store`, then print the table and where files are."""
-    write_summary(store, results)
+    summaries = write_summary(store, results)
     written = write_plots(store, results)
-    table, dropped = fitted_table(results, console)
+    table, dropped = fitted_table(results, summaries, console)
     console.print(table)
     if dropped:
         console.print(f"(too narrow for {', '.join(dropped)}: see summary.csv)")

@@ -20,7 +20,7 @@ from normkit_lab.config import CompareConfig, build_config, load_yaml, save_yaml
 from normkit_lab.progress import Progress
 from normkit_lab.report import Results, write_summary
 from normkit_lab.results import ResultsDir
-from normkit_lab.training import RunResult, check_config, train_run
+from normkit_lab.training import check_config, train_run
 
 CallbackFactory = Callable[[], Sequence[Any]]
 
@@ -42,8 +42,9 @@ def open_store(path: str | Path, overrides: dict[str, Any] | None = None) -> tup
     return cfg, store
 
 
-def results_of(cfg: CompareConfig, runs: list[RunResult], store: ResultsDir) -> Results:
-    return Results(config=cfg.to_dict(), runs=runs, norms=list(cfg.norms), baseline=cfg.baseline_norm,
+def results_of(cfg: CompareConfig, store: ResultsDir) -> Results:
+    """The comparison's runs saved so far in `store`."""
+    return Results(config=cfg.to_dict(), runs=store.runs(), norms=list(cfg.norms), baseline=cfg.baseline_norm,
                    sources=[store.path])
 
 
@@ -67,10 +68,8 @@ def run_compare(cfg: CompareConfig, store: ResultsDir, *, progress: Progress | N
             result = train_run(cfg.train, norm, seed, callbacks=callbacks(),
                                on_epoch=lambda record, n=norm, s=seed: progress.epoch_end(n, s, record))
             store.append_run(result, env)
-            write_summary(store, results_of(cfg, store.runs(), store))
+            write_summary(store, results_of(cfg, store))
             progress.run_end(result)
     finally:
         progress.close()
-    results = results_of(cfg, store.runs(), store)
-    write_summary(store, results)
-    return results
+    return results_of(cfg, store)
