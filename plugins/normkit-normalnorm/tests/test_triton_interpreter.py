@@ -62,3 +62,37 @@ def test_plugin_imports_without_triton():
                           check=False)
     assert done.returncode == 0, done.stderr
     assert "needs the triton package" in done.stdout
+
+
+@needs_cpu_parent
+def test_custom_op_on_cpu_runs_the_reference_and_compiles():
+    """Without the interpreter the custom op's CPU implementation is the reference, under the seed."""
+    from normkit_normalnorm.functional import normality_norm
+    from normkit_normalnorm.triton_kernels.autograd import update_running_from
+    from normkit_normalnorm.triton_kernels.op import normality_forward
+
+    g = torch.Generator().manual_seed(0)
+    x3 = torch.randn(4, 3, 5, generator=g).exp()
+    weight, bias = torch.rand(3, generator=g) + 0.5, torch.randn(3, generator=g)
+    seed = torch.tensor([7])
+
+    def via_op(x, w, b, running):
+        y, stats = normality_forward(x, w, b, *running, seed, "batch", 1, False, True, 1e-5, 1.0, 0.4, None, None,
+                                     False, None)
+        update_running_from(stats, x.shape[0] * x.shape[2], 0.1, *running)
+        return y
+
+    def via_reference(x, w, b, running):
+        torch.manual_seed(7)
+        return normality_norm(x, w, b, partition="batch", training=True, noise=0.4, running_mean=running[0],
+                              running_var=running[1], running_lambda=running[2], momentum=0.1)
+
+    results = []
+    for fn in (via_reference, via_op, torch.compile(via_op, fullgraph=True, backend="aot_eager")):
+        running = (torch.zeros(3), torch.ones(3), torch.ones(3))
+        leaves = [t.clone().requires_grad_() for t in (x3, weight, bias)]
+        y = fn(*leaves, running)
+        results.append((y.detach(), *torch.autograd.grad(y.square().sum(), leaves), *running))
+    for got in results[1:]:
+        for a, b in zip(got, results[0]):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
