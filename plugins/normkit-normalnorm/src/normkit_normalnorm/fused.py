@@ -131,8 +131,7 @@ def _standardize(x3: Tensor, cfg: FusedConfig, running_mean: Tensor | None, runn
     partition = Partition(cfg.partition, cfg.groups)
     if use_running:
         scale = torch.rsqrt(running_var.to(x3.dtype) + cfg.eps)
-        shift = -running_mean.to(x3.dtype) * scale
-        h3 = torch.addcmul(shift.view(1, c, 1), x3, scale.view(1, c, 1), out=scratch(3, x3))
+        h3 = torch.sub(x3, running_mean.to(x3.dtype).view(1, c, 1), out=scratch(3, x3)).mul_(scale.view(1, c, 1))
         h, groups = partition.group(h3, cfg.tokens)
         return h, groups, (scale,)
     if cfg.partition != "batch":  # rows: torch's native kernels (exact zeros for constant rows, fast)
@@ -147,7 +146,7 @@ def _standardize(x3: Tensor, cfg: FusedConfig, running_mean: Tensor | None, runn
     g, groups = partition.group(x3, cfg.tokens)  # batch: Welford, so a constant channel gives h = 0 exactly
     var, mean = torch.var_mean(g, dim=groups.dims, unbiased=False, keepdim=True)
     rstd = torch.rsqrt(var + cfg.eps)
-    h = torch.addcmul(-mean * rstd, g, rstd, out=scratch(3, g))
+    h = torch.sub(g, mean, out=scratch(3, g)).mul_(rstd)  # (g - mean) first: exactly 0 for a constant
     if running_mean is not None and cfg.training:
         count = groups.count
         running_mean.lerp_(groups.channel_stat(mean).to(running_mean), cfg.momentum)
