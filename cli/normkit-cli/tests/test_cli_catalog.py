@@ -65,3 +65,28 @@ def test_help_everywhere() -> None:
     for args in ((), ("list",), ("plugins",), ("show",), ("bench",)):
         result = invoke(*args, "--help")
         assert result.exit_code == 0 and "Usage" in result.output
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["compare", "--epochs", "abc"], "error: Invalid value for '--epochs'"),
+    (["nosuch"], "error: No such command 'nosuch'."),
+    (["list", "--bogus"], "error: No such option: --bogus"),
+])
+def test_usage_errors_from_the_console_script_are_one_line(args: list[str], message: str) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", "from normkit_cli.app import main; main()", *args],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(message) and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stdout == ""
+
+
+def test_no_arguments_prints_help_and_succeeds() -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", "from normkit_cli.app import main; main()"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and "compare" in proc.stdout and "show" in proc.stdout
