@@ -131,7 +131,8 @@ def test_no_affine_and_broadcast_gradient(request, path):
 
 
 @pytest.mark.parametrize("path", ["row", "split"])
-def test_eval_uses_running_statistics(request, path):
+@pytest.mark.parametrize("clamp", [{}, {"lambda_min": 0.8, "lambda_max": 1.1}])
+def test_eval_uses_running_statistics(request, path, clamp):
     if path == "split":
         request.getfixturevalue("split_path")
     x3 = make_input((4, 3, 5), seed=5)
@@ -140,7 +141,7 @@ def test_eval_uses_running_statistics(request, path):
                    "running_lambda": torch.tensor([0.7, 1.0, 1.3])}
     weight, bias = params(3, 7)
     dy = torch.randn(x3.shape, generator=g)
-    kw = {"partition": "batch", "training": False, "noise": 0.4}
+    kw = {"partition": "batch", "training": False, "noise": 0.4, **clamp}
     want = reference(x3, weight, bias, dy, **kw, **{k: v.double() for k, v in running.items()})
     got = run(normality_triton, x3.to(DEVICE), weight.to(DEVICE), bias.to(DEVICE), dy.to(DEVICE), **kw,
               **{k: v.to(DEVICE) for k, v in running.items()})
