@@ -191,9 +191,7 @@ class _Newton:
 
 
 def _newton(h: Tensor, groups: Groups, cfg: FusedConfig) -> tuple[_Newton, Tensor, Tensor, Tensor]:
-    """lambda_hat per group, sign(h) * log1p(|h|), log1p(|h|) and a fresh buffer for x.
-
-    """
+    """lambda_hat per group, sign(h) * log1p(|h|), log1p(|h|) and a fresh buffer for x."""
     dims, n = groups.dims, groups.count
 
     def mean(t: Tensor) -> Tensor:
