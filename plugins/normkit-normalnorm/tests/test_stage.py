@@ -65,6 +65,18 @@ def test_bad_values_raise_spec_error(spec: str, message: str) -> None:
         normkit.build(spec, 8)
 
 
+def test_functional_rejects_bad_arguments() -> None:
+    x3 = skewed((4, 6, 5))
+    with pytest.raises(normkit.SpecError, match="partition must be"):
+        normality_norm(x3, None, None, partition="channel", training=True)
+    with pytest.raises(normkit.SpecError, match="groups"):
+        normality_norm(x3, None, None, partition="group", groups=4, training=True)
+    with pytest.raises(normkit.SpecError, match="together"):
+        normality_norm(x3, None, None, partition="batch", training=True, running_mean=torch.zeros(6))
+    with pytest.raises(normkit.NormShapeError, match="more than 1 value"):
+        normality_norm(x3[:1, :, :1], None, None, partition="batch", training=True)
+
+
 def test_describe_shows_settings() -> None:
     layer = normkit.build("bnn(lambda_min=0, lambda_max=2, kernel=torch)", 8)
     info = dict(layer.describe()["steps"])["nn"]

@@ -57,6 +57,8 @@ def normality_norm(
     """
     if x3.dim() != 3:
         raise NormShapeError(f"normality_norm expects an (N, C, S) tensor, got shape {tuple(x3.shape)}")
+    if partition not in ("batch", "layer", "instance", "group"):
+        raise SpecError(f"normality_norm: partition must be batch, layer, instance or group, got {partition!r}")
     Partition(partition, groups).check(x3.shape[1], "normality_norm")
     tracked = partition == "batch" and running_mean is not None
     if tracked and (running_var is None or running_lambda is None):
