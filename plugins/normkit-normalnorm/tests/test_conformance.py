@@ -2,13 +2,14 @@
 
 The paper's noise scale s = mean|x - mean x| is a stop-gradient constant, so in training mode with
 noise the finite differences of `check_gradients` see s move while the analytic gradient (rightly)
-does not; the gradient check therefore runs with noise=0, every other check with the noise on.
+does not; the gradient check therefore runs with noise=0 (check_norm's gradcheck_overrides), every
+other check with the noise on.
 """
 
 from __future__ import annotations
 
 import pytest
-from normkit.testing import CHECKS, check_norm
+from normkit.testing import check_norm
 
 VARIANTS = [
     ("bnn", {}),
@@ -19,17 +20,11 @@ VARIANTS = [
     ("inn", {}),
     ("bn+nn(lambda_min=0, lambda_max=2)", {}),
 ]
-WITHOUT_GRADIENTS = [name for name in CHECKS if name != "gradients"]
 
 
 @pytest.mark.parametrize(("spec", "options"), VARIANTS)
-def test_conforms_with_noise(spec: str, options: dict) -> None:
-    check_norm(spec, only=WITHOUT_GRADIENTS, **options)
-
-
-@pytest.mark.parametrize(("spec", "options"), VARIANTS)
-def test_gradients_conform_without_noise(spec: str, options: dict) -> None:
-    check_norm(spec, only=("gradients",), noise=0.0, **options)
+def test_conforms(spec: str, options: dict) -> None:
+    check_norm(spec, gradcheck_overrides={"noise": 0.0}, **options)
 
 
 def test_noise_free_variant_passes_every_check() -> None:

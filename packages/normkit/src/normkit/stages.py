@@ -230,8 +230,8 @@ class Standardize(Step):
     def statistics(self, x: Tensor, groups: Groups, layer: NormLayer) -> tuple[Tensor, Tensor]:
         """Mean and biased variance used to normalize `x` (updates running stats when training)."""
         if self.uses_running_stats(layer):
-            return (groups.per_channel(layer.running_mean.float()),
-                    groups.per_channel(layer.running_var.float()))
+            return (groups.per_channel(layer.running_mean.to(x.dtype)),
+                    groups.per_channel(layer.running_var.to(x.dtype)))
         if groups.count < 2 and layer.partition.uses_batch and layer.training:
             raise layer.shape_error("needs more than 1 value per channel when training")
         var, mean = torch.var_mean(x, dim=groups.dims, unbiased=False, keepdim=True)
