@@ -33,8 +33,8 @@ def canonical_name(name: str) -> str:
     return name.strip().lower().replace("_", "-")
 
 
-def split_specs(text: str) -> list[str]:
-    """Split a comma list of specs, ignoring commas inside parentheses."""
+def _split_top_level(text: str, sep: str) -> list[str]:
+    """Split on `sep` outside parentheses; raises on unbalanced parentheses."""
     items, depth, current = [], 0, []
     for ch in text:
         if ch == "(":
@@ -43,7 +43,7 @@ def split_specs(text: str) -> list[str]:
             depth -= 1
             if depth < 0:
                 raise SpecError(f"unbalanced ')' in {text!r}")
-        if ch == "," and depth == 0:
+        if ch == sep and depth == 0:
             items.append("".join(current).strip())
             current = []
         else:
@@ -51,6 +51,12 @@ def split_specs(text: str) -> list[str]:
     if depth != 0:
         raise SpecError(f"unbalanced '(' in {text!r}")
     items.append("".join(current).strip())
+    return items
+
+
+def split_specs(text: str) -> list[str]:
+    """Split a comma list of specs, ignoring commas inside parentheses."""
+    items = _split_top_level(text, ",")
     if any(not item for item in items):
         raise SpecError(f"empty entry in norm list {text!r}; separate specs with single commas")
     return items
@@ -86,23 +92,9 @@ def parse_raw(spec: str) -> list[RawPart]:
 
 
 def _split_plus(spec: str) -> list[str]:
-    chunks, depth, current = [], 0, []
-    for ch in spec:
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        if ch == "+" and depth == 0:
-            chunks.append("".join(current))
-            current = []
-        else:
-            current.append(ch)
-    chunks.append("".join(current))
-    if depth != 0:
-        raise SpecError(f"unbalanced parentheses in {spec!r}")
-    for chunk in chunks:
-        if not chunk.strip():
-            raise SpecError(f"empty part in {spec!r}; join parts with single '+'")
+    chunks = _split_top_level(spec, "+")
+    if any(not chunk for chunk in chunks):
+        raise SpecError(f"empty part in {spec!r}; join parts with single '+'")
     return chunks
 
 
