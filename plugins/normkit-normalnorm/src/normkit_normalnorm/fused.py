@@ -28,10 +28,10 @@ import torch
 from normkit.stages import Groups, Partition
 from torch import Tensor
 
-from normkit_normalnorm.workspace import scratch, scratch_stack
+from normkit_normalnorm.workspace import borrow, give_back, scratch, scratch_stack
 from normkit_normalnorm.yeojohnson import standard_normal_like
 
-STACK_SLOT = 6  # scratch slot of the stacked temporaries (four activations)
+STACK_SLOT = 6  # scratch slot of the stacked temporaries (four activations; slots 0-4 hold one each)
 _TINY_MU = 1e-20  # stands in for mu == 0 (lam exactly 0 or 2): expm1(tiny * L) / tiny == L in float
 
 
@@ -70,46 +70,60 @@ class NormalityFunction(torch.autograd.Function):
         if use_running:
             lam = _clamp(groups.per_channel(running_lambda.to(h.dtype)), cfg)
             newton = None
-            log1p_a = torch.log1p(torch.abs(h, out=scratch(1, h)), out=scratch(1, h))
-            signed_log = torch.copysign(log1p_a, h)
-            x = torch.empty_like(h)
+            a = torch.abs(h, out=scratch(0, h))
+            log1p_a = torch.log1p(a, out=scratch(1, h))
+            signed_log = torch.copysign(log1p_a, h, out=scratch(2, h))
+            x = borrow(h)
         else:
-            newton, signed_log, log1p_a, x = _newton(h, groups, cfg)
+            newton, a, signed_log, log1p_a, x = _newton(h, groups, cfg)
             lam = newton.lam
             if running_lambda is not None and cfg.training and cfg.partition == "batch":
                 running_lambda.lerp_(groups.channel_stat(lam).to(running_lambda), cfg.momentum)
+        grads = ctx.needs_input_grad[0]
+        lam_grads = grads and newton is not None and not cfg.detach_lambda
         c0, c1 = _inverse_mu(lam)
-        torch.addcmul(log1p_a, signed_log, lam - 1, out=x).expm1_()  # expm1(mu * L)
-        inverse_mu = torch.copysign(_one(h), signed_log, out=scratch(0, h)).mul_(c0).add_(c1)  # sign(h) / mu
-        x.mul_(inverse_mu)  # (copysign, mul, add: about 3x faster than where with per-group operands)
+        torch.addcmul(log1p_a, signed_log, lam - 1, out=x).expm1_()  # E = expm1(mu * L)
+        free = scratch_stack(STACK_SLOT, h, 3)[1:]  # the Newton terms h d and d^2 are spent
+        sign = torch.sign(h, out=free[0])  # sign(0) = 0 is harmless: E = 0 there
+        dx_dh = dx_dlam = dlam_dh = None
+        if grads:
+            inverse_u = torch.add(a, 1, out=free[1]).reciprocal_()  # 1 / (1 + a)
+            dx_dh = torch.addcmul(inverse_u, x, inverse_u, out=borrow(h))  # (E + 1) / (1 + a) = (1 + a)^(mu - 1)
+            if lam_grads:  # sign(h) L exp(mu L), times sign(h) / mu below
+                dx_dlam = torch.addcmul(signed_log, signed_log, x, out=borrow(h))
+                dlam_dh = _lambda_jacobian(newton, a, log1p_a, signed_log, sign, inverse_u, cfg)
+        inverse_mu = sign.mul_(c0).add_(c1)  # sign(h) / mu (mul, add: about 3x faster than where)
+        x.mul_(inverse_mu)
+        if dx_dlam is not None:
+            dx_dlam.sub_(x).mul_(inverse_mu)
         y = _add_noise(x, x3, groups, cfg)
         out = _affine(groups.ungroup(y), weight, bias)  # a fresh (N, C, S) tensor, not a view
         ctx.cfg, ctx.groups, ctx.stats = cfg, groups, stats
-        ctx.lam, ctx.newton = lam, newton
-        ctx.inverse = (c0, c1)
-        ctx.save_for_backward(x3, signed_log, x, y, weight, bias)
+        ctx.lam_scale = newton.in_range if lam_grads else None
+        ctx.save_for_backward(x3, dx_dh, dx_dlam, dlam_dh, y, weight, bias)
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad3: Tensor) -> tuple[Tensor | None, ...]:
-        x3, signed_log, x, y, weight, bias = ctx.saved_tensors
-        cfg, groups, lam = ctx.cfg, ctx.groups, ctx.lam
-        gv = grad3.reshape(x.shape)
-        buffers = scratch_stack(STACK_SLOT, x, 4)
+        x3, dx_dh, dx_dlam, dlam_dh, y, weight, bias = ctx.saved_tensors
+        cfg, groups = ctx.cfg, ctx.groups
+        gv = grad3.reshape(y.shape)
         grad_weight = grad_bias = None
         if bias is not None and ctx.needs_input_grad[2]:
             grad_bias = grad3.sum((0, 2))
         if weight is not None and ctx.needs_input_grad[1]:
-            grad_weight = groups.ungroup(torch.mul(gv, y, out=buffers[2])).sum((0, 2))
+            grad_weight = groups.ungroup(torch.mul(gv, y, out=scratch(2, y))).sum((0, 2))
         grad_x3 = None
         if ctx.needs_input_grad[0]:
-            gx = torch.mul(gv, groups.per_channel(weight), out=scratch(0, x)) if weight is not None else gv
-            dx_dh = torch.mul(signed_log, lam - 1, out=buffers[0]).exp_()
-            gh = torch.mul(gx, dx_dh, out=scratch(3, x))
-            if ctx.newton is not None and not cfg.detach_lambda:
-                _add_lambda_gradient(gh, gx, buffers, signed_log, x, ctx.newton, ctx.inverse, groups, cfg)
+            gx = torch.mul(gv, groups.per_channel(weight), out=scratch(0, y)) if weight is not None else gv
+            gh = torch.mul(gx, dx_dh, out=scratch(3, y))
+            if dx_dlam is not None:  # gh += dLoss/dlam * dlam/dh
+                grad_lam = torch.mul(gx, dx_dlam, out=scratch(1, y)).sum(groups.dims, keepdim=True)
+                gh.addcmul_(dlam_dh, grad_lam.mul_(ctx.lam_scale))
             grad_x3 = _standardize_backward(groups.ungroup(gh), x3, cfg, ctx.stats)
+        if not torch._C._autograd._get_current_graph_task_keep_graph():  # no second backward can come
+            give_back(dx_dh, dx_dlam, dlam_dh, y)
         return grad_x3, grad_weight, grad_bias, None, None, None, None
 
 
@@ -188,10 +202,15 @@ class _Newton:
     dvar: Tensor
     mean_d: Tensor
     count: int
+    d: Tensor  # (1 + a) L - a per element (scratch)
+    q: Tensor  # (1 + a) L^2 - 2 d per element (scratch)
 
 
-def _newton(h: Tensor, groups: Groups, cfg: FusedConfig) -> tuple[_Newton, Tensor, Tensor, Tensor]:
-    """lambda_hat per group, sign(h) * log1p(|h|), log1p(|h|) and a fresh buffer for x."""
+def _newton(h: Tensor, groups: Groups, cfg: FusedConfig) -> tuple[_Newton, Tensor, Tensor, Tensor, Tensor]:
+    """lambda_hat per group, |h|, sign(h) * log1p(|h|), log1p(|h|) and a fresh buffer for x.
+
+    The Newton step's per-element terms d and q stay in `_Newton` (scratch) for dlam/dh.
+    """
     dims, n = groups.dims, groups.count
 
     def mean(t: Tensor) -> Tensor:
@@ -199,14 +218,16 @@ def _newton(h: Tensor, groups: Groups, cfg: FusedConfig) -> tuple[_Newton, Tenso
 
     a = torch.abs(h, out=scratch(0, h))
     log1p_a = torch.log1p(a, out=scratch(1, h))
-    signed_log = torch.copysign(log1p_a, h)
+    signed_log = torch.copysign(log1p_a, h, out=scratch(2, h))
     s1 = mean(signed_log)
-    p = torch.addcmul(log1p_a, a, log1p_a)  # (1 + a) L; its buffer becomes x
+    p = torch.addcmul(log1p_a, a, log1p_a, out=borrow(h))  # (1 + a) L; its buffer becomes x
     terms = scratch_stack(STACK_SLOT, h, 4)  # d, h d, d^2, h d2: one reduction for the four means
     d = torch.sub(p, a, out=terms[0])  # (1 + a) L - a
     torch.mul(h, d, out=terms[1])
-    torch.mul(d, d, out=terms[2])
-    torch.mul(p, log1p_a, out=terms[3]).sub_(d, alpha=2).mul_(a)  # a ((1 + a) L^2 - 2 d) = h d2
+    torch.square(d, out=terms[2])
+    q = torch.mul(p, log1p_a, out=scratch(4, h))
+    q.sub_(d, alpha=2)  # (1 + a) L^2 - 2 d
+    torch.mul(q, a, out=terms[3])  # a q = h d2
     mean_d, mean_hd, mean_dd, mean_aq = terms.sum(tuple(k + 1 for k in dims), keepdim=True).div_(n)
     dvar = 2 * mean_hd
     d2var = 2 * (mean_aq + mean_dd - mean_d * mean_d)
@@ -215,7 +236,8 @@ def _newton(h: Tensor, groups: Groups, cfg: FusedConfig) -> tuple[_Newton, Tenso
     raw = 1 - cfg.alpha * g1 / den
     lam = _clamp(raw, cfg)
     in_range = (lam == raw).to(raw.dtype)
-    return _Newton(lam, in_range, g1, den, dvar, mean_d, n), signed_log, log1p_a, p
+    newton = _Newton(lam, in_range, g1, den, dvar, mean_d, n, terms[0], q)
+    return newton, a, signed_log, log1p_a, p
 
 
 def _clamp(lam: Tensor, cfg: FusedConfig) -> Tensor:
@@ -231,37 +253,22 @@ def _inverse_mu(lam: Tensor) -> tuple[Tensor, Tensor]:
     return (inv_pos + inv_neg) / 2, (inv_pos - inv_neg) / 2
 
 
-def _add_lambda_gradient(gh: Tensor, gx: Tensor, buffers: Tensor, signed_log: Tensor, x: Tensor,
-                         newton: _Newton, inverse: tuple[Tensor, Tensor], groups: Groups,
-                         cfg: FusedConfig) -> None:
-    """gh += dLoss/dlam * dlam/dh, in place.
+def _lambda_jacobian(newton: _Newton, a: Tensor, log1p_a: Tensor, signed_log: Tensor, sign: Tensor,
+                     inverse_u: Tensor, cfg: FusedConfig) -> Tensor:
+    """dlam/dh per element (a fresh tensor); backward scales it by dLoss/dlam, one value per group.
 
-    `buffers[0]` holds dx/dh on entry; all four are scratch. Reuses gx's buffer once gx is spent.
+    With w = d + a L:  dlam/dh = c1 w + c2 (sign q + sL (w + d - 2 mean d)) + c3 / (1 + a).
+    Consumes `a`, d and q (scratch).
     """
-    dims, n = groups.dims, newton.count
-    c0, c1 = inverse
-    dx_dh, one_plus_a, q, qs = buffers
-    log1p_a = torch.abs(signed_log, out=scratch(1, x))
-    torch.exp(log1p_a, out=one_plus_a)
-    torch.mul(one_plus_a, dx_dh, out=q)  # exp(mu * L)
-    q.mul_(signed_log).sub_(x).mul_(gx)  # gx * (sign(h) / mu)^-1 * dx/dlam
-    sign = torch.copysign(_one(x), signed_log, out=dx_dh)
-    torch.mul(q, sign, out=qs)
-    sum_q, sum_qs = buffers[2:].sum(tuple(k + 1 for k in dims), keepdim=True)
-    grad_lam = (c1 * sum_q + c0 * sum_qs) * newton.in_range
-    grad_g1 = -cfg.alpha * grad_lam / newton.den
-    grad_g2 = cfg.alpha * newton.g1 * grad_lam / (newton.den * newton.den)
-    k1 = (2 / n) * (0.5 * grad_g1 - newton.dvar * grad_g2)  # times d(dvar)/dh * n / 2
-    k2 = (2 / n) * 0.5 * grad_g2  # times d(d2var)/dh * n / 2
-    k3 = -grad_g1 / n  # times d(s1)/dh * n
-    bl = torch.mul(one_plus_a, 2, out=q).sub_(1).mul_(log1p_a)  # (1 + 2a) L
-    gh.addcmul_(bl, k1).addcmul_(one_plus_a, -k1).add_(k1)  # k1 * (d + a L)
-    l_minus_1 = torch.sub(log1p_a, 1, out=scratch(0, x))  # gx is no longer needed
-    bl.mul_(log1p_a).add_(l_minus_1, alpha=2)  # (1 + 2a) L^2 + 2 (L - 1)
-    l_minus_1.square_().mul_(one_plus_a)
-    bl.add_(l_minus_1, alpha=2).addcmul_(log1p_a, -2 * newton.mean_d)  # + 2 d (L - 1) - 2 mean(d) L
-    gh.addcmul_(bl.mul_(sign), k2)  # k2 * sg * (q + a L^2 + 2 (d - mean d) L)
-    gh.addcmul_(one_plus_a.reciprocal_(), k3)  # k3 / (1 + a)
+    n, alpha, den = newton.count, cfg.alpha, newton.den
+    c1 = (2 / n) * (-0.5 * alpha / den - newton.dvar * alpha * newton.g1 / (den * den))
+    c2 = alpha * newton.g1 / (n * den * den)
+    c3 = alpha / (n * den)
+    jac = torch.mul(a, log1p_a, out=borrow(a))
+    jac.add_(newton.d)  # w
+    r = newton.d.add_(jac).sub_(2 * newton.mean_d).mul_(signed_log)  # sL (w + d - 2 mean d)
+    r.addcmul_(newton.q, sign)
+    return jac.mul_(c1).addcmul_(r, c2).addcmul_(inverse_u, c3)
 
 
 # -- noise and affine ---------------------------------------------------------------------------
@@ -273,17 +280,28 @@ def _add_noise(x: Tensor, x3: Tensor, groups: Groups, cfg: FusedConfig) -> Tenso
         return x
     dims, n = groups.dims, groups.count
     centred = torch.sub(x, x.sum(dims, keepdim=True).div_(n), out=scratch(0, x))
-    s = torch.linalg.vector_norm(centred, 1, dims, keepdim=True).div_(n)
+    s = centred.abs_().sum(dims, keepdim=True).div_(n)  # (vector_norm with ord 1 is 2x slower)
     z = standard_normal_like(x3, cfg.tokens).reshape(x.shape)
-    return torch.addcmul(x, z, s * cfg.noise, out=z)
+    return x.addcmul_(z, s * cfg.noise)
 
 
 def _affine(y3: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
-    c = y3.shape[1]
+    """gamma * y + beta: a fresh tensor in y3's memory layout.
+
+    A channels-last (N, C, S) view is computed on its (N, S, C) memory; given the (1, C, 1) operands
+    first, torch would write a contiguous (N, C, S) result instead (a transposing pass, about 4x the
+    time), and the layer and the incoming gradient would then carry the wrong layout.
+    """
+    if y3.stride(1) == 1 and y3.shape[2] > 1:
+        return _affine_on(y3.transpose(1, 2), weight, bias, (1, 1, -1)).transpose(1, 2)
+    return _affine_on(y3, weight, bias, (1, -1, 1))
+
+
+def _affine_on(y: Tensor, weight: Tensor | None, bias: Tensor | None, shape: tuple[int, ...]) -> Tensor:
     if weight is not None and bias is not None:
-        return torch.addcmul(bias.view(1, c, 1), y3, weight.view(1, c, 1))
+        return torch.addcmul(bias.view(shape), y, weight.view(shape))
     if weight is not None:
-        return y3 * weight.view(1, c, 1)
+        return y * weight.view(shape)
     if bias is not None:
-        return y3 + bias.view(1, c, 1)
-    return y3.clone()
+        return y + bias.view(shape)
+    return y.clone()

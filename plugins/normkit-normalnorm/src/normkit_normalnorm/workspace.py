@@ -5,6 +5,12 @@ allocations above 32 MB afresh each time), which costs about as much as a pass o
 fused forward and backward build their temporaries in a few numbered slots that live across calls
 (per thread, per dtype); CUDA tensors use torch's caching allocator instead. The slots hold seven
 times the largest activation seen; `release()` frees them.
+
+Tensors saved for backward cannot live in the scratch slots (every layer keeps its own until its
+backward), so they are borrowed from a pool instead: `borrow()` hands out a recycled buffer, and
+backward gives the buffers back with `give_back()` once it has used them. The pool then holds about
+one training step's saved tensors between steps (as torch's CUDA caching allocator would); on CPU
+that saves about 1 ms of page faults per saved 6 MB tensor. `release()` empties it too.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ import torch
 from torch import Tensor
 
 _local = threading.local()
+_pool: dict[tuple[torch.dtype, int], list[Tensor]] = {}
+_pool_lock = threading.Lock()
 
 
 def scratch(slot: int, like: Tensor) -> Tensor:
@@ -35,6 +43,30 @@ def scratch_stack(slot: int, like: Tensor, count: int) -> Tensor:
     return flat.as_strided((count, *like.shape), (numel, *strides))
 
 
+def borrow(like: Tensor) -> Tensor:
+    """An uninitialized tensor with `like`'s shape and dense strides, recycled on CPU (see `give_back`)."""
+    if like.device.type != "cpu":
+        return torch.empty_like(like)
+    key = (like.dtype, like.numel())
+    with _pool_lock:
+        free = _pool.get(key)
+        flat = free.pop() if free else None
+    if flat is None:
+        flat = torch.empty(like.numel(), dtype=like.dtype)
+    return flat.as_strided(like.shape, torch.empty_like(like, device="meta").stride())
+
+
+def give_back(*tensors: Tensor | None) -> None:
+    """Return borrowed tensors to the pool; the caller must not use them (or views of them) again."""
+    for tensor in tensors:
+        if tensor is not None and tensor.device.type == "cpu":
+            flat = tensor.as_strided((tensor.numel(),), (1,))
+            with _pool_lock:
+                _pool.setdefault((tensor.dtype, tensor.numel()), []).append(flat)
+
+
 def release() -> None:
-    """Free this thread's scratch buffers (they are re-created on the next fused call)."""
+    """Free this thread's scratch buffers and the pool of borrowed buffers (both refill on demand)."""
     _local.__dict__.pop("slots", None)
+    with _pool_lock:
+        _pool.clear()

@@ -11,9 +11,6 @@ h = 0 is the exact one (1) rather than the zero subgradient of `abs`.
 from __future__ import annotations
 
 import math
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from torch import Tensor
@@ -92,43 +89,5 @@ def standard_normal_like(x3: Tensor, tokens: bool) -> Tensor:
     """
     n, c, s = x3.shape
     if tokens:
-        return standard_normal((n, s, c), x3.dtype, x3.device).transpose(1, 2)
-    return standard_normal((n, c, s), x3.dtype, x3.device)
-
-
-def standard_normal(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
-    """i.i.d. N(0, 1) values, reproducible under `torch.manual_seed`, drawn in parallel on CPU.
-
-    torch draws CPU normals on one thread (about 4 ms for 1.6M floats, twice a LayerNorm training
-    step). Large CPU draws are therefore split into fixed chunks of `NOISE_CHUNK` values, each drawn
-    by its own generator seeded from the default generator, on a small thread pool. The chunking
-    depends only on the size, never on the thread count, so a seed gives the same values anywhere.
-    """
-    numel = math.prod(shape)
-    if torch.device(device).type != "cpu" or numel <= NOISE_CHUNK or torch.compiler.is_compiling():
-        return torch.randn(shape, dtype=dtype, device=device)
-    out = torch.empty(shape, dtype=dtype)
-    chunks = out.view(-1).split(NOISE_CHUNK)
-    seeds = torch.randint(0, 2**62, (len(chunks),)).tolist()
-    for done in [_noise_pool().submit(_fill_normal, chunk, seed) for chunk, seed in zip(chunks, seeds)]:
-        done.result()
-    return out
-
-
-NOISE_CHUNK = 1 << 18  # values per generator: part of the random stream's definition, do not tie to threads
-_pool: list[ThreadPoolExecutor] = []
-_worker = threading.local()
-
-
-def _noise_pool() -> ThreadPoolExecutor:
-    if not _pool:
-        _pool.append(ThreadPoolExecutor(max(1, min(torch.get_num_threads(), 8)), "normkit-noise"))
-    return _pool[0]
-
-
-def _fill_normal(chunk: Tensor, seed: int) -> None:
-    generator = _worker.__dict__.setdefault("generator", torch.Generator())
-    chunk.normal_(generator=generator.manual_seed(seed))
-
-
-os.register_at_fork(after_in_child=_pool.clear)  # a forked child has none of the parent's pool threads
+        return torch.randn(n, s, c, dtype=x3.dtype, device=x3.device).transpose(1, 2)
+    return torch.randn(n, c, s, dtype=x3.dtype, device=x3.device)
