@@ -28,7 +28,7 @@ import torch
 from normkit.stages import Groups, Partition
 from torch import Tensor
 
-from normkit_normalnorm.workspace import borrow, give_back, scratch, scratch_stack
+from normkit_normalnorm.workspace import borrow, give_back, scratch, scratch_contiguous, scratch_stack
 from normkit_normalnorm.yeojohnson import standard_normal_like
 
 STACK_SLOT = 6  # scratch slot of the stacked temporaries (four activations; slots 0-4 hold one each)
@@ -281,7 +281,9 @@ def _add_noise(x: Tensor, x3: Tensor, groups: Groups, cfg: FusedConfig) -> Tenso
     dims, n = groups.dims, groups.count
     centred = torch.sub(x, x.sum(dims, keepdim=True).div_(n), out=scratch(0, x))
     s = centred.abs_().sum(dims, keepdim=True).div_(n)  # (vector_norm with ord 1 is 2x slower)
-    z = standard_normal_like(x3, cfg.tokens).reshape(x.shape)
+    n3, c3, s3 = x3.shape
+    buffer = scratch_contiguous(5, (n3, s3, c3) if cfg.tokens else (n3, c3, s3), x3)
+    z = standard_normal_like(x3, cfg.tokens, buffer).reshape(x.shape)
     return x.addcmul_(z, s * cfg.noise)
 
 

@@ -80,14 +80,19 @@ def noise_scale(x: Tensor, dims: tuple[int, ...]) -> Tensor:
         return (x - x.mean(dim=dims, keepdim=True)).abs().mean(dim=dims, keepdim=True)
 
 
-def standard_normal_like(x3: Tensor, tokens: bool) -> Tensor:
+def standard_normal_like(x3: Tensor, tokens: bool, buffer: Tensor | None = None) -> Tensor:
     """N(0, 1) noise for the layer's `(N, C, S)` view, drawn in the logical order of the layer's input.
 
     That is (N, C, S) order for `N, C, *` inputs and (N, S, C) order for channels-last tokens, so a
     channels_last-strided image gets the same noise as its contiguous copy. Both the reference and
     the fused path draw through this function, so under one `torch.manual_seed` they agree.
+    `buffer`: an optional contiguous tensor of that logical shape to fill (the same values as a
+    fresh draw, without allocating).
     """
     n, c, s = x3.shape
-    if tokens:
-        return torch.randn(n, s, c, dtype=x3.dtype, device=x3.device).transpose(1, 2)
-    return torch.randn(n, c, s, dtype=x3.dtype, device=x3.device)
+    shape = (n, s, c) if tokens else (n, c, s)
+    if buffer is None:
+        z = torch.randn(shape, dtype=x3.dtype, device=x3.device)
+    else:
+        z = buffer.normal_()
+    return z.transpose(1, 2) if tokens else z
