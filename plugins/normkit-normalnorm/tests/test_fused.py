@@ -136,3 +136,29 @@ def test_constant_rows_match_the_reference(spec: str, channel_dim: int) -> None:
     for a, b in zip(got, want):
         assert torch.isfinite(a).all()
         torch.testing.assert_close(a, b, rtol=2e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("spec", ["bnn", "lnn"])
+def test_recycled_saved_buffers_survive_retain_graph(spec: str) -> None:
+    """Saved tensors go back to the pool only after the last backward; a forward in between cannot clobber them."""
+    layer = normkit.build(spec, 6, channel_dim=-1 if spec == "lnn" else 1)
+    x = skewed_input((4, 3, 6) if spec == "lnn" else (4, 6, 3), torch.float32).requires_grad_(True)
+    torch.manual_seed(0)
+    y = layer(x)
+    grad = torch.randn_like(y)
+    first = torch.autograd.grad(y, x, grad, retain_graph=True)[0]
+    for _ in range(2):  # other steps borrow and return buffers meanwhile
+        other = skewed_input(tuple(x.shape), torch.float32, seed=3).requires_grad_(True)
+        layer(other).sum().backward()
+    second = torch.autograd.grad(y, x, grad)[0]
+    torch.testing.assert_close(second, first, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("spec", ["bnn", "lnn"])
+def test_no_grad_forward_equals_grad_forward(spec: str) -> None:
+    """Under no_grad the fused path skips the backward's per-element derivatives; the output is unchanged."""
+    layer = normkit.build(spec, 6).eval()
+    x = skewed_input((4, 6, 3), torch.float32)
+    with torch.no_grad():
+        quiet = layer(x)
+    torch.testing.assert_close(quiet, layer(x.requires_grad_(True)).detach(), rtol=0, atol=0)

@@ -67,7 +67,7 @@ def normality_norm(
         raise NormShapeError("normality_norm: needs more than 1 value per channel when training")
     factor = ema_factor(momentum, num_batches_tracked) if tracked and training else 0.0
     cfg = FusedConfig(partition, groups, tokens, training, eps, alpha, noise, factor, lambda_min, lambda_max,
-                      detach_lambda)
+                      detach_lambda, torch.is_grad_enabled())
     return NormalityFunction.apply(x3, weight, bias, cfg, running_mean if tracked else None,
                                    running_var if tracked else None, running_lambda if tracked else None)
 

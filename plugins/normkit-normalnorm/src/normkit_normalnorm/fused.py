@@ -1,16 +1,17 @@
 """The fused torch path: standardize + lambda + transform + noise + affine in one autograd.Function.
 
 Why it is faster than autograd on the reference: the standardization's backward (and the row
-partitions' forward) runs on torch's native norm kernels; every per-element quantity is built in
+partitions' forward) runs on torch's native norm kernels; every per-element temporary is built in
 place in a few scratch buffers (fresh activation-sized allocations cost page faults on CPU); the
-four Newton means, and the two lambda-gradient sums, each take one stacked reduction; log1p(|h|)
-is computed once and serves both the lambda sums and the transform; and backward saves only the
-input, the signed log `sign(h) * log1p(|h|)`, the transformed values and the noisy values (when
-there is noise).
+four Newton means take one stacked reduction; log1p(|h|) is computed once; and the forward, which
+has every per-element Newton term at hand, also builds the three per-element derivatives backward
+needs, so backward is a handful of passes: gh = g * dx/dh + (sum g * dx/dlam) * dlam/dh per group.
+The saved tensors (dx/dh, dx/dlam, dlam/dh and the noisy values) are borrowed from a pool that
+backward refills (`workspace.borrow`), and none is built when no input needs a gradient.
 
-Derivation of the backward (per group, n elements, a = |h|, L = log1p(a), sg = sign(h)):
-  x = psi(h; lam);  dx/dh = (1 + a)^(mu - 1) = exp((lam - 1) * sg * L),  mu = lam or 2 - lam;
-  dx/dlam = (sg * L * exp(mu * L) - x) * sg / mu;
+Derivation (per group, n elements, a = |h|, L = log1p(a), sg = sign(h), E = expm1(mu L)):
+  x = psi(h; lam) = E sg / mu,  mu = lam (h >= 0) or 2 - lam (h < 0),  sg / mu = c0 sg + c1;
+  dx/dh = (1 + a)^(mu - 1) = (E + 1) / (1 + a);  dx/dlam = (sg L (E + 1) - x) sg / mu;
   lam = 1 - alpha * g1 / (g2 + sqrt(eps)), g1 = dvar / 2 - s1, g2 = (d2var - dvar^2) / 2, with
   d(dvar)/dh_i = 2/n * (d + a L),  d(s1)/dh_i = 1/n / (1 + a),
   d(d2var)/dh_i = 2/n * sg * (q + a L^2 + 2 (d - mean d) L),  d = (1+a)L - a,  q = (1+a)L^2 - 2d.
@@ -50,6 +51,7 @@ class FusedConfig:
     lambda_min: float | None
     lambda_max: float | None
     detach_lambda: bool
+    grad_enabled: bool = True  # torch.is_grad_enabled() at the call (inside forward it is always off)
 
     def native_groups(self, num_channels: int) -> int | None:
         """Group count for native_group_norm; None for batch or per-token layer statistics."""
@@ -79,7 +81,7 @@ class NormalityFunction(torch.autograd.Function):
             lam = newton.lam
             if running_lambda is not None and cfg.training and cfg.partition == "batch":
                 running_lambda.lerp_(groups.channel_stat(lam).to(running_lambda), cfg.momentum)
-        grads = ctx.needs_input_grad[0]
+        grads = cfg.grad_enabled and ctx.needs_input_grad[0]
         lam_grads = grads and newton is not None and not cfg.detach_lambda
         c0, c1 = _inverse_mu(lam)
         torch.addcmul(log1p_a, signed_log, lam - 1, out=x).expm1_()  # E = expm1(mu * L)
@@ -98,6 +100,9 @@ class NormalityFunction(torch.autograd.Function):
             dx_dlam.sub_(x).mul_(inverse_mu)
         y = _add_noise(x, x3, groups, cfg)
         out = _affine(groups.ungroup(y), weight, bias)  # a fresh (N, C, S) tensor, not a view
+        if not (cfg.grad_enabled and any(ctx.needs_input_grad)):  # inference: y was only a temporary
+            give_back(y)
+            return out
         ctx.cfg, ctx.groups, ctx.stats = cfg, groups, stats
         ctx.lam_scale = newton.in_range if lam_grads else None
         ctx.save_for_backward(x3, dx_dh, dx_dlam, dlam_dh, y, weight, bias)
@@ -125,10 +130,6 @@ class NormalityFunction(torch.autograd.Function):
         if not torch._C._autograd._get_current_graph_task_keep_graph():  # no second backward can come
             give_back(dx_dh, dx_dlam, dlam_dh, y)
         return grad_x3, grad_weight, grad_bias, None, None, None, None
-
-
-def _one(like: Tensor) -> Tensor:
-    return torch.ones((), dtype=like.dtype, device=like.device)
 
 
 # -- standardization on torch's native kernels --------------------------------------------------
