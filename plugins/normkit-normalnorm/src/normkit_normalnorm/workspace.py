@@ -1,9 +1,9 @@
 """Reusable CPU scratch buffers for the fused path.
 
-On CPU every fresh activation-sized tensor costs page faults when first written (glibc maps
-allocations above 32 MB afresh each time), which costs about as much as a pass over the data. The
+On CPU every fresh activation-sized tensor that outlives the next allocations costs page faults when
+first written (glibc returns and maps such memory afresh), about as much as a pass over the data. The
 fused forward and backward build their temporaries in a few numbered slots that live across calls
-(per thread, per dtype); CUDA tensors use torch's caching allocator instead. The slots hold seven
+(per thread, per dtype); CUDA tensors use torch's caching allocator instead. The slots hold up to ten
 times the largest activation seen; `release()` frees them.
 
 Tensors saved for backward cannot live in the scratch slots (every layer keeps its own until its
