@@ -32,7 +32,7 @@ from torch import Tensor
 from normkit_normalnorm.workspace import borrow, give_back, scratch, scratch_contiguous, scratch_stack
 from normkit_normalnorm.yeojohnson import standard_normal_like
 
-STACK_SLOT = 6  # scratch slot of the stacked temporaries (four activations; slots 0-4 hold one each)
+STACK_SLOT = 6  # scratch slot of the stacked temporaries (five activations; slots 0-5 hold one each)
 _TINY_MU = 1e-20  # stands in for mu == 0 (lam exactly 0 or 2): expm1(tiny * L) / tiny == L in float
 
 
@@ -213,23 +213,18 @@ def _newton(h: Tensor, groups: Groups, cfg: FusedConfig) -> tuple[_Newton, Tenso
     The Newton step's per-element terms d and q stay in `_Newton` (scratch) for dlam/dh.
     """
     dims, n = groups.dims, groups.count
-
-    def mean(t: Tensor) -> Tensor:
-        return t.sum(dims, keepdim=True).div_(n)
-
     a = torch.abs(h, out=scratch(0, h))
     log1p_a = torch.log1p(a, out=scratch(1, h))
-    signed_log = torch.copysign(log1p_a, h, out=scratch(2, h))
-    s1 = mean(signed_log)
+    terms = scratch_stack(STACK_SLOT, h, 5)  # d, h d, d^2, h d2, sign(h) L: one reduction for the means
+    signed_log = torch.copysign(log1p_a, h, out=terms[4])
     p = torch.addcmul(log1p_a, a, log1p_a, out=borrow(h))  # (1 + a) L; its buffer becomes x
-    terms = scratch_stack(STACK_SLOT, h, 4)  # d, h d, d^2, h d2: one reduction for the four means
     d = torch.sub(p, a, out=terms[0])  # (1 + a) L - a
     torch.mul(h, d, out=terms[1])
     torch.square(d, out=terms[2])
     q = torch.mul(p, log1p_a, out=scratch(4, h))
     q.sub_(d, alpha=2)  # (1 + a) L^2 - 2 d
     torch.mul(q, a, out=terms[3])  # a q = h d2
-    mean_d, mean_hd, mean_dd, mean_aq = terms.sum(tuple(k + 1 for k in dims), keepdim=True).div_(n)
+    mean_d, mean_hd, mean_dd, mean_aq, s1 = terms.sum(tuple(k + 1 for k in dims), keepdim=True).div_(n)
     dvar = 2 * mean_hd
     d2var = 2 * (mean_aq + mean_dd - mean_d * mean_d)
     g1 = 0.5 * dvar - s1
