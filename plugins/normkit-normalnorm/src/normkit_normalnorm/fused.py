@@ -32,7 +32,7 @@ from torch import Tensor
 from normkit_normalnorm.workspace import borrow, give_back, scratch, scratch_contiguous, scratch_stack
 from normkit_normalnorm.yeojohnson import standard_normal_like
 
-STACK_SLOT = 6  # scratch slot of the stacked temporaries (five activations; slots 0-5 hold one each)
+STACK_SLOT = 6  # scratch slot of the stacked temporaries (five activations; slots 0, 1, 3, 4, 5 hold one each)
 _TINY_MU = 1e-20  # stands in for mu == 0 (lam exactly 0 or 2): expm1(tiny * L) / tiny == L in float
 
 
@@ -74,7 +74,7 @@ class NormalityFunction(torch.autograd.Function):
             newton = None
             a = torch.abs(h, out=scratch(0, h))
             log1p_a = torch.log1p(a, out=scratch(1, h))
-            signed_log = torch.copysign(log1p_a, h, out=scratch(2, h))
+            signed_log = torch.copysign(log1p_a, h, out=scratch_stack(STACK_SLOT, h, 5)[4])
             x = borrow(h)
         else:
             newton, a, signed_log, log1p_a, x = _newton(h, groups, cfg)
@@ -118,7 +118,7 @@ class NormalityFunction(torch.autograd.Function):
         if bias is not None and ctx.needs_input_grad[2]:
             grad_bias = grad3.sum((0, 2))
         if weight is not None and ctx.needs_input_grad[1]:
-            grad_weight = groups.ungroup(torch.mul(gv, y, out=scratch(2, y))).sum((0, 2))
+            grad_weight = groups.ungroup(torch.mul(gv, y, out=scratch(4, y))).sum((0, 2))
         grad_x3 = None
         if ctx.needs_input_grad[0]:
             gx = torch.mul(gv, groups.per_channel(weight), out=scratch(0, y)) if weight is not None else gv
