@@ -159,3 +159,27 @@ def update_running(mean_ptr, var_ptr, lam_ptr, c, mean, unbiased_var, lam, momen
     tl.store(mean_ptr + c, _lerp(tl.load(mean_ptr + c), mean, momentum))
     tl.store(var_ptr + c, _lerp(tl.load(var_ptr + c), unbiased_var, momentum))
     tl.store(lam_ptr + c, _lerp(tl.load(lam_ptr + c), lam, momentum))
+
+
+@triton.jit
+def affine_store(y_ptr, offset, x, w_ptr, b_ptr, c, mask, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+    """Apply the per-channel affine to x (float32) and store it in y's dtype."""
+    if HAS_W:
+        x = x * tl.load(w_ptr + c, mask=mask, other=1.0).to(tl.float32)
+    if HAS_B:
+        x = x + tl.load(b_ptr + c, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + offset, x.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def store_stats(row, mean, rstd, lam, scale, mean_d, coef_d, coef_e, coef_s, var):
+    """A group's forward table for backward: the layout every backward kernel reads (NSTAT = 9)."""
+    tl.store(row + 0, mean)
+    tl.store(row + 1, rstd)
+    tl.store(row + 2, lam)
+    tl.store(row + 3, scale)
+    tl.store(row + 4, mean_d)
+    tl.store(row + 5, coef_d)
+    tl.store(row + 6, coef_e)
+    tl.store(row + 7, coef_s)
+    tl.store(row + 8, var)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from normkit_normalnorm.triton_kernels.jit_common import yeo_johnson
+from normkit_normalnorm.triton_kernels.jit_common import affine_store, yeo_johnson
 
 
 @triton.jit
@@ -36,8 +36,4 @@ def eval_pointwise(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, var_ptr, lam_ptr, numel
         lam = tl.minimum(lam, lmax)
     u = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
     x, _, _ = yeo_johnson((u - mean) * rstd, lam)
-    if HAS_W:
-        x = x * tl.load(w_ptr + c, mask=mask, other=1.0).to(tl.float32)
-    if HAS_B:
-        x = x + tl.load(b_ptr + c, mask=mask, other=0.0).to(tl.float32)
-    tl.store(y_ptr + offset, x.to(y_ptr.dtype.element_ty), mask=mask)
+    affine_store(y_ptr, offset, x, w_ptr, b_ptr, c, mask, HAS_W, HAS_B)

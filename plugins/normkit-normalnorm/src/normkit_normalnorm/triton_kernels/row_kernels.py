@@ -13,10 +13,12 @@ import triton
 import triton.language as tl
 
 from normkit_normalnorm.triton_kernels.jit_common import (
+    affine_store,
     element,
     lambda_from_sums,
     lambda_grad_direction,
     newton_terms,
+    store_stats,
     update_running,
     yeo_johnson,
 )
@@ -57,21 +59,8 @@ def row_forward(x_ptr, y_ptr, w_ptr, b_ptr, stats_ptr, run_mean_ptr, run_var_ptr
         x_mean = tl.sum(tl.where(mask, x, 0.0), axis=0) / M
         scale = tl.sum(tl.where(mask, tl.abs(x - x_mean), 0.0), axis=0) / M
         x = x + (noise * scale) * tl.randn(seed, logical)
-    if HAS_W:
-        x = x * tl.load(w_ptr + c, mask=mask, other=1.0).to(tl.float32)
-    if HAS_B:
-        x = x + tl.load(b_ptr + c, mask=mask, other=0.0).to(tl.float32)
-    tl.store(y_ptr + offset, x.to(y_ptr.dtype.element_ty), mask=mask)
-    row = stats_ptr + gid * NSTAT
-    tl.store(row + 0, mean)
-    tl.store(row + 1, rstd)
-    tl.store(row + 2, lam)
-    tl.store(row + 3, scale)
-    tl.store(row + 4, mean_d)
-    tl.store(row + 5, coef_d)
-    tl.store(row + 6, coef_e)
-    tl.store(row + 7, coef_s)
-    tl.store(row + 8, var)
+    affine_store(y_ptr, offset, x, w_ptr, b_ptr, c, mask, HAS_W, HAS_B)
+    store_stats(stats_ptr + gid * NSTAT, mean, rstd, lam, scale, mean_d, coef_d, coef_e, coef_s, var)
     if UPDATE:
         update_running(run_mean_ptr, run_var_ptr, run_lam_ptr, gid, mean, var * unbias, lam, momentum)
 

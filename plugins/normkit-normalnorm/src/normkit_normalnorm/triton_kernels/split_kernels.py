@@ -15,10 +15,12 @@ import triton
 import triton.language as tl
 
 from normkit_normalnorm.triton_kernels.jit_common import (
+    affine_store,
     element,
     lambda_from_sums,
     lambda_grad_direction,
     newton_terms,
+    store_stats,
     update_running,
     yeo_johnson,
 )
@@ -183,22 +185,10 @@ def split_output(x_ptr, y_ptr, w_ptr, b_ptr, stats_ptr, moments_ptr, newton_ptr,
     if NOISE:
         scale = _total(spread_ptr, gid, 0, 1, n_ch, BLOCK_CH) / M
         x = x + (noise * scale) * tl.randn(seed, logical)
-    if HAS_W:
-        x = x * tl.load(w_ptr + c, mask=mask, other=1.0).to(tl.float32)
-    if HAS_B:
-        x = x + tl.load(b_ptr + c, mask=mask, other=0.0).to(tl.float32)
-    tl.store(y_ptr + offset, x.to(y_ptr.dtype.element_ty), mask=mask)
+    affine_store(y_ptr, offset, x, w_ptr, b_ptr, c, mask, HAS_W, HAS_B)
     if ch == 0:
-        row = stats_ptr + gid * NSTAT
-        tl.store(row + 0, shift + mean)
-        tl.store(row + 1, rstd)
-        tl.store(row + 2, lam)
-        tl.store(row + 3, scale)
-        tl.store(row + 4, mean_d)
-        tl.store(row + 5, coef_d)
-        tl.store(row + 6, coef_e)
-        tl.store(row + 7, coef_s)
-        tl.store(row + 8, var)
+        store_stats(stats_ptr + gid * NSTAT, shift + mean, rstd, lam, scale, mean_d, coef_d, coef_e, coef_s,
+                    var)
         if UPDATE:
             update_running(run_mean_ptr, run_var_ptr, run_lam_ptr, gid, shift + mean, var * unbias, lam,
                            momentum)
