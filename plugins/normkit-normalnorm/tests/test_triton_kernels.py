@@ -207,6 +207,34 @@ def test_layer_with_kernel_triton_matches_kernel_torch(spec, channels, shape, ch
         torch.testing.assert_close(fast.state_dict()[key], value, msg=key)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(("spec", "shape", "channel_dim"), [("bnn", (6, 4, 3, 3), 1), ("lnn", (3, 5, 16), -1)])
+def test_layer_hands_low_precision_input_to_the_kernel(spec, shape, channel_dim, dtype, monkeypatch):
+    """fp16/bf16 reach the kernel unconverted (half the bytes) and match the float32 PyTorch path."""
+    import normkit
+
+    from normkit_normalnorm import triton_kernels
+
+    seen = []
+    real = triton_kernels.normality_triton
+
+    def spy(x3, *args, **kwargs):
+        seen.append(x3.dtype)
+        return real(x3, *args, **kwargs)
+
+    monkeypatch.setattr(triton_kernels, "normality_triton", spy)
+    channels = shape[1] if channel_dim == 1 else shape[-1]
+    fast = normkit.build(f"{spec}(kernel=triton, noise=0)", channels, channel_dim=channel_dim).to(DEVICE)
+    ref = normkit.build(f"{spec}(kernel=torch, noise=0)", channels, channel_dim=channel_dim).to(DEVICE)
+    x = make_input(shape, seed=31, constant_channel=False).to(DEVICE, dtype)
+    got, want = fast(x), ref(x)
+    assert seen == [dtype] and got.dtype == want.dtype == dtype
+    tol = 2e-2 if dtype == torch.float16 else 8e-2
+    torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol)
+    for key, value in ref.state_dict().items():
+        torch.testing.assert_close(fast.state_dict()[key], value, rtol=1e-3, atol=1e-3, msg=key)
+
+
 def test_conformance_suite_bnn():
     """normkit's conformance checks with the kernel (float64 gradcheck runs the reference)."""
     from normkit.testing import check_norm
@@ -218,8 +246,8 @@ def test_conformance_suite_bnn():
 @pytest.mark.parametrize(("spec", "options"), [
     ("gnn(groups=2, kernel=triton)", {}), ("inn(kernel=triton)", {}),
     # lnn's default noise 1.0: finite differences move the (detached) noise scale, so gradcheck
-    # cannot pass in train mode with noise; the reference path fails it the same way.
-    ("lnn(kernel=triton)", {"channel_dim": -1, "skip": ("gradients",)})])
+    # runs without noise; the reference path needs the same.
+    ("lnn(kernel=triton)", {"channel_dim": -1, "gradcheck_overrides": {"noise": 0.0}})])
 def test_conformance_suite_other_norms(spec, options):
     from normkit.testing import check_norm
 

@@ -119,7 +119,7 @@ class NormLayer(nn.Module):
             out = None
             if not self.probes and not self.recording:
                 for step in self.steps:
-                    out = step.fused_forward(xf, self)
+                    out = step.fused_forward(x if step.fused_input_dtype else xf, self)
                     if out is not None:
                         break
             if out is None:

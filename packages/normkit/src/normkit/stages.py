@@ -118,6 +118,9 @@ class Step:
     """
 
     name: str = "step"
+    # When True, fused_forward gets the input in its own dtype (fp16/bf16 included, so a kernel can
+    # read half the bytes) and must compute statistics in float32 itself; otherwise it gets float32.
+    fused_input_dtype: bool = False
 
     def setup(self, layer: NormLayer) -> None:
         """Register this step's parameters and buffers on `layer`."""

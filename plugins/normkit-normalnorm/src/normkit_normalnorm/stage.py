@@ -36,6 +36,7 @@ class NormalityStep(Step):
     """Estimate lambda per group (one Newton step), apply Yeo-Johnson, add noise when training."""
 
     name = "nn"
+    fused_input_dtype = True  # fp16/bf16 reach the Triton kernel as they are (half the bytes read)
 
     def __init__(self, partition_kind: str, *, noise: float | None, alpha: float, eps: float,
                  momentum: float | None, lambda_min: float | None, lambda_max: float | None,
@@ -112,6 +113,9 @@ class NormalityStep(Step):
         tracks = self._tracks(layer)
         if tracks and std.momentum != self.momentum:
             return None
+        kernel = self._kernel_for(x)
+        if kernel is normality_norm and x.dtype in (torch.float16, torch.bfloat16):
+            x = x.float()  # the PyTorch path computes in float32; the Triton kernel reads x as it is
         n, c = x.shape[0], layer.num_channels
         x3 = x.reshape(n, -1, c).transpose(1, 2) if layer.tokens else x.reshape(n, c, -1)
         batch = layer.partition.uses_batch
@@ -119,7 +123,7 @@ class NormalityStep(Step):
             raise layer.shape_error("needs more than 1 value per channel when training")
         factor = std.update_factor(layer) if tracks else None
         weight, bias = layer.recovery_params()
-        y3 = self._kernel_for(x)(
+        y3 = kernel(
             x3, weight, bias, partition=layer.partition.kind, groups=layer.partition.groups,
             tokens=layer.tokens, training=layer.training, eps=self.eps, alpha=self.alpha,
             noise=self.noise, running_mean=layer.running_mean if tracks else None,
