@@ -125,7 +125,7 @@ def test_none_is_identity_and_takes_no_steps() -> None:
 
     with temporary_plugin(Centring(), "centring"):
         with pytest.raises(normkit.SpecError, match="'none' has no normalizing step to place 'centre-test'"):
-            normkit.build("none+centre-test", 4)
+            normkit.parse("none+centre-test")
         layer = normkit.build("rms+centre-test", 4, channel_dim=-1)
         assert [s.name for s in layer.steps] == ["rms-scale", "centre"]
 
