@@ -25,6 +25,9 @@ def main() -> None:
     try:
         code = app(standalone_mode=False)
     except Exception as exc:  # noqa: BLE001 - click's usage errors, found by their interface
+        if type(exc).__name__ == "Abort":  # Ctrl-C outside a command (commands handle their own)
+            typer.echo("interrupted", err=True)
+            sys.exit(130)
         if type(exc).__name__ == "NoArgsIsHelpError":
             typer.echo(exc.ctx.get_help() if exc.ctx else str(exc))
             sys.exit(0)

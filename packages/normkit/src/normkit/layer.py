@@ -113,19 +113,24 @@ class NormLayer(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         self._check(x)
+        if torch.is_autocast_enabled(x.device.type):  # statistics stay float32 under autocast
+            with torch.autocast(x.device.type, enabled=False):
+                return self._forward(x)
+        return self._forward(x)
+
+    def _forward(self, x: Tensor) -> Tensor:
         in_dtype = x.dtype
-        with torch.autocast(x.device.type, enabled=False):
-            xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
-            out = None
-            if not self.probes and not self.recording:
-                for step in self.steps:
-                    out = step.fused_forward(x if step.fused_input_dtype else xf, self)
-                    if out is not None:
-                        break
-            if out is None:
-                out = self._generic(xf)
-            elif self.has_activation or self.post is not None:
-                out = self._after_norm(out, normalized_only=not self.applies_recovery)
+        xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        out = None
+        if not self.probes and not self.recording:
+            for step in self.steps:
+                out = step.fused_forward(x if step.fused_input_dtype else xf, self)
+                if out is not None:
+                    break
+        if out is None:
+            out = self._generic(xf)
+        elif self.has_activation or self.post is not None:
+            out = self._after_norm(out, normalized_only=not self.applies_recovery)
         return out.to(in_dtype) if out.dtype != in_dtype else out
 
     def _to_ncs(self, x: Tensor) -> Tensor:

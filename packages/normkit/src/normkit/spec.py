@@ -163,8 +163,3 @@ def _check_composition(parts: list[Part], text: str) -> None:
                 raise SpecError(f"{text!r} has two post-activation steps ({seen_post}, {part.name})")
             seen_post = part.name
 
-
-def canonical(spec: str) -> str:
-    """Canonical text of a spec (lowercase names), validated."""
-    return parse(spec).text
-

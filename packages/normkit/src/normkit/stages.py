@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from normkit.errors import SpecError
+from normkit.native import native_rms, native_standardize
 
 if TYPE_CHECKING:
     from normkit.layer import NormLayer
@@ -255,8 +256,6 @@ class Standardize(Step):
         """Dispatch a plain standardize+recovery pipeline to torch's native kernels."""
         if len(layer.steps) != 1:
             return None
-        from normkit.native import native_standardize
-
         return native_standardize(self, x, layer)
 
 
@@ -285,7 +284,5 @@ class RMSScale(Step):
     def fused_forward(self, x: Tensor, layer: NormLayer) -> Tensor | None:
         if len(layer.steps) != 1 or not layer.tokens or layer.partition.kind != "layer":
             return None
-        from normkit.native import native_rms
-
         return native_rms(self, x, layer)
 
