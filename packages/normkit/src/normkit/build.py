@@ -9,10 +9,10 @@ from typing import Any
 from torch import nn
 
 from normkit import plugins
-from normkit.errors import SpecError, did_you_mean
+from normkit.errors import SpecError
 from normkit.layer import NormLayer
 from normkit.registry import Entry
-from normkit.spec import Part, Spec, params_of, parse
+from normkit.spec import Part, Spec, params_of, parse, route
 from normkit.stages import BuildContext, Pipeline
 
 
@@ -29,15 +29,7 @@ def _with_overrides(spec: Spec, overrides: dict[str, Any], norm_settings: dict[s
         if key in norm_declared and key not in head.params:
             head.params[key] = norm_declared[key].coerce(value, head.name)
     for key, value in overrides.items():
-        targets = [p for p in parts if key in {q.name for q in p.entry.params}]
-        if not targets:
-            valid = sorted({q.name for p in parts for q in p.entry.params})
-            raise SpecError(f"{spec.text}: unknown parameter {key!r}{did_you_mean(key, valid)};"
-                            f" valid: {', '.join(valid) or 'none'}")
-        for part in targets:
-            if key not in part.params:
-                declared = {q.name: q for q in part.entry.params}[key]
-                part.params[key] = declared.coerce(value, part.name)
+        route(key, value, [(p.entry, p.params) for p in parts], repr(spec.text))
     return parts
 
 

@@ -82,16 +82,24 @@ def _expand(raw: RawPart, reg: Registry, depth: int = 0) -> list[tuple[Entry, di
     for sub in parse_raw(entry.compose):
         expanded.extend(_expand(sub, reg, depth + 1))
     for key, value in raw.params.items():
-        targets = [params for e, params in expanded if key in {p.name for p in e.params}]
-        if not targets:
-            valid = sorted({p.name for e, _ in expanded for p in e.params})
-            raise SpecError(
-                f"unknown parameter {key!r} for {entry.name!r} (= {entry.compose})"
-                f"{did_you_mean(key, valid)}; valid: {', '.join(valid) or 'none'}"
-            )
-        for params in targets:
-            params.setdefault(key, value)
+        route(key, value, expanded, f"{entry.name!r} (= {entry.compose})")
     return expanded
+
+
+def route(key: str, value: Any, parts: list[tuple[Entry, dict[str, Any]]], owner: str) -> None:
+    """Give `value` (typed) to every part that declares `key` and has no value for it yet.
+
+    One rule for alias parameters (`bnn(noise=0.6)`) and build overrides; SpecError when no part
+    declares the key.
+    """
+    targets = [(e, params) for e, params in parts if key in {p.name for p in e.params}]
+    if not targets:
+        valid = sorted({p.name for e, _ in parts for p in e.params})
+        raise SpecError(f"unknown parameter {key!r} for {owner}{did_you_mean(key, valid)}; "
+                        f"valid: {', '.join(valid) or 'none'}")
+    for e, params in targets:
+        if key not in params:
+            params[key] = {p.name: p for p in e.params}[key].coerce(value, e.name)
 
 
 def _typed(entry: Entry, params: dict[str, Any]) -> dict[str, Any]:
