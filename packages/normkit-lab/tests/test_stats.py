@@ -1,13 +1,25 @@
-"""Statistics on known numbers: a hand computation and scipy.stats.ttest_rel agree with stats.py."""
+"""Statistics on known numbers: hand computations, scipy and statsmodels agree with stats.py."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from scipy import stats as sps
 
-from normkit_lab.stats import N_TOO_SMALL, mean_sem, paired_difference, t_interval
+from normkit_lab.stats import (
+    N_TOO_SMALL,
+    detectable_effect_size,
+    holm,
+    mean_sem,
+    minimum_detectable_effect,
+    paired_difference,
+    power,
+    seeds_needed,
+    t_interval,
+    tost_p,
+)
 
 A = [0.90, 0.85, 0.88]
 B = [0.80, 0.82, 0.87]
@@ -79,3 +91,94 @@ def test_t_interval_matches_scipy():
     ref = sps.t.interval(0.95, df=3, loc=3.5, scale=sps.sem(values))
     assert (low, high) == (pytest.approx(ref[0]), pytest.approx(ref[1]))
     assert t_interval([1.0]) is None
+
+
+# -- Holm, TOST, power: against statsmodels where it is installed, and against hand-computed values.
+
+P_VALUES = [0.01, 0.04, 0.03, 0.20, 0.005]
+
+
+def test_holm_by_hand():
+    # sorted: 0.005 x5 = 0.025, 0.01 x4 = 0.04, 0.03 x3 = 0.09, 0.04 x2 = 0.08 -> 0.09 (monotone), 0.2 x1 = 0.2
+    assert holm(P_VALUES) == pytest.approx([0.04, 0.09, 0.09, 0.20, 0.025])
+    assert holm([0.6, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
+    assert holm([0.02, None, 0.04]) == [pytest.approx(0.04), None, pytest.approx(0.04)]  # None not counted
+    assert holm([]) == []
+
+
+def test_holm_matches_statsmodels():
+    multitest = pytest.importorskip("statsmodels.stats.multitest")
+    rng = np.random.default_rng(0)
+    for k in (1, 2, 3, 7):
+        p = list(rng.uniform(0, 0.2, size=k))
+        assert holm(p) == pytest.approx(list(multitest.multipletests(p, method="holm")[1]), rel=1e-12)
+
+
+DIFFS = [0.31, -0.12, 0.22, 0.05, 0.40, -0.02]
+
+
+@pytest.mark.parametrize("margin", [0.1, 0.3, 0.5, 2.0])
+def test_tost_is_the_larger_of_two_one_sided_ttests(margin):
+    lower = sps.ttest_1samp(DIFFS, -margin, alternative="greater").pvalue
+    upper = sps.ttest_1samp(DIFFS, margin, alternative="less").pvalue
+    assert tost_p(DIFFS, margin) == pytest.approx(max(lower, upper), rel=1e-10)
+
+
+def test_tost_agrees_with_the_90_percent_interval():
+    low, high = sps.ttest_1samp(DIFFS, 0.0).confidence_interval(0.90)
+    inside = max(abs(low), abs(high))
+    assert tost_p(DIFFS, inside + 1e-6) < 0.05 < tost_p(DIFFS, inside - 1e-6)
+
+
+def test_tost_limits():
+    assert tost_p([0.1], 0.5) is None
+    assert tost_p([0.25, 0.25, 0.25], 0.5) == 0.0 and tost_p([0.75, 0.75, 0.75], 0.5) == 1.0
+
+
+def _noncentral_t_power(es: float, n: int) -> float:
+    """Power of the two-sided one-sample t-test from scipy's noncentral t (the textbook formula)."""
+    crit = sps.t.ppf(0.975, n - 1)
+    far_tail = sps.nct.cdf(-crit, n - 1, es * math.sqrt(n))  # NaN from scipy where it is ~0
+    return sps.nct.sf(crit, n - 1, es * math.sqrt(n)) + np.nan_to_num(far_tail)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 10, 30])
+def test_detectable_effect_has_80_percent_power(n):
+    es = detectable_effect_size(n)
+    assert _noncentral_t_power(es, n) == pytest.approx(0.8, abs=1e-9)
+    assert minimum_detectable_effect(2.0, n) == pytest.approx(2.0 * es)
+
+
+@pytest.mark.parametrize("n", [3, 5, 10])
+def test_detectable_effect_matches_statsmodels(n):
+    power_mod = pytest.importorskip("statsmodels.stats.power")
+    ref = power_mod.TTestPower().solve_power(effect_size=None, nobs=n, alpha=0.05, power=0.8,
+                                             alternative="two-sided")
+    assert detectable_effect_size(n) == pytest.approx(ref, rel=1e-6)
+    assert power(0.7, n) == pytest.approx(power_mod.TTestPower().power(0.7, n, 0.05), rel=1e-9)
+
+
+def test_known_detectable_effect_sizes():
+    # Cohen's tables for the two-sided one-sample t at alpha 0.05, power 0.8: n=10 -> d = 0.996
+    assert detectable_effect_size(10) == pytest.approx(0.996, abs=1e-3)
+    assert detectable_effect_size(1) is None and minimum_detectable_effect(None, 5) is None
+
+
+def test_seeds_needed():
+    # effect 0.5 sd: statsmodels gives nobs = 33.37, so 34 seeds; scipy alone gives the same bracket
+    assert seeds_needed(1.0, 0.5) == 34
+    assert minimum_detectable_effect(1.0, 34) <= 0.5 < minimum_detectable_effect(1.0, 33)
+    assert seeds_needed(0.01, 0.5) == 3  # the minimum for a verdict
+    assert seeds_needed(0.0, 0.5) == 3
+    assert seeds_needed(100.0, 0.5) is None  # more than the cap
+    assert seeds_needed(None, 0.5) is None
+
+
+def test_seeds_needed_matches_statsmodels():
+    power_mod = pytest.importorskip("statsmodels.stats.power")
+    nobs = power_mod.TTestPower().solve_power(effect_size=0.8, nobs=None, alpha=0.05, power=0.8)
+    assert seeds_needed(1.0, 0.8) == math.ceil(nobs)
+
+
+def test_paired_difference_reports_sd():
+    assert paired_difference(A, B).sd == pytest.approx(float(np.std(np.subtract(A, B), ddof=1)))

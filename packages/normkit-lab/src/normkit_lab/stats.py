@@ -1,9 +1,11 @@
-"""Statistics of a comparison: mean and standard error over seeds, and paired differences.
+"""Statistics of a comparison: mean and standard error over seeds, paired differences, and the
+tools of a verdict (Holm adjustment, two one-sided tests, minimum detectable effect).
 
 Runs are paired by seed: the same seed gives every norm the same initialisation draw, data order
 and augmentation, so the seed-to-seed noise they share cancels in the per-seed difference. The
 paired interval is a Student t interval on those differences, and the p-value is the paired
-(dependent-samples) t-test, i.e. `scipy.stats.ttest_rel`.
+(dependent-samples) t-test, i.e. `scipy.stats.ttest_rel`. Everything here is plain scipy; the
+tests check it against statsmodels.
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import optimize
 from scipy import stats as sps
 
 CONFIDENCE = 0.95
+ALPHA = 0.05
+POWER = 0.8
 N_TOO_SMALL = "n too small"
 
 
@@ -41,6 +46,7 @@ class PairedDifference:
     high: float | None
     p_value: float | None
     note: str = ""
+    sd: float | None = None  # sample standard deviation of the differences
 
 
 def mean_sem(values: Sequence[float]) -> MeanSem:
@@ -74,10 +80,10 @@ def paired_difference(values: Sequence[float], baseline: Sequence[float],
         return PairedDifference(n, mean, None, None, None, N_TOO_SMALL)
     sd = float(d.std(ddof=1))
     if sd == 0.0:
-        return PairedDifference(n, mean, mean, mean, 1.0 if mean == 0.0 else 0.0, "no spread")
+        return PairedDifference(n, mean, mean, mean, 1.0 if mean == 0.0 else 0.0, "no spread", 0.0)
     half = float(sps.t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
     p_value = float(sps.ttest_rel(a, b).pvalue)
-    return PairedDifference(n, mean, mean - half, mean + half, p_value)
+    return PairedDifference(n, mean, mean - half, mean + half, p_value, sd=sd)
 
 
 def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float] | None:
@@ -87,3 +93,89 @@ def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple
         return None
     half = float(sps.t.ppf(0.5 + confidence / 2, ms.n - 1)) * ms.sem
     return ms.mean - half, ms.mean + half
+
+
+def holm(p_values: Sequence[float | None]) -> list[float | None]:
+    """Holm step-down adjusted p-values (None stays None and is not counted in the family).
+
+    With k p-values sorted ascending, the i-th (0-based) is multiplied by k - i, then made
+    non-decreasing (running maximum) and capped at 1: `multipletests(method="holm")`.
+    """
+    present = [(p, i) for i, p in enumerate(p_values) if p is not None]
+    k = len(present)
+    out: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for rank, (p, i) in enumerate(sorted(present)):
+        running = max(running, min(1.0, (k - rank) * p))
+        out[i] = running
+    return out
+
+
+def tost_p(differences: Sequence[float], margin: float) -> float | None:
+    """Two one-sided tests of |mean difference| < margin: the larger of the two one-sided p-values.
+
+    p < alpha means the (1 - 2 alpha) t interval of the mean lies inside (-margin, margin), i.e.
+    the difference is shown to be smaller than the margin. None with fewer than two values.
+    """
+    d = np.asarray(differences, dtype=np.float64)
+    n = int(d.size)
+    if n < 2:
+        return None
+    mean, sd = float(d.mean()), float(d.std(ddof=1))
+    if sd == 0.0:
+        return 0.0 if abs(mean) < margin else 1.0
+    se = sd / math.sqrt(n)
+    p_above_lower = float(sps.t.sf((mean + margin) / se, n - 1))  # H0: mean <= -margin
+    p_below_upper = float(sps.t.cdf((mean - margin) / se, n - 1))  # H0: mean >= +margin
+    return max(p_above_lower, p_below_upper)
+
+
+def power(effect_size: float, n: int, alpha: float = ALPHA) -> float:
+    """Power of the two-sided one-sample (paired) t-test at standardized effect `effect_size`."""
+    df = n - 1
+    crit = float(sps.t.ppf(1 - alpha / 2, df))
+    nc = abs(effect_size) * math.sqrt(n)
+    far_tail = float(sps.nct.cdf(-crit, df, nc))  # scipy gives NaN where this is ~1e-300
+    return float(sps.nct.sf(crit, df, nc)) + (0.0 if math.isnan(far_tail) else far_tail)
+
+
+def detectable_effect_size(n: int, alpha: float = ALPHA, target: float = POWER) -> float | None:
+    """The standardized effect (mean / sd of the differences) detected with power `target` by n pairs."""
+    if n < 2:
+        return None
+    high = 1.0
+    while power(high, n, alpha) < target:
+        high *= 2.0
+    return float(optimize.brentq(_power_gap, 0.0, high, args=(n, alpha, target), xtol=1e-12))
+
+
+def _power_gap(effect_size: float, n: int, alpha: float, target: float) -> float:
+    return power(effect_size, n, alpha) - target
+
+
+def minimum_detectable_effect(sd: float | None, n: int, alpha: float = ALPHA,
+                              target: float = POWER) -> float | None:
+    """The smallest true mean difference (in the metric's unit) found significant with 80% power,
+    for n pairs whose differences have standard deviation `sd`. None with fewer than two pairs."""
+    es = detectable_effect_size(n, alpha, target)
+    return None if es is None or sd is None else es * sd
+
+
+def seeds_needed(sd: float | None, margin: float, cap: int = 1000, alpha: float = ALPHA,
+                 target: float = POWER) -> int | None:
+    """The fewest pairs (at least 3) whose minimum detectable effect is at most `margin`, given the
+    observed `sd` of the differences; None when even `cap` pairs are not enough (or sd unknown)."""
+    if sd is None or margin <= 0:
+        return None
+    def fits(n: int) -> bool:
+        return sd * detectable_effect_size(n, alpha, target) <= margin  # type: ignore[operator]
+
+    if fits(3):
+        return 3
+    if not fits(cap):
+        return None
+    low, high = 3, cap  # fits(low) is False, fits(high) is True; the MDE falls as n grows
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if fits(mid) else (mid, high)
+    return high
