@@ -58,22 +58,28 @@ def test_compare_writes_every_file(compared):
     assert env["versions"]["torch"] and env["device"] == "cpu" and env["torch_threads"] >= 1
     assert {"lab", "standard"} <= {p["name"] for p in env["plugins"]}
     pytest.importorskip("matplotlib")
-    assert (out / "val_acc_curves.png").stat().st_size > 0 and (out / "final_acc.png").stat().st_size > 0
+    assert all((out / name).stat().st_size > 0 for name in ("forest.png", "primary_metric.png", "curves.png"))
+    assert (out / "report.html").read_text().count("data:image/png;base64,") == 3
 
 
-def test_report_rerenders_and_merges(compared, tmp_path):
+def test_report_prints_and_merges_without_touching_its_inputs(compared, tmp_path):
     out, _ = compared
+    before = snapshot(out)
     result = invoke("report", out)
     assert result.exit_code == 0, result.output
-    assert f"Δ vs {NORMS[0]}" in result.output
+    assert f"Δ vs {NORMS[0]}" in result.output and "verdict" in result.output
+    assert snapshot(out) == before
 
     extra = tmp_path / "extra"
     result = invoke("compare", "--norms", NORMS[0], "--epochs", "1", "--seeds", "2-2", "--model-param", "depth=2",
                     "--out", extra)
     assert result.exit_code == 0, result.output
     merged = tmp_path / "merged"
+    before = {**snapshot(out), **{f"extra/{k}": v for k, v in snapshot(extra).items()}}
     result = invoke("report", out, extra, "--out", merged)
     assert result.exit_code == 0, result.output
+    assert {**snapshot(out), **{f"extra/{k}": v for k, v in snapshot(extra).items()}} == before
+    assert (merged / "report.html").is_file()
     rows = [json.loads(line) for line in (merged / "runs.jsonl").read_text().splitlines()]
     assert {(r["norm"], r["seed"]) for r in rows if r["norm"] == NORMS[0]} == {(NORMS[0], s) for s in (0, 1, 2)}
     summary = json.loads((merged / "summary.json").read_text())

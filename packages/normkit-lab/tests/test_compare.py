@@ -46,8 +46,8 @@ def test_every_norm_runs_every_seed_and_divergence_does_not_stop(cfg, tmp_path, 
     store = compare.create_store(cfg, tmp_path / "out")
     results = compare.run_compare(cfg, store, progress=PlainProgress())
     assert trainer.calls == cfg.plan() == [("bn", 0), ("ln", 0), ("bn", 1), ("ln", 1), ("bn", 2), ("ln", 2)]
-    _, ln = results.summaries()
-    assert ln.diverged == 1 and ln.final_acc.n == 2 and ln.vs_baseline.n == 2
+    _, ln = results.summary().rows
+    assert ln.diverged == 1 and ln.primary.n == 2 and ln.vs_baseline.n == 2
     assert ln.vs_baseline.mean == pytest.approx(5.0)
     out = capsys.readouterr().out
     assert "[4/6] ln seed 1: diverged" in out and "[1/6] bn seed 0 epoch 2/2" in out

@@ -1,4 +1,4 @@
-"""Loading and merging results directories; plots."""
+"""Loading and merging results directories; summary files, figures and report.html."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ import pytest
 
 from normkit_lab import config, plots
 from normkit_lab.errors import ConfigError
-from normkit_lab.report import load_results, merge_into, write_plots, write_summary
+from normkit_lab.report import REPORT_HTML, load_results, merge_into, write_summary
 from normkit_lab.results import SUMMARY_CSV, SUMMARY_JSON, ResultsDir
 from normkit_lab.training import EpochRecord, RunResult
 
+PNG = b"\x89PNG\r\n\x1a\n"
 ENV = {"host": "h", "torch_version": "2.x", "device": "cpu"}
 
 
@@ -77,20 +78,26 @@ def _two_norms(tmp_path) -> ResultsDir:
 def test_summary_written(tmp_path):
     store = _two_norms(tmp_path)
     write_summary(store, load_results([store.path]))
-    assert (store.path / SUMMARY_CSV).read_text().startswith("norm,runs,ok,diverged,acc_mean")
+    assert (store.path / SUMMARY_CSV).read_text().startswith("norm,cell,tuned,runs,ok,diverged,failed,metric")
     assert (store.path / SUMMARY_JSON).is_file()
 
 
-def test_plots_written(tmp_path):
+def test_figures_and_report_written(tmp_path):
     pytest.importorskip("matplotlib")
     store = _two_norms(tmp_path)
-    written = write_plots(store, load_results([store.path]))
-    assert [p.name for p in written] == ["val_acc_curves.png", "final_acc.png"]
-    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in written)
+    write_summary(store, load_results([store.path]))
+    assert not list(store.path.glob("*.png"))
+    assert "Figures are drawn when the comparison finishes" in (store.path / REPORT_HTML).read_text()
+    write_summary(store, load_results([store.path]), figures=True)
+    written = sorted(p.name for p in store.path.glob("*.png"))
+    assert written == ["curves.png", "forest.png", "primary_metric.png"]
+    assert all((store.path / p).read_bytes()[:8] == PNG for p in written)
+    assert (store.path / REPORT_HTML).read_text().count("data:image/png;base64,") == 3
 
 
 def test_no_plots_without_matplotlib(tmp_path, monkeypatch):
     monkeypatch.setattr(plots, "available", lambda: False)
     store = _two_norms(tmp_path)
-    assert write_plots(store, load_results([store.path])) is None
+    write_summary(store, load_results([store.path]), figures=True)
     assert not list(store.path.glob("*.png"))
+    assert "install normkit-lab[plots]" in (store.path / REPORT_HTML).read_text()

@@ -1,7 +1,12 @@
-"""`normkit report DIR [DIR ...]`: the table and plots of results directories (one, or several merged)."""
+"""`normkit report DIR [DIR ...]`: the verdict table of results directories (one, or several merged).
+
+The table is a rich Table fitted to the terminal: low-priority columns are dropped, and the
+interval folded into the difference column, until it fits (summary.csv and report.html have all).
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -13,93 +18,128 @@ from rich.table import Table
 
 from normkit_cli.errors import one_line_errors
 from normkit_lab import plots
-from normkit_lab.report import Results, load_results, merge_into, write_plots, write_summary
+from normkit_lab.errors import ConfigError
+from normkit_lab.metrics import DEFAULT_METRIC, METRICS, SELECTS
+from normkit_lab.report import REPORT_HTML, Results, load_results, merge_into, write_diagnostics, write_summary
 from normkit_lab.results import ResultsDir
 from normkit_lab.stats import MeanSem
-from normkit_lab.summary import NormSummary
+from normkit_lab.summary import NormSummary, Summary, cell_key, cell_label
 
 
-def _acc(ms: MeanSem) -> str:
+def _mean(ms: MeanSem) -> str:
     if ms.mean is None:
         return "-"
     return f"{ms.mean:.2f} ± {ms.sem:.2f}" if ms.sem is not None else f"{ms.mean:.2f} (n=1)"
-
-
-def _diff(s: NormSummary) -> tuple[str, str, str]:
-    """The 'difference', '95% CI' and 'p' cells."""
-    d = s.vs_baseline
-    if d is None:
-        return "baseline", "", ""
-    if d.mean is None:
-        return "-", d.note, ""
-    if d.low is None or d.high is None or d.p_value is None:
-        return f"{d.mean:+.2f}", d.note, ""
-    return f"{d.mean:+.2f}", f"[{d.low:+.2f}, {d.high:+.2f}]", f"{d.p_value:.3g}"
 
 
 def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
-# Columns left out, in this order, when the table is wider than the terminal (summary.csv has all).
-_OPTIONAL = ("params", "peak MB", "samples/s")
+def _cells(s: NormSummary, many: bool, any_failed: bool) -> dict[str, str]:
+    """Every column's text for one row (keys are the column ids)."""
+    d, v = s.vs_baseline, s.verdict
+    if d is None:
+        diff, interval = "baseline", ""
+    elif d.mean is None:
+        diff, interval = "-", d.note
+    else:
+        diff = f"{d.mean:+.2f}"
+        interval = d.note if d.low is None or d.high is None else f"[{d.low:+.2f}, {d.high:+.2f}]"
+    row = {"norm": s.norm}
+    if many:
+        row["cell"] = cell_label(s.cell) or "-"
+    row |= {"n": str(s.primary.n), "metric": _mean(s.primary), "Δ": diff, "95% CI": interval,
+            "Holm p": "" if v is None or v.p_holm is None else f"{v.p_holm:.3g}",
+            "verdict": "baseline" if v is None else v.verdict,
+            "MDE": "" if v is None or v.mde is None else f"{v.mde:.2f}",
+            "s/epoch": _num(s.time_per_epoch_s, ".2f"), "samples/s": _num(s.throughput, ",.0f"),
+            "peak MB": _num(s.peak_mem_mb, ",.0f"), "params": _num(s.params, ","), "diverged": str(s.diverged)}
+    if any_failed:
+        row["failed"] = str(s.failed)
+    return row
 
 
-def _cells(s: NormSummary) -> dict[str, str]:
-    diff, interval, p = _diff(s)
-    return {"norm": s.norm, "n": str(s.final_acc.n), "acc % ± s.e.": _acc(s.final_acc), "Δ": diff,
-            "95% CI": interval, "p": p, "s/epoch": _num(s.time_per_epoch_s, ".2f"),
-            "samples/s": _num(s.throughput, ",.0f"), "peak MB": _num(s.peak_mem_mb, ",.0f"),
-            "params": _num(s.params, ","), "diverged": str(s.diverged)}
+# Narrowing steps, in order: drop these columns one at a time, fold the interval into Δ, drop MDE.
+_OPTIONAL = ("params", "peak MB", "samples/s", "s/epoch")
+FOLD = "fold"
 
 
-def summary_table(results: Results, summaries: list[NormSummary], drop: tuple[str, ...] = ()) -> Table:
-    """The final table: accuracy, paired difference to the baseline, speed, memory, size, divergences."""
-    cfg = results.config
-    table = Table(title=f"{cfg.get('model')} on {cfg.get('dataset')}, {cfg.get('epochs')} epochs: final val "
-                        f"accuracy over seeds, difference to {results.baseline} paired by seed",
+def summary_table(results: Results, summary: Summary, drop: tuple[str, ...] = ()) -> Table:
+    """The final table: primary metric, paired difference, Holm p, verdict, MDE, speed, size, failures."""
+    cfg, metric = results.config, summary.metric
+    table = Table(title=f"{cfg.get('model')} on {cfg.get('dataset')}, {cfg.get('epochs')} epochs: {summary.label} "
+                        f"({summary.source}, {summary.select} epoch) over seeds, difference to {summary.baseline} "
+                        f"paired by seed, equivalence margin ±{summary.margin:g} {metric.unit}",
                   box=box.SIMPLE_HEAD, title_justify="left", collapse_padding=True, pad_edge=False)
-    rows = [_cells(s) for s in summaries]
-    names = [name for name in rows[0] if name not in drop] if rows else []
+    many = len({cell_key(s.cell) for s in summary.rows}) > 1
+    any_failed = any(s.failed for s in summary.rows)
+    rows = [_cells(s, many, any_failed) for s in summary.rows]
+    fold = FOLD in drop
+    if fold:
+        for row in rows:
+            row["Δ"] = f"{row['Δ']} {row['95% CI']}".strip()
+    names = [name for name in rows[0] if name not in drop and not (fold and name == "95% CI")] if rows else []
+    headers = {"Δ": f"Δ vs {summary.baseline}" + (" [95% CI]" if fold else ""),
+               "metric": f"{metric.unit} ± s.e." if metric.unit == "%" else f"{metric.field} ± s.e."}
     for name in names:
-        header = f"Δ vs {results.baseline}" if name == "Δ" else name
-        table.add_column(header, justify="left" if name == "norm" else "right", no_wrap=True)
+        left = name in ("norm", "cell", "verdict")
+        table.add_column(headers.get(name, name), justify="left" if left else "right", no_wrap=name != "cell")
     for row in rows:
         table.add_row(*(row[name] for name in names))
     return table
 
 
-def fitted_table(results: Results, summaries: list[NormSummary],
-                 console: Console) -> tuple[Table, tuple[str, ...]]:
-    """The summary table without the optional columns the console is too narrow for, and those left out."""
+def fitted_table(results: Results, summary: Summary, console: Console) -> tuple[Table, tuple[str, ...]]:
+    """The table narrowed step by step (see _OPTIONAL, then FOLD) until it fits; and what was left out."""
     unbounded = console.options.update(max_width=10_000)
-    for k in range(len(_OPTIONAL) + 1):
-        dropped = _OPTIONAL[:k]
-        table = summary_table(results, summaries, drop=dropped)
+    steps = [*_OPTIONAL, FOLD, "MDE"]
+    for k in range(len(steps) + 1):
+        dropped = tuple(steps[:k])
+        table = summary_table(results, summary, drop=dropped)
         if Measurement.get(console, unbounded, table).maximum <= console.width:
             break
     return table, dropped
 
 
 def console() -> Console:
-    """The terminal's console; 160 columns when writing to a file or pipe, so tables do not wrap."""
+    """The terminal's console; when writing to a file or pipe, COLUMNS wide (160 if unset)."""
     term = Console()
-    return term if term.is_terminal else Console(width=160)
+    return term if term.is_terminal or os.environ.get("COLUMNS") else Console(width=160)
+
+
+def print_summary(results: Results, summary: Summary, console: Console) -> None:
+    """The fitted table and, below it, the notes: fallbacks, failures, columns left out."""
+    table, dropped = fitted_table(results, summary, console)
+    console.print(table)
+    left_out = [d for d in dropped if d != FOLD]
+    if left_out:
+        console.print(f"(too narrow for {', '.join(left_out)}: see summary.csv or report.html)")
+    for note in summary.notes:
+        console.print(f"note: {note}")
+    for s in summary.rows:
+        for error in s.errors:
+            console.print(f"failed: {s.norm} {error}")
+    if any(s.verdict is not None and s.verdict.verdict.startswith("no verdict") for s in summary.rows):
+        console.print("no verdict (n<3): fewer than 3 paired seeds; run more seeds")
+
+
+def _print_files(store: ResultsDir, written: list[Path], console: Console) -> None:
+    console.print(f"results: {store.path}")
+    console.print(f"report: {store.path / REPORT_HTML}")
+    if not plots.available():
+        console.print(f"plots: none ({plots.PLOTS_HINT})")
+    elif written:
+        console.print("plots: " + ", ".join(p.name for p in written))
 
 
 def show(results: Results, store: ResultsDir, console: Console) -> None:
-    """Rewrite the summary files and plots in `store`, then print the table and where files are."""
-    summaries = write_summary(store, results)
-    written = write_plots(store, results)
-    table, dropped = fitted_table(results, summaries, console)
-    console.print(table)
-    if dropped:
-        console.print(f"(too narrow for {', '.join(dropped)}: see summary.csv)")
-    console.print(f"results: {store.path}")
-    if written is None:
-        console.print(f"plots: none ({plots.PLOTS_HINT})")
-    else:
-        console.print("plots: " + ", ".join(p.name for p in written))
+    """Rewrite the summary files, figures and report.html in `store`, then print the table and files."""
+    summary = write_summary(store, results, figures=True)
+    written = [store.path / name for name in plots.FIGURES if (store.path / name).is_file()]
+    written += [p for p in write_diagnostics(store, results) if p.suffix == ".png"]
+    print_summary(results, summary, console)
+    _print_files(store, written, console)
 
 
 @one_line_errors
@@ -107,21 +147,32 @@ def report_cmd(
     dirs: Annotated[list[Path], typer.Argument(help="Results directories written by `normkit compare`.")],
     baseline: Annotated[str | None, typer.Option(help="Norm to compare against (default: the saved "
                                                       "baseline).")] = None,
-    out: Annotated[Path | None, typer.Option(help="Where merged results go (several DIRs; default "
-                                                  "runs/<timestamp>-report, never overwritten).")] = None,
+    metric: Annotated[str, typer.Option(help=f"Primary metric: {', '.join(METRICS)}.")] = DEFAULT_METRIC,
+    margin: Annotated[float | None, typer.Option(help="Equivalence margin in the metric's unit (default: the "
+                                                      "saved one, else 0.5 points of accuracy).")] = None,
+    select: Annotated[str | None, typer.Option(help=f"Epoch of each run: {' or '.join(SELECTS)} (default: the "
+                                                    "saved one, else final).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Write the (merged) runs, summary, figures and report.html "
+                                                  "to this new directory (never overwritten).")] = None,
 ) -> None:
-    """Print the summary table and redraw plots of one results directory, or merge several.
+    """Print the verdict table of one results directory, or of several merged.
 
-    One DIR: summary.csv/json and plots in DIR are rewritten from its runs.jsonl. Several DIRs
-    of the same configuration (norms and seeds may differ): their runs are merged into a new
-    directory (--out), which `normkit report` can read again.
+    The directories read are never modified. With --out, their runs (merged when several DIRs of
+    the same configuration are given; norms and seeds may differ) go to a new directory with
+    summary.csv/json, the figures and report.html, which `normkit report` can read again.
     """
-    results = load_results(dirs, baseline)
-    if len(dirs) == 1 and out is None:
-        store = ResultsDir.open(dirs[0])
-    else:
-        store = merge_into(results, out)
-    show(results, store, console())
+    results = load_results(dirs, baseline, metric)
+    overrides = {k: v for k, v in (("margin", margin), ("select", select)) if v is not None}
+    if margin is not None and not margin > 0:
+        raise ConfigError(f"--margin must be > 0 in the metric's unit, not {margin!r}")
+    results.config = {**results.config, **overrides}
+    summary = results.summary()  # checks select before anything is written
+    term = console()
+    if out is None:
+        print_summary(results, summary, term)
+        return
+    store = merge_into(results, out)
+    show(results, store, term)
 
 
 def register(app: typer.Typer) -> None:

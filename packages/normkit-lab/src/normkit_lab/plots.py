@@ -1,99 +1,260 @@
-"""PNG plots of a comparison (optional: needs matplotlib, `pip install normkit-lab[plots]`).
+"""PNG figures of a comparison (optional: needs matplotlib, `pip install normkit-lab[plots]`).
 
-    val_acc_curves.png  validation accuracy per epoch: mean over finished seeds, band = +- 1 s.e.
-    final_acc.png       final validation accuracy per norm: mean with its 95% t interval, and
-                        every seed as a dot (lines join the same seed across norms: the pairing)
+    forest.png          paired difference to the baseline per (cell, norm): mean and 95% t interval,
+                        the equivalence band (-margin, +margin) shaded, the verdict beside it
+    primary_metric.png  the primary metric per (cell, norm): mean, 95% t interval, every seed a dot
+    curves.png          train loss, validation loss and learning rate per epoch (mean over finished
+                        seeds); diverged runs drawn dashed and ended with an x
+    sweep.png           (sweeps only) the primary metric against the swept value, one line per norm
+
+Figures are rendered to PNG bytes once; the same bytes are written as files and embedded in
+report.html. Intervals are clipped to the metric's valid range; a panel with nothing to draw says
+why in words instead of showing empty axes.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import io
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from normkit_lab.results import atomic_replace_from
 from normkit_lab.stats import mean_sem, t_interval
-from normkit_lab.summary import final_acc
-from normkit_lab.training import RunResult
+from normkit_lab.summary import NormSummary, Run, Summary, cell_key, cell_label
 
 PLOTS_HINT = "install normkit-lab[plots] for plots"
+FIGURES = ("forest.png", "primary_metric.png", "curves.png", "sweep.png")
 
 
 def available() -> bool:
     return importlib.util.find_spec("matplotlib") is not None
 
 
-def _curves(runs: Sequence[RunResult], norm: str) -> tuple[list[int], list[float], list[float]]:
-    """Epochs, mean accuracy (%) and s.e. over this norm's finished runs, epoch by epoch."""
-    ok = [r for r in runs if r.norm == norm and r.status == "ok"]
-    epochs = sorted({e.epoch for r in ok for e in r.epochs})
-    xs, means, sems = [], [], []
-    for epoch in epochs:
-        ms = mean_sem([100 * e.val_acc for r in ok for e in r.epochs
-                       if e.epoch == epoch and e.val_acc is not None])
-        if ms.mean is not None:
-            xs.append(epoch + 1)
-            means.append(ms.mean)
-            sems.append(ms.sem or 0.0)
-    return xs, means, sems
-
-
-def write_plots(out_dir: Path, runs: Sequence[RunResult], norms: Sequence[str]) -> list[Path]:
-    """Write the PNGs into `out_dir` (atomically) and return their paths."""
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
-    written = []
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for norm in norms:
-        xs, means, sems = _curves(runs, norm)
-        if not xs:
-            continue
-        (line,) = ax.plot(xs, means, marker="o", markersize=3, label=norm)
-        low = [m - s for m, s in zip(means, sems, strict=True)]
-        high = [m + s for m, s in zip(means, sems, strict=True)]
-        ax.fill_between(xs, low, high, color=line.get_color(), alpha=0.2)
-    ax.set(xlabel="epoch", ylabel="validation accuracy (%)",
-           title="Validation accuracy (mean over seeds, band = +-1 s.e.)")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.grid(alpha=0.3)
-    if ax.lines:
-        ax.legend()
-    written.append(_save(fig, out_dir / "val_acc_curves.png"))
+    return plt
 
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.3 * len(norms) + 2), 4.2))
-    per_seed: dict[int, list[tuple[int, float]]] = {}
-    for i, norm in enumerate(norms):
-        accs = {r.seed: final_acc(r) for r in runs if r.norm == norm and r.status == "ok"}
-        values = [a for a in accs.values() if a is not None]
-        for seed, acc in accs.items():
-            if acc is not None:
-                per_seed.setdefault(seed, []).append((i, acc))
-        ms = mean_sem(values)
-        if ms.mean is None:
+
+def _name(s: NormSummary, many_cells: bool) -> str:
+    return f"{s.norm} [{cell_label(s.cell)}]" if many_cells and s.cell else s.norm
+
+
+def _note(ax: Any, text: str) -> None:
+    """Say in words why a panel has nothing to show."""
+    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, transform=ax.transAxes, fontsize=11)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _png(fig: Any) -> bytes:
+    plt = _pyplot()
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=110, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _unit(summary: Summary) -> str:
+    return summary.metric.unit
+
+
+def _many_cells(summary: Summary) -> bool:
+    return len({cell_key(s.cell) for s in summary.rows}) > 1
+
+
+def forest(summary: Summary) -> bytes:
+    """Paired differences with their 95% intervals and the equivalence band."""
+    plt = _pyplot()
+    many = _many_cells(summary)
+    rows = [s for s in summary.rows if s.vs_baseline is not None]
+    fig, ax = plt.subplots(figsize=(7.5, 1.2 + 0.55 * max(1, len(rows))))
+    drawn = [s for s in rows if s.vs_baseline.mean is not None]
+    metric, m = summary.metric, summary.margin
+    span = None if metric.low is None or metric.high is None else metric.high - metric.low
+    if not drawn:
+        _note(ax, "no paired differences to draw: no norm finished on a seed where the baseline also "
+                  "finished" if rows else "only the baseline was run: nothing to compare")
+        return _png(fig)
+    ax.axvspan(-m, m, color="tab:green", alpha=0.15, label=f"equivalence band ±{m:g} {_unit(summary)}")
+    ax.axvline(0.0, color="black", linewidth=0.8)
+    for y, s in enumerate(reversed(drawn)):
+        d = s.vs_baseline
+        low, high = d.low, d.high
+        if low is not None and high is not None and span is not None:
+            low, high = max(-span, low), min(span, high)
+        if low is not None and high is not None:
+            ax.errorbar([d.mean], [y], xerr=[[d.mean - low], [high - d.mean]], fmt="o", color="black", capsize=4)
+        else:
+            ax.plot([d.mean], [y], "o", color="grey")
+    ax.set_yticks(range(len(drawn)), [f"{_name(s, many)}\n{s.verdict.verdict if s.verdict else ''}"
+                                      for s in reversed(drawn)])
+    ax.set_ylim(-0.7, len(drawn) - 0.3)
+    good = "right" if metric.higher_is_better else "left"
+    ax.set(xlabel=f"{summary.label} ({_unit(summary)}): norm - {summary.baseline}  ({good} is better)",
+           title=f"Paired difference to {summary.baseline}, mean and 95% t interval")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(loc="lower left", fontsize=8)
+    return _png(fig)
+
+
+def primary_metric(summary: Summary) -> bytes:
+    """The primary metric per (cell, norm): mean, 95% t interval (clipped), each seed a dot."""
+    plt = _pyplot()
+    many = _many_cells(summary)
+    rows = summary.rows
+    fig, ax = plt.subplots(figsize=(max(4.5, 1.1 * len(rows) + 2), 4.2))
+    metric = summary.metric
+    if not any(s.values for s in rows):
+        _note(ax, "every run diverged or failed: no finished run to plot")
+        return _png(fig)
+    for i, s in enumerate(rows):
+        values = list(s.values.values())
+        ax.plot([i] * len(values), values, ".", color="tab:blue", alpha=0.5)
+        if s.primary.mean is None:
             continue
         interval = t_interval(values)
-        yerr = [[ms.mean - interval[0]], [interval[1] - ms.mean]] if interval else None
-        ax.errorbar([i], [ms.mean], yerr=yerr, fmt="s", color="black", capsize=6, markersize=7, zorder=3)
-    for points in per_seed.values():
-        ax.plot([p[0] for p in points], [p[1] for p in points], color="tab:blue", alpha=0.35, marker=".",
-                linewidth=0.8)
-    ax.set_xticks(range(len(norms)), list(norms))
-    ax.set(ylabel="final validation accuracy (%)",
-           title="Final accuracy: mean, 95% t interval\n(thin lines join runs of the same seed)")
+        yerr = None
+        if interval:
+            low, high = metric.clip(interval[0]), metric.clip(interval[1])
+            yerr = [[s.primary.mean - low], [high - s.primary.mean]]
+        ax.errorbar([i], [s.primary.mean], yerr=yerr, fmt="s", color="black", capsize=6, markersize=6, zorder=3)
+    ax.set_xticks(range(len(rows)), [_name(s, many) for s in rows], rotation=20 if many else 0)
+    ax.set(ylabel=f"{summary.label} ({metric.unit})",
+           title=f"{summary.label.capitalize()} at the {summary.select} epoch\nmean, 95% t interval; dots: seeds")
     ax.grid(axis="y", alpha=0.3)
-    written.append(_save(fig, out_dir / "final_acc.png"))
+    return _png(fig)
+
+
+def _epoch_means(runs: Sequence[Run], key: str) -> tuple[list[int], list[float]]:
+    epochs = sorted({e["epoch"] for r in runs for e in r.epochs})
+    xs, ys = [], []
+    for epoch in epochs:
+        ms = mean_sem([e[key] for r in runs for e in r.epochs
+                       if e["epoch"] == epoch and isinstance(e.get(key), (int, float))])
+        if ms.mean is not None:
+            xs.append(epoch + 1)
+            ys.append(ms.mean)
+    return xs, ys
+
+
+def curves(summary: Summary, runs: Sequence[Run]) -> bytes:
+    """Train and validation loss and the learning rate per epoch; diverged runs marked."""
+    plt = _pyplot()
+    from matplotlib.ticker import MaxNLocator
+
+    many = _many_cells(summary)
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    panels = (("train_loss", "train loss"), ("val_loss", "validation loss"), ("lr", "learning rate"))
+    if not any(r.epochs for r in runs):
+        for ax, (_, title) in zip(axes, panels, strict=True):
+            ax.set_title(title)
+            _note(ax, "no epoch finished (every run diverged\nor failed in its first epoch)")
+        return _png(fig)
+    for ax, (key, title) in zip(axes, panels, strict=True):
+        for s in summary.rows:
+            mine = [r for r in runs if r.norm == s.norm and cell_key(r.cell) == cell_key(s.cell)]
+            ok = [r for r in mine if r.status == "ok"]
+            color = None
+            if ok:
+                xs, ys = _epoch_means(ok, key)
+                (line,) = ax.plot(xs, ys, marker="o", markersize=3, label=_name(s, many))
+                color = line.get_color()
+            for r in mine:
+                if r.status != "diverged" or not r.epochs:
+                    continue
+                xs, ys = _epoch_means([r], key)
+                if xs:
+                    (line,) = ax.plot(xs, ys, linestyle="--", linewidth=0.9, color=color, alpha=0.8)
+                    color = line.get_color()
+                    ax.plot(xs[-1:], ys[-1:], "x", color="red", markersize=8)
+        if key == "train_loss" and any(r.status == "diverged" for r in runs):
+            ax.plot([], [], "x", color="red", label="diverged run (last epoch)")
+        ax.set(title=title, xlabel="epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+    if axes[0].lines:
+        axes[0].legend(fontsize=8)
+    fig.suptitle("Mean over finished seeds; dashed: diverged runs", fontsize=10)
+    return _png(fig)
+
+
+def _numeric(values: list[Any]) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+def sweep(summary: Summary) -> bytes | None:
+    """The primary metric against the swept value per norm (None when there is a single cell)."""
+    if not _many_cells(summary):
+        return None
+    plt = _pyplot()
+    metric = summary.metric
+    cells = []
+    for s in summary.rows:
+        if s.cell not in cells:
+            cells.append(s.cell)
+    keys = {tuple(c) for c in cells}
+    single = len(keys) == 1 and len(next(iter(keys))) == 1
+    raw = [next(iter(c.values())) for c in cells] if single else []
+    numeric = single and _numeric(raw)
+    positions = raw if numeric else list(range(len(cells)))
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    norms = list(dict.fromkeys(s.norm for s in summary.rows))
+    for norm in norms:
+        xs, ys, lows, highs = [], [], [], []
+        for x, cell in zip(positions, cells, strict=True):
+            s = next((r for r in summary.rows if r.norm == norm and r.cell == cell), None)
+            if s is None or s.primary.mean is None:
+                continue
+            interval = t_interval(list(s.values.values()))
+            low, high = (metric.clip(interval[0]), metric.clip(interval[1])) if interval else (s.primary.mean,) * 2
+            xs.append(x)
+            ys.append(s.primary.mean)
+            lows.append(s.primary.mean - low)
+            highs.append(high - s.primary.mean)
+        if xs:
+            ax.errorbar(xs, ys, yerr=[lows, highs], marker="o", capsize=4, label=norm)
+    if not ax.lines:
+        _note(ax, "every run diverged or failed: no finished run to plot")
+        return _png(fig)
+    if numeric:
+        key = next(iter(keys))[0]
+        if min(raw) > 0 and max(raw) / min(raw) >= 10:
+            ax.set_xscale("log")
+        ax.set_xlabel(key)
+    else:
+        ax.set_xticks(positions, [cell_label(c) for c in cells], rotation=20)
+        ax.set_xlabel("cell")
+    ax.set(ylabel=f"{summary.label} ({metric.unit})", title="Sweep: mean and 95% t interval per cell")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def render(summary: Summary, runs: Sequence[Run]) -> dict[str, bytes]:
+    """Every figure that applies, by file name, as PNG bytes (empty without matplotlib)."""
+    if not available():
+        return {}
+    figures = {"forest.png": forest(summary), "primary_metric.png": primary_metric(summary),
+               "curves.png": curves(summary, runs)}
+    swept = sweep(summary)
+    if swept is not None:
+        figures["sweep.png"] = swept
+    return figures
+
+
+def write_figures(out_dir: Path, figures: dict[str, bytes]) -> list[Path]:
+    """Write rendered figures into `out_dir` (each atomically) and return their paths."""
+    written = []
+    for name, data in figures.items():
+        path = out_dir / name
+        with atomic_replace_from(path) as tmp:
+            tmp.write_bytes(data)
+        written.append(path)
     return written
-
-
-def _save(fig: object, path: Path) -> Path:
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()  # type: ignore[attr-defined]
-    with atomic_replace_from(path) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")  # type: ignore[attr-defined]
-    plt.close(fig)  # type: ignore[arg-type]
-    return path

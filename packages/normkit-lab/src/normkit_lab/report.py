@@ -1,4 +1,4 @@
-"""Views of results directories: the per-norm summary and plots, for one directory or several merged.
+"""Views of results directories: the summary, figures and report.html, for one directory or several merged.
 
 Directories merge when their configurations agree on everything that changes what a run computes
 (model, dataset, epochs, optimizer, ...); they may differ in norms, seeds and runtime keys such as
@@ -8,6 +8,8 @@ the device. The same (norm, seed) in two directories is an error: it would count
 from __future__ import annotations
 
 import json
+import shlex
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,14 +19,18 @@ import yaml
 
 from normkit_lab import plots
 from normkit_lab.config import RUNTIME_KEYS
-from normkit_lab.diagnostics.report import write_report as write_diagnostics
+from normkit_lab.diagnostics.report import write_report as write_diagnostics_files
 from normkit_lab.errors import ConfigError
-from normkit_lab.results import ENVIRONMENT_FILE, ResultsDir
-from normkit_lab.summary import NormSummary, summarize, summary_rows
+from normkit_lab.metrics import DEFAULT_METRIC, margin_of, metric_named, select_of
+from normkit_lab.report_html import render_html
+from normkit_lab.results import ENVIRONMENT_FILE, ResultsDir, atomic_write_text
+from normkit_lab.summary import Summary, cell_key, runs_from_results, summarize
 from normkit_lab.training import RunResult
 
+REPORT_HTML = "report.html"
+
 # Keys that may differ between merged directories besides the runtime ones.
-_MERGE_FREE = RUNTIME_KEYS | {"norms", "seeds", "baseline"}
+_MERGE_FREE = RUNTIME_KEYS | {"norms", "seeds", "baseline", "margin", "select"}
 
 
 @dataclass
@@ -36,9 +42,13 @@ class Results:
     norms: list[str]
     baseline: str
     sources: list[Path] = field(default_factory=list)
+    metric: str = DEFAULT_METRIC  # the primary metric's name (see normkit_lab.metrics.METRICS)
 
-    def summaries(self) -> list[NormSummary]:
-        return summarize(self.runs, self.norms, self.baseline)
+    def summary(self) -> Summary:
+        """Statistics and verdicts per (cell, norm), with `select` and `margin` from the config."""
+        metric = metric_named(self.metric)
+        return summarize(runs_from_results(self.runs), self.norms, self.baseline, metric,
+                         select=select_of(self.config), margin=margin_of(self.config, metric))
 
 
 def read_config(store: ResultsDir) -> dict[str, Any]:
@@ -56,8 +66,16 @@ def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return [f"{k}: {a.get(k)!r} vs {b.get(k)!r}" for k in keys if a.get(k) != b.get(k)]
 
 
-def load_results(dirs: Sequence[str | Path], baseline: str | None = None) -> Results:
+def _identity(run: RunResult) -> tuple[str, str, str, int]:
+    """What makes a run unique in a comparison: phase, swept cell, norm, seed (older runs: no cell)."""
+    phase = getattr(run, "phase", None) or "compare"
+    return phase, cell_key(getattr(run, "cell", None) or {}), run.norm, run.seed
+
+
+def load_results(dirs: Sequence[str | Path], baseline: str | None = None,
+                 metric: str = DEFAULT_METRIC) -> Results:
     """Load and merge results directories; refuse different configs and duplicate (norm, seed) runs."""
+    metric_named(metric)
     if not dirs:
         raise ConfigError("give at least one results directory")
     stores = [ResultsDir.open(d) for d in dirs]
@@ -67,7 +85,7 @@ def load_results(dirs: Sequence[str | Path], baseline: str | None = None) -> Res
     first = configs[0]
     norms: list[str] = []
     runs: list[RunResult] = []
-    seen: dict[tuple[str, int], Path] = {}
+    seen: dict[tuple[str, str, str, int], Path] = {}
     for store, cfg in zip(stores, configs, strict=True):
         diff = _differences(first, cfg)
         if diff:
@@ -75,7 +93,7 @@ def load_results(dirs: Sequence[str | Path], baseline: str | None = None) -> Res
                               f"differ ({'; '.join(diff)}); merge only runs of the same configuration")
         norms += [n for n in cfg["norms"] if n not in norms]
         for run in store.runs():
-            key = (run.norm, run.seed)
+            key = _identity(run)
             if key in seen:
                 raise ConfigError(f"{run.norm} seed {run.seed} is in both {str(seen[key])!r} and "
                                   f"{str(store.path)!r}; merge directories that ran different seeds or norms")
@@ -84,26 +102,54 @@ def load_results(dirs: Sequence[str | Path], baseline: str | None = None) -> Res
     chosen = baseline or first.get("baseline") or first["norms"][0]
     if chosen not in norms:
         raise ConfigError(f"baseline {chosen!r} is not among the norms of these results ({', '.join(norms)})")
-    return Results(config=first, runs=runs, norms=norms, baseline=chosen, sources=[s.path for s in stores])
+    return Results(config=first, runs=runs, norms=norms, baseline=chosen, sources=[s.path for s in stores],
+                   metric=metric)
 
 
-def write_summary(store: ResultsDir, results: Results) -> list[NormSummary]:
-    """Rewrite summary.csv/json of `store` from `results`."""
-    summaries = results.summaries()
-    store.write_summary(summary_rows(summaries, results.baseline))
-    return summaries
+def command_line() -> str:
+    """The command that is running, as a shell line (`normkit ...` for the CLI)."""
+    argv = list(sys.argv)
+    if argv and Path(argv[0]).name == "normkit":
+        argv[0] = "normkit"
+    return shlex.join(argv)
 
 
-def write_plots(store: ResultsDir, results: Results) -> list[Path] | None:
-    """The PNG plots, or None when matplotlib is not installed (see plots.PLOTS_HINT).
+def _title(results: Results) -> str:
+    cfg = results.config
+    return (f"{cfg.get('model')} on {cfg.get('dataset')}, {cfg.get('epochs')} epochs: "
+            f"{', '.join(results.norms)} against {results.baseline}")
 
-    Runs made with --diagnostics also get diagnostics.json/.md (always) and their figures.
-    """
-    diagnostics_files = write_diagnostics(store.path, results.runs, results.norms)
-    if not plots.available():
+
+def _environment(store: ResultsDir) -> Any:
+    path = store.path / ENVIRONMENT_FILE
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
         return None
-    return [*plots.write_plots(store.path, results.runs, results.norms),
-            *(p for p in diagnostics_files if p.suffix == ".png")]
+
+
+def write_summary(store: ResultsDir, results: Results, figures: bool = False) -> Summary:
+    """Rewrite summary.csv/json and report.html of `store` from `results`; with `figures`, also draw
+    the PNG figures (about a second) and embed them. A comparison rewrites the summary after every
+    run without figures and draws them once at the end."""
+    summary = results.summary()
+    store.write_summary(summary.as_rows())
+    drawn = plots.render(summary, runs_from_results(results.runs)) if figures else {}
+    plots.write_figures(store.path, drawn)
+    if not figures:
+        note = "Figures are drawn when the comparison finishes (or by `normkit report DIR --out NEW`)."
+    else:
+        note = "" if plots.available() else f"No figures: {plots.PLOTS_HINT}."
+    page = render_html(summary, title=_title(results), figures=drawn, figures_note=note, config=results.config,
+                       command=command_line(), environment=_environment(store),
+                       sources=[str(s) for s in results.sources if s != store.path])
+    atomic_write_text(store.path / REPORT_HTML, page)
+    return summary
+
+
+def write_diagnostics(store: ResultsDir, results: Results) -> list[Path]:
+    """diagnostics.json/.md and their figures, for runs made with --diagnostics (else nothing)."""
+    return write_diagnostics_files(store.path, results.runs, results.norms)
 
 
 def merge_into(results: Results, out: str | Path | None) -> ResultsDir:

@@ -1,96 +1,222 @@
-"""Per-norm summary of a comparison: the rows of summary.csv/json and of the final table.
+"""Per-(cell, norm) summary of a comparison: the rows of summary.csv/json, the table and report.html.
 
-Accuracy statistics use the final epoch's validation accuracy of every run that finished
-("ok"); diverged runs are counted, not averaged. Differences to the baseline pair runs by seed
-over the seeds where both norms finished. Accuracies are in percent.
+The input is runs.jsonl rows (or RunResults, turned into the same rows), so results written by any
+version read alike: rows without `cell`/`tuned`/`phase` are one cell of the comparison phase, and
+results without `test_acc` (written before the test split) fall back to `val_acc`, with a note.
+Statistics use the primary metric of every run that finished ("ok"); diverged and failed runs are
+counted, not averaged. Differences to the baseline pair runs by seed within a cell, over the seeds
+where both norms finished; the verdicts are Holm-adjusted over every comparison of the run.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from normkit_lab.metrics import METRICS, Metric, run_value
+from normkit_lab.results import run_rows
 from normkit_lab.stats import MeanSem, PairedDifference, mean_sem, paired_difference
 from normkit_lab.training import RunResult
+from normkit_lab.verdicts import BASELINE, Verdict, decide
+
+COMPARE_PHASE = "compare"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run as the summary sees it: its identity, status and epoch rows (dicts of runs.jsonl)."""
+
+    norm: str
+    seed: int
+    status: str
+    params: int | None
+    cell: dict[str, Any] = field(default_factory=dict)
+    tuned: dict[str, Any] = field(default_factory=dict)
+    phase: str = COMPARE_PHASE
+    error: str | None = None
+    epochs: list[dict[str, Any]] = field(default_factory=list)
+
+
+def cell_key(cell: Mapping[str, Any]) -> str:
+    """A stable text key of a cell (its swept values), `{}` for the single cell of a plain run."""
+    return json.dumps(dict(cell), sort_keys=True)
+
+
+def cell_label(cell: Mapping[str, Any]) -> str:
+    """`lr=0.05, batch_size=64`, or "" for no swept values."""
+    return ", ".join(f"{k}={v}" for k, v in cell.items())
+
+
+def runs_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Run]:
+    """Group runs.jsonl rows into runs by (phase, cell, norm, seed), in the order runs finished."""
+    grouped: dict[tuple[str, str, str, int], list[Mapping[str, Any]]] = {}
+    for row in rows:
+        key = (row.get("phase") or COMPARE_PHASE, cell_key(row.get("cell") or {}), row["norm"], row["seed"])
+        grouped.setdefault(key, []).append(row)
+    runs = []
+    for (phase, _, norm, seed), group in grouped.items():
+        last = group[-1]
+        runs.append(Run(norm=norm, seed=seed, status=last.get("status") or "ok", params=last.get("params"),
+                        cell=dict(last.get("cell") or {}), tuned=dict(last.get("tuned") or {}), phase=phase,
+                        error=last.get("error"),
+                        epochs=[dict(r) for r in group if r.get("epoch") is not None]))
+    return runs
+
+
+def runs_from_results(results: Iterable[RunResult]) -> list[Run]:
+    """The same view of in-memory RunResults (through their runs.jsonl rows)."""
+    return runs_from_rows(row for result in results for row in run_rows(result, {}))
 
 
 @dataclass(frozen=True)
 class NormSummary:
+    """The summary of one norm in one cell; `vs_baseline` and `verdict` are None for the baseline."""
+
     norm: str
+    cell: dict[str, Any]
+    tuned: dict[str, Any]
     runs: int
     diverged: int
-    final_acc: MeanSem
-    best_acc: MeanSem
-    vs_baseline: PairedDifference | None  # None for the baseline itself
+    failed: int
+    errors: list[str]
+    values: dict[int, float]  # primary metric per finished seed
+    primary: MeanSem
+    best_val_acc: MeanSem  # best validation accuracy over epochs (%), for reference only
+    vs_baseline: PairedDifference | None
+    verdict: Verdict | None
     time_per_epoch_s: float | None  # median over all epochs of all runs
     throughput: float | None  # median train samples/s over all epochs
     peak_mem_mb: float | None  # largest peak over all epochs
     params: int | None
 
-    def as_row(self, baseline: str) -> dict[str, Any]:
-        """A flat row for summary.csv/json."""
-        d = self.vs_baseline
+
+@dataclass(frozen=True)
+class Summary:
+    """Every (cell, norm) summary of a comparison and how its primary metric was chosen."""
+
+    rows: list[NormSummary]
+    baseline: str
+    metric: Metric
+    source: str  # the record field actually used (the metric's, or its fallback)
+    select: str
+    margin: float
+    notes: list[str]
+
+    @property
+    def label(self) -> str:
+        """What the values are: the metric's label, or its fallback's when that was used."""
+        return METRICS[self.source].label if self.source in METRICS else self.metric.label
+
+    def as_rows(self) -> list[dict[str, Any]]:
+        """Flat rows for summary.csv/json (the keys are a contract: see docs/experiments.md)."""
+        return [self._row(s) for s in self.rows]
+
+    def _row(self, s: NormSummary) -> dict[str, Any]:
+        d, v = s.vs_baseline, s.verdict
+        percent = self.metric.unit == "%"
         return {
-            "norm": self.norm, "runs": self.runs, "ok": self.final_acc.n, "diverged": self.diverged,
-            "acc_mean": self.final_acc.mean, "acc_sem": self.final_acc.sem,
-            "best_acc_mean": self.best_acc.mean, "best_acc_sem": self.best_acc.sem,
-            "baseline": baseline, "diff_n": d.n if d else None, "diff_mean": d.mean if d else None,
+            "norm": s.norm, "cell": s.cell, "tuned": s.tuned,
+            "runs": s.runs, "ok": s.primary.n, "diverged": s.diverged, "failed": s.failed,
+            "metric": self.metric.field, "metric_source": self.source, "higher_is_better":
+                self.metric.higher_is_better, "select": self.select,
+            "metric_mean": s.primary.mean, "metric_sem": s.primary.sem,
+            "acc_mean": s.primary.mean if percent else None, "acc_sem": s.primary.sem if percent else None,
+            "best_acc_mean": s.best_val_acc.mean, "best_acc_sem": s.best_val_acc.sem,
+            "baseline": self.baseline, "diff_n": d.n if d else None, "diff_mean": d.mean if d else None,
+            "diff_sd": d.sd if d else None,
             "diff_ci95_low": d.low if d else None, "diff_ci95_high": d.high if d else None,
             "diff_p_value": d.p_value if d else None, "diff_note": d.note if d else "baseline",
-            "time_per_epoch_s": self.time_per_epoch_s, "throughput_samples_s": self.throughput,
-            "peak_mem_mb": self.peak_mem_mb, "params": self.params,
+            "verdict": v.verdict if v else BASELINE, "p_holm": v.p_holm if v else None,
+            "p_tost": v.p_tost if v else None, "p_tost_holm": v.p_tost_holm if v else None,
+            "margin": self.margin, "mde": v.mde if v else None,
+            "seeds_needed": v.seeds_needed if v else None, "seeds_note": v.seeds_note if v else "",
+            "time_per_epoch_s": s.time_per_epoch_s, "throughput_samples_s": s.throughput,
+            "peak_mem_mb": s.peak_mem_mb, "params": s.params,
         }
-
-
-def _percent(value: float | None) -> float | None:
-    return None if value is None else 100.0 * value
-
-
-def final_acc(run: RunResult) -> float | None:
-    return _percent(run.epochs[-1].val_acc) if run.epochs else None
-
-
-def best_acc(run: RunResult) -> float | None:
-    values = [r.val_acc for r in run.epochs if r.val_acc is not None]
-    return _percent(max(values)) if values else None
 
 
 def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def summarize(runs: Sequence[RunResult], norms: Sequence[str], baseline: str) -> list[NormSummary]:
-    """One NormSummary per norm (in `norms` order), differences paired by seed against `baseline`."""
-    ok_acc: dict[str, dict[int, float]] = {norm: {} for norm in norms}
+def _has(runs: Sequence[Run], name: str) -> bool:
+    return any(isinstance(e.get(name), (int, float)) for r in runs if r.status == "ok" for e in r.epochs)
+
+
+def source_field(runs: Sequence[Run], metric: Metric, select: str) -> tuple[str, list[str]]:
+    """The field to read (the metric's, or its fallback when no run has it) and the notes to show."""
+    if _has(runs, metric.field) or metric.fallback is None or not _has(runs, metric.fallback):
+        return metric.field, []
+    optimistic = ("; with select: best-val the same data also picked the epoch, so the values are optimistic"
+                  if select == "best-val" else "")
+    return metric.fallback, [f"these results have no {metric.field} (written before the test split): "
+                             f"{metric.fallback} is reported instead{optimistic}"]
+
+
+def _best_val_acc(run: Run) -> float | None:
+    values = [e["val_acc"] for e in run.epochs if isinstance(e.get("val_acc"), (int, float))]
+    return 100.0 * max(values) if values else None
+
+
+def _cells(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    """The cells in the order they first appear (the single `{}` cell when there are none)."""
+    seen: dict[str, dict[str, Any]] = {}
     for run in runs:
-        acc = final_acc(run)
-        if run.status == "ok" and acc is not None and run.norm in ok_acc:
-            ok_acc[run.norm][run.seed] = acc
-    out = []
-    for norm in norms:
-        mine = [r for r in runs if r.norm == norm]
-        records = [e for r in mine for e in r.epochs]
-        accs = ok_acc[norm]
-        diff = None
-        if norm != baseline:
-            seeds = sorted(set(accs) & set(ok_acc[baseline]))
-            diff = paired_difference([accs[s] for s in seeds], [ok_acc[baseline][s] for s in seeds])
-        bests = [best_acc(r) for r in mine if r.status == "ok"]
-        peaks = [e.peak_mem_mb for e in records if e.peak_mem_mb is not None]
-        out.append(NormSummary(
-            norm=norm, runs=len(mine), diverged=sum(r.status == "diverged" for r in mine),
-            final_acc=mean_sem(list(accs.values())),
-            best_acc=mean_sem([b for b in bests if b is not None]),
-            vs_baseline=diff,
-            time_per_epoch_s=_median([e.epoch_time_s for e in records if e.epoch_time_s is not None]),
-            throughput=_median([e.throughput for e in records if e.throughput is not None]),
-            peak_mem_mb=max(peaks) if peaks else None,
-            params=mine[0].params if mine else None,
-        ))
-    return out
+        seen.setdefault(cell_key(run.cell), run.cell)
+    return list(seen.values()) or [{}]
 
 
-def summary_rows(summaries: Sequence[NormSummary], baseline: str) -> list[dict[str, Any]]:
-    return [s.as_row(baseline) for s in summaries]
+def summarize(runs: Sequence[Run], norms: Sequence[str], baseline: str, metric: Metric,
+              select: str = "final", margin: float | None = None) -> Summary:
+    """One NormSummary per (cell, norm) (cells in order of appearance, norms in `norms` order).
+
+    Only comparison-phase runs count (tuning runs are on other seeds and pick hyperparameters).
+    """
+    runs = [r for r in runs if r.phase == COMPARE_PHASE]
+    margin = metric.default_margin if margin is None else margin
+    source, notes = source_field(runs, metric, select)
+    partial: list[dict[str, Any]] = []
+    for cell in _cells(runs):
+        ck = cell_key(cell)
+        in_cell = [r for r in runs if cell_key(r.cell) == ck]
+        values: dict[str, dict[int, float]] = {norm: {} for norm in norms}
+        for run in in_cell:
+            value = run_value(run.epochs, metric, select, source) if run.status == "ok" else None
+            if value is not None and run.norm in values:
+                values[run.norm][run.seed] = value
+        for norm in norms:
+            mine = [r for r in in_cell if r.norm == norm]
+            seeds = sorted(set(values[norm]) & set(values[baseline]))
+            diff = None if norm == baseline else paired_difference(
+                [values[norm][s] for s in seeds], [values[baseline][s] for s in seeds])
+            partial.append({"norm": norm, "cell": cell, "mine": mine, "values": values[norm], "diff": diff,
+                            "oriented": [metric.sign * (values[norm][s] - values[baseline][s]) for s in seeds]})
+    compared = [p for p in partial if p["diff"] is not None]
+    for p, verdict in zip(compared, decide([p["oriented"] for p in compared], margin), strict=True):
+        p["verdict"] = verdict
+    rows = [_norm_summary(p) for p in partial]
+    return Summary(rows=rows, baseline=baseline, metric=metric, source=source, select=select, margin=margin,
+                   notes=notes)
+
+
+def _norm_summary(p: dict[str, Any]) -> NormSummary:
+    mine: list[Run] = p["mine"]
+    records = [e for r in mine for e in r.epochs]
+
+    def numbers(key: str) -> list[float]:
+        return [e[key] for e in records if isinstance(e.get(key), (int, float))]
+
+    peaks = numbers("peak_mem_mb")
+    bests = [b for b in (_best_val_acc(r) for r in mine if r.status == "ok") if b is not None]
+    return NormSummary(
+        norm=p["norm"], cell=p["cell"], tuned=mine[-1].tuned if mine else {}, runs=len(mine),
+        diverged=sum(r.status == "diverged" for r in mine), failed=sum(r.status == "failed" for r in mine),
+        errors=[f"seed {r.seed}: {r.error}" for r in mine if r.status == "failed"],
+        values=dict(p["values"]), primary=mean_sem(list(p["values"].values())), best_val_acc=mean_sem(bests),
+        vs_baseline=p["diff"], verdict=p.get("verdict"),
+        time_per_epoch_s=_median(numbers("epoch_time_s")), throughput=_median(numbers("throughput")),
+        peak_mem_mb=max(peaks) if peaks else None, params=mine[0].params if mine else None,
+    )

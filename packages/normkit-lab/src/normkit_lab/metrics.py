@@ -1,0 +1,124 @@
+"""The primary metric of a comparison: which EpochRecord field, in what unit, and which way is better.
+
+Verdicts are direction-aware: a difference counts as "better" when it moves the metric in its good
+direction. The value of a run is the metric at the final epoch (`select: final`) or at the epoch
+with the best validation counterpart (`select: best-val`); never the best test value, since picking
+the best of many test evaluations is itself a selection on test data.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from normkit.errors import did_you_mean
+from normkit_lab.errors import ConfigError
+
+SELECTS = ("final", "best-val")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A metric read from every epoch's record.
+
+    field: the record key (`test_acc`); scale: factor to the reported unit (fraction -> percent);
+    low/high: the valid range in that unit (plots clip intervals to it); select_by: the validation
+    field that picks the epoch under `select: best-val`; fallback: the field used, with a note, when
+    results predate the test split; default_margin: the equivalence margin when `margin` is null.
+    """
+
+    field: str
+    label: str
+    unit: str
+    higher_is_better: bool
+    scale: float
+    low: float | None
+    high: float | None
+    select_by: str
+    fallback: str | None
+    default_margin: float
+
+    @property
+    def sign(self) -> float:
+        """+1 when higher is better, else -1: multiplies differences so that positive = better."""
+        return 1.0 if self.higher_is_better else -1.0
+
+    def clip(self, value: float) -> float:
+        """`value` limited to the metric's valid range."""
+        if self.low is not None:
+            value = max(self.low, value)
+        if self.high is not None:
+            value = min(self.high, value)
+        return value
+
+
+_ACC = {"unit": "%", "higher_is_better": True, "scale": 100.0, "low": 0.0, "high": 100.0,
+        "select_by": "val_acc", "default_margin": 0.5}
+_LOSS = {"unit": "nats", "higher_is_better": False, "scale": 1.0, "low": 0.0, "high": None,
+         "select_by": "val_loss", "default_margin": 0.01}
+
+METRICS: dict[str, Metric] = {
+    "test_acc": Metric("test_acc", "test accuracy", fallback="val_acc", **_ACC),
+    "test_loss": Metric("test_loss", "test loss", fallback="val_loss", **_LOSS),
+    "val_acc": Metric("val_acc", "validation accuracy", fallback=None, **_ACC),
+    "val_loss": Metric("val_loss", "validation loss", fallback=None, **_LOSS),
+}
+DEFAULT_METRIC = "test_acc"
+
+
+def metric_named(name: str) -> Metric:
+    """The registered metric `name` (ConfigError naming the choices otherwise)."""
+    if name not in METRICS:
+        raise ConfigError(f"unknown metric {name!r}{did_you_mean(name, list(METRICS))}; "
+                          f"choose one of {', '.join(METRICS)}")
+    return METRICS[name]
+
+
+def margin_of(config: Mapping[str, Any], metric: Metric) -> float:
+    """The equivalence margin in the metric's unit: config `margin`, or the metric's default."""
+    value = config.get("margin")
+    if value is None:
+        return metric.default_margin
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"margin must be a number > 0 in the metric's unit, not {value!r}")
+    return float(value)
+
+
+def select_of(config: Mapping[str, Any]) -> str:
+    """The epoch selection rule: config `select`, `final` by default."""
+    value = config.get("select") or "final"
+    if value not in SELECTS:
+        raise ConfigError(f"select must be one of {', '.join(SELECTS)}, not {value!r}")
+    return str(value)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def selected_epoch(epochs: Sequence[Mapping[str, Any]], metric: Metric, select: str,
+                   field: str | None = None) -> Mapping[str, Any] | None:
+    """The epoch record whose value is reported: the last one, or the best on `metric.select_by`
+    (earliest on ties). `field` is the field that must be present (default: the metric's)."""
+    field = field or metric.field
+    usable = [e for e in epochs if _finite(e.get(field))]
+    if not usable:
+        return None
+    if select == "final":
+        last = epochs[-1]
+        return last if _finite(last.get(field)) else None
+    scored = [e for e in usable if _finite(e.get(metric.select_by))]
+    if not scored:
+        return None
+    key = metric.sign
+    return max(scored, key=lambda e: key * e[metric.select_by])
+
+
+def run_value(epochs: Sequence[Mapping[str, Any]], metric: Metric, select: str,
+              field: str | None = None) -> float | None:
+    """A run's primary value in the metric's unit (None when the selected epoch lacks it)."""
+    field = field or metric.field
+    record = selected_epoch(epochs, metric, select, field)
+    return None if record is None else metric.scale * float(record[field])

@@ -1,0 +1,145 @@
+"""report.html: one self-contained page with a comparison's verdicts, table, figures and provenance.
+
+Self-contained means no external file or network access: the figures are embedded as base64 PNG and
+the style is inline, so the file can be mailed or attached as it is. Every piece of text that comes
+from results, configs or the environment goes through html.escape.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import yaml
+
+from normkit_lab.summary import NormSummary, Summary, cell_key, cell_label
+from normkit_lab.verdicts import BASELINE, reading
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; font-size: 0.85em; }
+th, td { padding: 3px 8px; text-align: right; } td { white-space: nowrap; }
+th { background: #f0f0f0; } td.l, th.l { text-align: left; } tr:nth-child(even) td { background: #fafafa; }
+.v-better { color: #1a7f37; font-weight: bold; } .v-worse { color: #cf222e; font-weight: bold; }
+.v-equivalent { color: #0550ae; font-weight: bold; } .v-inconclusive, .v-no { color: #7a6a00; }
+.note { background: #fff8c5; padding: 6px 10px; border-left: 4px solid #d4a72c; }
+pre { background: #f6f8fa; padding: 8px; overflow-x: auto; font-size: 0.8em; }
+img { max-width: 100%; display: block; margin: 1em 0; }
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _num(value: float | None, fmt: str, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return format(value, ("+" if signed else "") + fmt)
+
+
+def _p(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def _verdict_class(verdict: str) -> str:
+    return "v-" + verdict.split()[0]
+
+
+def _name(s: NormSummary, many: bool) -> str:
+    return f"{s.norm} [{cell_label(s.cell)}]" if many and s.cell else s.norm
+
+
+def _table(summary: Summary, many: bool) -> str:
+    unit = summary.metric.unit
+    heads = ["norm", "n", f"{summary.label} ({unit}) ± s.e.", f"Δ vs {summary.baseline}", "95% CI",
+             "p", "Holm p", "TOST Holm p", "verdict", f"MDE ({unit})", "seeds needed", "s/epoch", "samples/s",
+             "peak MB", "params", "diverged", "failed", "tuned"]
+    out = ["<table><tr>" + "".join(f'<th class="{"l" if h in ("norm", "verdict", "tuned") else ""}">{_e(h)}</th>'
+                                   for h in heads) + "</tr>"]
+    for s in summary.rows:
+        d, v = s.vs_baseline, s.verdict
+        mean = "-" if s.primary.mean is None else (
+            f"{s.primary.mean:.2f} ± {s.primary.sem:.2f}" if s.primary.sem is not None else f"{s.primary.mean:.2f}")
+        ci = "" if d is None else (d.note if d.low is None else f"[{d.low:+.2f}, {d.high:+.2f}]")
+        verdict = v.verdict if v else BASELINE
+        needed = "" if v is None else (str(v.seeds_needed) if v.seeds_needed is not None else v.seeds_note)
+        cells = [_name(s, many), str(s.primary.n), mean, "baseline" if d is None else _num(d.mean, ".2f", True),
+                 ci, _p(d.p_value if d else None), _p(v.p_holm if v else None),
+                 _p(v.p_tost_holm if v else None), verdict, _num(v.mde if v else None, ".3g"), needed,
+                 _num(s.time_per_epoch_s, ".2f"), _num(s.throughput, ",.0f"), _num(s.peak_mem_mb, ",.0f"),
+                 _num(s.params, ","), str(s.diverged), str(s.failed),
+                 ", ".join(f"{k}={val}" for k, val in s.tuned.items())]
+        tds = []
+        for head, cell in zip(heads, cells, strict=True):
+            cls = "l" if head in ("norm", "tuned") else ""
+            if head == "verdict":
+                cls = f"l {_verdict_class(cell)}"
+            tds.append(f'<td class="{cls}">{_e(cell)}</td>')
+        out.append("<tr>" + "".join(tds) + "</tr>")
+    out.append("</table>")
+    return "\n".join(out)
+
+
+def _readings(summary: Summary, many: bool) -> str:
+    items = []
+    for s in summary.rows:
+        if s.verdict is None:
+            continue
+        text = reading(s.verdict, _name(s, many), summary.baseline, summary.label, summary.metric.unit)
+        items.append(f'<li><span class="{_verdict_class(s.verdict.verdict)}">{_e(s.verdict.verdict)}</span>: '
+                     f"{_e(text)}</li>")
+    if not items:
+        return "<p>Only the baseline was run: there is nothing to compare.</p>"
+    return "<ul>\n" + "\n".join(items) + "\n</ul>"
+
+
+def _how_to_read(summary: Summary) -> str:
+    m = summary.metric
+    direction = "higher" if m.higher_is_better else "lower"
+    return (
+        f"<p>Primary metric: <b>{_e(summary.label)}</b> ({_e(m.unit)}, {direction} is better), read from the "
+        f"<code>{_e(summary.source)}</code> field at the <b>{_e(summary.select)}</b> epoch of every finished "
+        f"run. Δ is norm minus {_e(summary.baseline)} on the same seed, averaged over seeds where both "
+        f"finished, with its 95% t interval. Verdicts: Holm-adjusted paired t-test p &lt; 0.05 gives "
+        f"<i>better</i> or <i>worse</i>; otherwise a Holm-adjusted two one-sided test (TOST) against the "
+        f"margin ±{summary.margin:g} {_e(m.unit)} gives <i>equivalent</i>; otherwise <i>inconclusive</i>. "
+        f"MDE is the difference this number of seeds detects with 80% power; <i>seeds needed</i> is the "
+        f"number of seeds whose MDE reaches the margin (from the observed spread of the differences). "
+        f"Fewer than 3 paired seeds give no verdict.</p>")
+
+
+def render_html(summary: Summary, *, title: str, figures: Mapping[str, bytes], config: Mapping[str, Any],
+                command: str, environment: Any, sources: Sequence[str] = (), figures_note: str = "") -> str:
+    """The whole page as a string (every interpolated text escaped)."""
+    many = len({cell_key(s.cell) for s in summary.rows}) > 1
+    notes = list(summary.notes)
+    for s in summary.rows:
+        notes += [f"{_name(s, many)} failed on {err}" for err in s.errors]
+    parts = [
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>",
+        f"<h1>{_e(title)}</h1>",
+        *(f'<p class="note">{_e(n)}</p>' for n in notes),
+        "<h2>Verdicts</h2>", _readings(summary, many), _how_to_read(summary),
+        "<h2>Table</h2>", _table(summary, many),
+        "<h2>Figures</h2>",
+    ]
+    if figures_note:
+        parts.append(f"<p>{_e(figures_note)}</p>")
+    for name, data in figures.items():
+        encoded = base64.b64encode(data).decode("ascii")
+        parts.append(f'<img alt="{_e(name)}" title="{_e(name)}" src="data:image/png;base64,{encoded}">')
+    parts += [
+        "<h2>Configuration</h2>", f"<pre>{_e(yaml.safe_dump(dict(config), sort_keys=False))}</pre>",
+        "<h2>Command line</h2>", f"<pre>{_e(command)}</pre>",
+    ]
+    if sources:
+        parts.append("<p>Results read from: " + ", ".join(f"<code>{_e(s)}</code>" for s in sources) + "</p>")
+    parts += ["<h2>Environment</h2>", f"<pre>{_e(json.dumps(environment, indent=2, default=str))}</pre>",
+              "</body></html>", ""]
+    return "\n".join(parts)

@@ -1,0 +1,111 @@
+"""One verdict per compared norm: better, worse, equivalent, inconclusive, or no verdict (n<3).
+
+Input: for each (cell, norm) comparison of a run, the per-seed paired differences oriented so that
+positive = better (norm - baseline, sign flipped for lower-is-better metrics). Rule, per comparison:
+
+    n < 3                                       -> "no verdict (n<3)"
+    Holm-adjusted two-sided paired t p < 0.05   -> "better" / "worse" by the sign of the mean
+    Holm-adjusted TOST p < 0.05 (margin m)      -> "equivalent"
+    otherwise                                   -> "inconclusive" (with the MDE and seeds needed)
+
+Both families (difference tests and equivalence tests) are Holm-adjusted over the comparisons that
+can get a verdict (n >= 3), so each kind of claim keeps a familywise error of at most 5% however
+many norms and cells are compared. With one comparison the TOST rule is exactly "the 90% t interval
+lies inside (-m, m)".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as sps
+
+from normkit_lab.stats import ALPHA, holm, minimum_detectable_effect, seeds_needed, tost_p
+
+BETTER, WORSE, EQUIVALENT, INCONCLUSIVE = "better", "worse", "equivalent", "inconclusive"
+BASELINE, NO_VERDICT = "baseline", "no verdict (n<3)"
+MIN_PAIRS = 3
+SEEDS_CAP = 1000
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A comparison's verdict and the numbers behind it (p-values None where undefined).
+
+    mde: the true difference (metric unit) this n detects with 80% power at two-sided alpha 0.05,
+    from the observed sd of the differences; seeds_needed: fewest pairs whose MDE is at most the
+    margin (None with `seeds_note` saying why).
+    """
+
+    verdict: str
+    n: int
+    p: float | None
+    p_holm: float | None
+    p_tost: float | None
+    p_tost_holm: float | None
+    margin: float
+    mde: float | None
+    seeds_needed: int | None
+    seeds_note: str = ""
+
+
+def _paired_p(d: np.ndarray) -> float | None:
+    """Two-sided one-sample t-test of mean 0 (the paired t-test); limits when there is no spread."""
+    if d.size < 2:
+        return None
+    if float(d.std(ddof=1)) == 0.0:
+        return 1.0 if float(d.mean()) == 0.0 else 0.0
+    return float(sps.ttest_1samp(d, 0.0).pvalue)
+
+
+def decide(differences: Sequence[Sequence[float]], margin: float, alpha: float = ALPHA) -> list[Verdict]:
+    """The verdict of every comparison, Holm-adjusted over those with at least three pairs."""
+    ds = [np.asarray(d, dtype=np.float64) for d in differences]
+    eligible = [d.size >= MIN_PAIRS for d in ds]
+    raw = [_paired_p(d) for d in ds]
+    tost = [tost_p(d, margin) for d in ds]
+    p_holm = holm([p if ok else None for p, ok in zip(raw, eligible, strict=True)])
+    tost_holm = holm([p if ok else None for p, ok in zip(tost, eligible, strict=True)])
+    out = []
+    for i, d in enumerate(ds):
+        n = int(d.size)
+        sd = float(d.std(ddof=1)) if n >= 2 else None
+        mde = minimum_detectable_effect(sd, n)
+        needed = seeds_needed(sd, margin, cap=SEEDS_CAP)
+        note = "" if needed is not None else (
+            f"more than {SEEDS_CAP}" if sd is not None else "needs at least 2 pairs to estimate")
+        ph, th = p_holm[i], tost_holm[i]
+        if not eligible[i]:
+            verdict = NO_VERDICT
+        elif ph is not None and ph < alpha:
+            verdict = BETTER if float(d.mean()) > 0 else WORSE
+        elif th is not None and th < alpha:
+            verdict = EQUIVALENT
+        else:
+            verdict = INCONCLUSIVE
+        out.append(Verdict(verdict, n, raw[i], ph, tost[i], th, margin, mde, needed, note))
+    return out
+
+
+def reading(verdict: Verdict, norm: str, baseline: str, metric_label: str, unit: str) -> str:
+    """One plain-language sentence that says what the verdict means and what to do next."""
+    m = f"{verdict.margin:g} {unit}".replace(" %", "%")
+    if verdict.verdict == BASELINE:
+        return f"{norm} is the baseline every other norm is compared to."
+    if verdict.verdict == NO_VERDICT:
+        return (f"{norm} vs {baseline}: only {verdict.n} paired seed(s); at least {MIN_PAIRS} are needed "
+                f"for any verdict, so run more seeds.")
+    if verdict.verdict in (BETTER, WORSE):
+        return (f"{norm} is {verdict.verdict} than {baseline} on {metric_label} (Holm-adjusted p = "
+                f"{verdict.p_holm:.3g}): a real difference for this model, "
+                f"data and recipe, though it may still be smaller than the margin of {m}.")
+    if verdict.verdict == EQUIVALENT:
+        return (f"{norm} and {baseline} are equivalent on {metric_label}: the difference is shown to be "
+                f"smaller than the margin of {m} (Holm-adjusted TOST p = {verdict.p_tost_holm:.3g}).")
+    mde = "unknown" if verdict.mde is None else f"{verdict.mde:.3g} {unit}".replace(" %", "%")
+    more = (f"about {verdict.seeds_needed} seeds would detect a difference of the margin"
+            if verdict.seeds_needed is not None else f"seeds needed to detect the margin: {verdict.seeds_note}")
+    return (f"{norm} vs {baseline} is inconclusive: neither a difference nor equivalence within {m} is "
+            f"shown with {verdict.n} seeds; this run detects differences of {mde} (80% power), and {more}.")

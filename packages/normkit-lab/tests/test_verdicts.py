@@ -1,0 +1,70 @@
+"""Verdicts: the decision rule, Holm over the run's comparisons, TOST with the margin, MDE, n < 3."""
+
+from __future__ import annotations
+
+import pytest
+from scipy import stats as sps
+
+from normkit_lab.stats import holm, minimum_detectable_effect
+from normkit_lab.verdicts import BETTER, EQUIVALENT, INCONCLUSIVE, NO_VERDICT, WORSE, decide, reading
+
+CLEAR_GAIN = [1.9, 2.1, 2.0, 2.2, 1.8]  # mean 2.0, sd 0.16
+TINY = [0.05, -0.04, 0.02, -0.01, 0.03]  # mean 0.01, sd 0.036: inside a 0.5 margin
+NOISY = [2.0, -3.0, 1.5, -2.5, 3.0]  # mean 0.2, sd 2.7
+
+
+def test_each_verdict():
+    better, worse, equivalent, inconclusive = decide(
+        [CLEAR_GAIN, [-v for v in CLEAR_GAIN], TINY, NOISY], margin=0.5)
+    assert [v.verdict for v in (better, worse, equivalent, inconclusive)] == [BETTER, WORSE, EQUIVALENT,
+                                                                             INCONCLUSIVE]
+    assert inconclusive.mde == pytest.approx(minimum_detectable_effect(sps.tstd(NOISY), 5))
+    assert inconclusive.seeds_needed is not None and inconclusive.seeds_needed > 5
+
+
+def test_fewer_than_three_pairs_get_no_verdict_and_leave_the_family():
+    few, one = decide([[2.0, 2.1], CLEAR_GAIN], margin=0.5)
+    assert few.verdict == NO_VERDICT and few.p_holm is None and few.p is not None
+    assert one.p_holm == pytest.approx(one.p)  # a family of one: no adjustment
+    assert decide([[]], margin=0.5)[0].verdict == NO_VERDICT
+
+
+def test_holm_over_every_comparison_can_remove_a_difference():
+    # alone, p = 0.034 (< 0.05); beside a second comparison Holm doubles the smaller p
+    d = [0.9, 0.1, 0.6, 1.2, -0.1, 0.8]
+    (alone,) = decide([d], margin=0.1)
+    assert alone.p == pytest.approx(sps.ttest_1samp(d, 0.0).pvalue) and alone.p < 0.05
+    assert alone.verdict == BETTER
+    first, _ = decide([d, NOISY], margin=0.1)
+    assert first.p_holm == pytest.approx(holm([alone.p, sps.ttest_1samp(NOISY, 0.0).pvalue])[0])
+    assert first.p_holm > 0.05 and first.verdict == INCONCLUSIVE
+
+
+def test_equivalence_is_holm_adjusted_too():
+    (alone,) = decide([TINY], margin=0.08)
+    assert alone.verdict == EQUIVALENT and alone.p_tost_holm == alone.p_tost
+    tiny_again = [v * 1.4 for v in TINY]
+    both = decide([TINY, tiny_again], margin=0.08)
+    assert both[0].p_tost_holm == pytest.approx(holm([both[0].p_tost, both[1].p_tost])[0])
+
+
+def test_single_comparison_equivalence_is_the_90_percent_interval_inside_the_margin():
+    low, high = sps.ttest_1samp(TINY, 0.0).confidence_interval(0.90)
+    edge = max(abs(low), abs(high))
+    assert decide([TINY], margin=edge * 1.01)[0].verdict == EQUIVALENT
+    assert decide([TINY], margin=edge * 0.99)[0].verdict == INCONCLUSIVE
+
+
+def test_seeds_needed_is_capped_with_a_note():
+    (v,) = decide([[50.0, -60.0, 40.0, -45.0]], margin=0.01)
+    assert v.verdict == INCONCLUSIVE and v.seeds_needed is None and v.seeds_note == "more than 1000"
+
+
+def test_readings_are_plain_sentences():
+    better, _, equivalent, inconclusive = decide([CLEAR_GAIN, [-v for v in CLEAR_GAIN], TINY, NOISY], 0.5)
+    assert reading(better, "bnn", "bn", "test accuracy", "%").startswith("bnn is better than bn on test accuracy")
+    assert "smaller than the margin of 0.5%" in reading(equivalent, "ln", "bn", "test accuracy", "%")
+    text = reading(inconclusive, "gn", "bn", "test accuracy", "%")
+    assert f"about {inconclusive.seeds_needed} seeds" in text
+    (few,) = decide([[1.0, 2.0]], 0.5)
+    assert "at least 3 are needed" in reading(few, "gn", "bn", "test accuracy", "%")
