@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,7 @@ def _name(s: NormSummary, many_cells: bool) -> str:
 
 def _note(ax: Any, text: str) -> None:
     """Say in words why a panel has nothing to show."""
-    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, transform=ax.transAxes, fontsize=11)
+    ax.text(0.5, 0.5, textwrap.fill(text, 48), ha="center", va="center", transform=ax.transAxes, fontsize=11)
     ax.set_xticks([])
     ax.set_yticks([])
 
@@ -74,13 +75,17 @@ def forest(summary: Summary) -> bytes:
     plt = _pyplot()
     many = _many_cells(summary)
     rows = [s for s in summary.rows if s.vs_baseline is not None]
-    fig, ax = plt.subplots(figsize=(7.5, 1.2 + 0.55 * max(1, len(rows))))
     drawn = [s for s in rows if s.vs_baseline.mean is not None]
+    fig, ax = plt.subplots(figsize=(7.5, 1.2 + 0.55 * max(3, len(drawn))))
     metric, m = summary.metric, summary.margin
     span = None if metric.low is None or metric.high is None else metric.high - metric.low
     if not drawn:
-        _note(ax, "no paired differences to draw: no norm finished on a seed where the baseline also "
-                  "finished" if rows else "only the baseline was run: nothing to compare")
+        if not rows:
+            _note(ax, "only the baseline was run: nothing to compare")
+        elif not any(s.values for s in summary.rows):
+            _note(ax, "every run diverged or failed: no paired difference to draw")
+        else:
+            _note(ax, "no paired differences to draw: no norm finished on a seed where the baseline also finished")
         return _png(fig)
     ax.axvspan(-m, m, color="tab:green", alpha=0.15, label=f"equivalence band ±{m:g} {_unit(summary)}")
     ax.axvline(0.0, color="black", linewidth=0.8)
@@ -116,7 +121,7 @@ def primary_metric(summary: Summary) -> bytes:
         return _png(fig)
     for i, s in enumerate(rows):
         values = list(s.values.values())
-        ax.plot([i] * len(values), values, ".", color="tab:blue", alpha=0.5)
+        ax.plot([i - 0.15] * len(values), values, ".", color="tab:blue", alpha=0.6)
         if s.primary.mean is None:
             continue
         interval = t_interval(values)

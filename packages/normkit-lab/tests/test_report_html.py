@@ -1,0 +1,124 @@
+"""report.html contents (escaped, self-contained) and the figures behind it, from synthetic rows."""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+from typing import Any
+
+import pytest
+
+from normkit_lab import plots
+from normkit_lab.metrics import METRICS
+from normkit_lab.report_html import render_html
+from normkit_lab.summary import Summary, runs_from_rows, summarize
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def rows(norm: str, seed: int, accs: list[float], status: str = "ok", cell: dict | None = None,
+         error: str | None = None, with_test: bool = True) -> list[dict[str, Any]]:
+    out = [{"norm": norm, "seed": seed, "status": status, "params": 100, "epoch": i, "train_loss": 2.0 - a,
+            "train_acc": a, "val_loss": 2.0 - a, "val_acc": a, "val_top5": None, "epoch_time_s": 0.5,
+            "throughput": 1000.0, "peak_mem_mb": 50.0, "lr": 0.1 / (i + 1), "cell": cell or {}, "tuned": {},
+            "phase": "compare", **({"test_acc": a - 0.01, "test_loss": 2.1 - a} if with_test else {})}
+           for i, a in enumerate(accs)]
+    if status == "failed":
+        out = [{"norm": norm, "seed": seed, "status": "failed", "params": None, "epoch": None,
+                "cell": cell or {}, "tuned": {}, "phase": "compare", "error": error}]
+    return out
+
+
+def comparison(norm: str = "gn<b>", with_test: bool = True, cells: tuple[dict, ...] = ({},)) -> tuple[Summary, list]:
+    out = []
+    for cell in cells:
+        for seed in range(4):
+            out += rows("bn", seed, [0.5, 0.80 + 0.01 * seed], cell=cell, with_test=with_test)
+            out += rows(norm, seed, [0.5, 0.86 + 0.012 * seed], cell=cell, with_test=with_test)
+    out += rows(norm, 7, [], status="failed", error="RuntimeError: <oom> & more")
+    runs = runs_from_rows(out)
+    return summarize(runs, ["bn", norm], "bn", METRICS["test_acc"]), runs
+
+
+def page(summary: Summary, figures: dict[str, bytes] | None = None, **kw: Any) -> str:
+    args = {"title": "small-cnn on digits <&>", "figures": figures or {}, "config": {"norms": ["bn", "<x>"]},
+            "command": "normkit compare --norms 'bn,<x>' && echo", "environment": {"host": "<h>"}} | kw
+    return render_html(summary, **args)
+
+
+def test_page_holds_verdicts_table_config_command_and_environment():
+    summary, _ = comparison()
+    text = page(summary)
+    assert text.startswith("<!DOCTYPE html>") and text.rstrip().endswith("</html>")
+    for heading in ("Verdicts", "Table", "Figures", "Configuration", "Command line", "Environment"):
+        assert f"<h2>{heading}</h2>" in text
+    assert "gn&lt;b&gt; is better than bn on test accuracy" in text
+    assert '<td class="l v-better">better</td>' in text
+    assert "normkit compare --norms &#x27;bn,&lt;x&gt;&#x27; &amp;&amp; echo" in text
+    assert "&quot;host&quot;: &quot;&lt;h&gt;&quot;" in text and "- &lt;x&gt;" in text
+    assert "gn&lt;b&gt; failed on seed 7: RuntimeError: &lt;oom&gt; &amp; more" in text
+    assert "margin ±0.5 %" in text
+
+
+def test_every_text_is_escaped():
+    summary, _ = comparison(norm="<script>alert(1)</script>")
+    text = page(summary)
+    assert "<script>" not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    assert not re.search(r"<(?!/?(html|head|meta|title|style|body|h1|h2|p|ul|li|span|table|tr|th|td|pre|code|img"
+                         r"|b|i)\b|!DOCTYPE)", text)
+
+
+def test_page_is_self_contained_with_embedded_pngs():
+    pytest.importorskip("matplotlib")
+    summary, runs = comparison()
+    figures = plots.render(summary, runs)
+    text = page(summary, figures)
+    sources = re.findall(r'<img alt="([^"]+)" title="[^"]+" src="data:image/png;base64,([^"]+)">', text)
+    assert [name for name, _ in sources] == ["forest.png", "primary_metric.png", "curves.png"]
+    assert all(base64.b64decode(data).startswith(PNG) for _, data in sources)
+    assert not re.search(r'(src|href)="(?!data:)', text)  # nothing loaded from elsewhere
+
+
+def test_fallback_note_is_shown():
+    summary, _ = comparison(with_test=False)
+    text = page(summary)
+    assert '<p class="note">these results have no test_acc' in text and "validation accuracy" in text
+
+
+def test_no_verdict_and_inconclusive_readings():
+    out = rows("bn", 0, [0.8]) + rows("ln", 0, [0.9]) + rows("bn", 1, [0.7]) + rows("ln", 1, [0.75])
+    summary = summarize(runs_from_rows(out), ["bn", "ln"], "bn", METRICS["test_acc"])
+    assert "at least 3 are needed for any verdict" in page(summary)
+
+
+def _colors(png: bytes) -> int:
+    from matplotlib import image
+
+    pixels = image.imread(io.BytesIO(png), format="png").reshape(-1, 4)
+    return len({tuple(p) for p in pixels[:: max(1, len(pixels) // 20000)]})
+
+
+def test_every_run_diverged_gives_a_note_not_empty_axes():
+    pytest.importorskip("matplotlib")
+    out = [{"norm": n, "seed": s, "status": "diverged", "params": 1, "epoch": None} for n in ("bn", "ln")
+           for s in range(3)]
+    runs = runs_from_rows(out)
+    summary = summarize(runs, ["bn", "ln"], "bn", METRICS["test_acc"])
+    figures = plots.render(summary, runs)
+    assert set(figures) == {"forest.png", "primary_metric.png", "curves.png"}
+    assert all(_colors(data) > 2 for data in figures.values())  # text drawn, not a blank frame
+
+
+def test_sweep_figure_only_for_several_cells():
+    pytest.importorskip("matplotlib")
+    summary, runs = comparison(cells=({"lr": 0.01}, {"lr": 0.1}))
+    figures = plots.render(summary, runs)
+    assert "sweep.png" in figures and figures["sweep.png"].startswith(PNG)
+    assert "sweep.png" not in plots.render(*comparison())
+
+
+def test_intervals_are_clipped_to_the_valid_range():
+    acc, loss = METRICS["test_acc"], METRICS["test_loss"]
+    assert (acc.clip(103.0), acc.clip(-2.0), acc.clip(55.0)) == (100.0, 0.0, 55.0)
+    assert (loss.clip(-0.5), loss.clip(7.0)) == (0.0, 7.0)
