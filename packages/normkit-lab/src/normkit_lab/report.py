@@ -23,8 +23,8 @@ from normkit_lab.diagnostics.report import write_report as write_diagnostics_fil
 from normkit_lab.errors import ConfigError
 from normkit_lab.metrics import DEFAULT_METRIC, margin_of, metric_named, select_of
 from normkit_lab.report_html import render_html
-from normkit_lab.results import ENVIRONMENT_FILE, ResultsDir, atomic_write_text
-from normkit_lab.summary import Summary, cell_key, runs_from_results, summarize
+from normkit_lab.results import ENVIRONMENT_FILE, ResultsDir, atomic_write_text, rows_to_runs
+from normkit_lab.summary import Run, Summary, cell_key, runs_from_results, runs_from_rows, summarize
 from normkit_lab.training import RunResult
 
 REPORT_HTML = "report.html"
@@ -43,11 +43,16 @@ class Results:
     baseline: str
     sources: list[Path] = field(default_factory=list)
     metric: str = DEFAULT_METRIC  # the primary metric's name (see normkit_lab.metrics.METRICS)
+    rows: list[dict[str, Any]] | None = None  # the runs.jsonl rows when read from disk (every key kept)
+
+    def run_views(self) -> list[Run]:
+        """The runs as the summary reads them: from the rows when known, else from the RunResults."""
+        return runs_from_rows(self.rows) if self.rows is not None else runs_from_results(self.runs)
 
     def summary(self) -> Summary:
         """Statistics and verdicts per (cell, norm), with `select` and `margin` from the config."""
         metric = metric_named(self.metric)
-        return summarize(runs_from_results(self.runs), self.norms, self.baseline, metric,
+        return summarize(self.run_views(), self.norms, self.baseline, metric,
                          select=select_of(self.config), margin=margin_of(self.config, metric))
 
 
@@ -66,10 +71,9 @@ def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return [f"{k}: {a.get(k)!r} vs {b.get(k)!r}" for k in keys if a.get(k) != b.get(k)]
 
 
-def _identity(run: RunResult) -> tuple[str, str, str, int]:
+def _identity(run: Run) -> tuple[str, str, str, int]:
     """What makes a run unique in a comparison: phase, swept cell, norm, seed (older runs: no cell)."""
-    phase = getattr(run, "phase", None) or "compare"
-    return phase, cell_key(getattr(run, "cell", None) or {}), run.norm, run.seed
+    return run.phase, cell_key(run.cell), run.norm, run.seed
 
 
 def load_results(dirs: Sequence[str | Path], baseline: str | None = None,
@@ -85,6 +89,7 @@ def load_results(dirs: Sequence[str | Path], baseline: str | None = None,
     first = configs[0]
     norms: list[str] = []
     runs: list[RunResult] = []
+    rows: list[dict[str, Any]] = []
     seen: dict[tuple[str, str, str, int], Path] = {}
     for store, cfg in zip(stores, configs, strict=True):
         diff = _differences(first, cfg)
@@ -92,18 +97,20 @@ def load_results(dirs: Sequence[str | Path], baseline: str | None = None,
             raise ConfigError(f"cannot merge {str(store.path)!r} with {str(stores[0].path)!r}: their configs "
                               f"differ ({'; '.join(diff)}); merge only runs of the same configuration")
         norms += [n for n in cfg["norms"] if n not in norms]
-        for run in store.runs():
-            key = _identity(run)
+        store_rows = store.rows()
+        for view in runs_from_rows(store_rows):
+            key = _identity(view)
             if key in seen:
-                raise ConfigError(f"{run.norm} seed {run.seed} is in both {str(seen[key])!r} and "
+                raise ConfigError(f"{view.norm} seed {view.seed} is in both {str(seen[key])!r} and "
                                   f"{str(store.path)!r}; merge directories that ran different seeds or norms")
             seen[key] = store.path
-            runs.append(run)
+        rows += store_rows
+        runs += rows_to_runs(store_rows)
     chosen = baseline or first.get("baseline") or first["norms"][0]
     if chosen not in norms:
         raise ConfigError(f"baseline {chosen!r} is not among the norms of these results ({', '.join(norms)})")
     return Results(config=first, runs=runs, norms=norms, baseline=chosen, sources=[s.path for s in stores],
-                   metric=metric)
+                   metric=metric, rows=rows)
 
 
 def command_line() -> str:
@@ -134,7 +141,7 @@ def write_summary(store: ResultsDir, results: Results, figures: bool = False) ->
     run without figures and draws them once at the end."""
     summary = results.summary()
     store.write_summary(summary.as_rows())
-    drawn = plots.render(summary, runs_from_results(results.runs)) if figures else {}
+    drawn = plots.render(summary, results.run_views()) if figures else {}
     plots.write_figures(store.path, drawn)
     if not figures:
         note = "Figures are drawn when the comparison finishes (or by `normkit report DIR --out NEW`)."

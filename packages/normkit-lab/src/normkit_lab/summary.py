@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from normkit_lab.errors import ConfigError
 from normkit_lab.metrics import METRICS, Metric, run_value
 from normkit_lab.results import run_rows
 from normkit_lab.stats import MeanSem, PairedDifference, mean_sem, paired_difference
@@ -53,7 +54,10 @@ def cell_label(cell: Mapping[str, Any]) -> str:
 def runs_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Run]:
     """Group runs.jsonl rows into runs by (phase, cell, norm, seed), in the order runs finished."""
     grouped: dict[tuple[str, str, str, int], list[Mapping[str, Any]]] = {}
-    for row in rows:
+    for number, row in enumerate(rows, 1):
+        if not isinstance(row.get("norm"), str) or not isinstance(row.get("seed"), int):
+            raise ConfigError(f"runs.jsonl row {number} has no norm or seed; the file was edited or damaged, "
+                              f"so fix or remove that row")
         key = (row.get("phase") or COMPARE_PHASE, cell_key(row.get("cell") or {}), row["norm"], row["seed"])
         grouped.setdefault(key, []).append(row)
     runs = []

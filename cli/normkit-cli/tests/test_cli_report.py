@@ -1,0 +1,163 @@
+"""`normkit report`: the fitted verdict table, --out, one-line errors, and inputs left byte-identical."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from normkit_cli.app import app
+from normkit_lab import config
+from normkit_lab.results import ResultsDir
+
+runner = CliRunner()
+BN = [0.80, 0.82, 0.84, 0.81]
+GAIN = [0.85, 0.86, 0.88, 0.855]
+SAME = [0.805, 0.815, 0.845, 0.805]
+
+
+def invoke(*args: Any, columns: int = 200):
+    return runner.invoke(app, [str(a) for a in args], env={"COLUMNS": str(columns)})
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def run_rows(norm: str, seed: int, final: float) -> list[dict[str, Any]]:
+    """runs.jsonl rows with the new keys (test_acc, cell, tuned, phase)."""
+    return [{"norm": norm, "seed": seed, "status": "ok", "params": 56554, "epoch": i, "train_loss": 1.0 - a,
+             "train_acc": a, "val_loss": 1.0 - a, "val_acc": a, "val_top5": None, "test_loss": 1.0 - a,
+             "test_acc": a, "epoch_time_s": 0.41, "throughput": 3587.0, "peak_mem_mb": 826.0, "lr": 0.1,
+             "cell": {}, "tuned": {}, "phase": "compare", "host": "h"}
+            for i, a in enumerate([final - 0.2, final])]
+
+
+@pytest.fixture
+def results_dir(tmp_path) -> Path:
+    cfg = config.build_config({"norms": "bn,bnn,ln", "seeds": "4", "epochs": 2})
+    store = ResultsDir.create(tmp_path / "cmp", config.save_yaml(cfg), {"host": "h"})
+    for seed in range(4):
+        store.append_rows(run_rows("bn", seed, BN[seed]) + run_rows("bnn", seed, GAIN[seed])
+                          + run_rows("ln", seed, SAME[seed]))
+    return store.path
+
+
+def table_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith((" bn ", " bnn ", " ln "))]
+
+
+def test_wide_terminal_shows_every_column(results_dir):
+    result = invoke("report", results_dir, columns=200)
+    assert result.exit_code == 0, result.output
+    for header in ("Δ vs bn", "95% CI", "Holm p", "verdict", "MDE", "s/epoch", "samples/s", "peak MB", "params",
+                   "diverged"):
+        assert header in result.output
+    bnn = next(line for line in table_lines(result.output) if line.startswith(" bnn "))
+    assert "better" in bnn and "86.12 ± 0.66" in bnn and "56,554" in bnn
+    assert "too narrow" not in result.output
+    assert all(len(line) <= 200 for line in result.output.splitlines())
+
+
+def test_narrow_terminal_drops_and_folds_columns(results_dir):
+    result = invoke("report", results_dir, columns=80)
+    assert result.exit_code == 0, result.output
+    assert all(len(line) <= 80 for line in result.output.splitlines()), result.output
+    assert "verdict" in result.output and "Holm p" in result.output
+    assert "params" not in result.output.split("\n(too narrow")[0]
+    assert "(too narrow for params, peak MB" in result.output
+    assert any("better" in line for line in table_lines(result.output))
+
+
+def test_report_never_writes_into_the_directories_it_reads(results_dir, tmp_path):
+    before = snapshot(results_dir)
+    assert invoke("report", results_dir).exit_code == 0
+    assert invoke("report", results_dir, "--margin", "2", "--select", "best-val", "--baseline", "ln").exit_code == 0
+    out = tmp_path / "view"
+    result = invoke("report", results_dir, "--out", out)
+    assert result.exit_code == 0, result.output
+    assert snapshot(results_dir) == before
+    assert f"report: {out / 'report.html'}" in result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert [(r["norm"], r["verdict"]) for r in summary] == [("bn", "baseline"), ("bnn", "better"),
+                                                            ("ln", "inconclusive")]
+    assert all(r["metric"] == "test_acc" and r["metric_source"] == "test_acc" for r in summary)
+    assert "bnn is better than bn on test accuracy" in (out / "report.html").read_text()
+
+
+def test_margin_changes_the_verdict(results_dir):
+    assert "inconclusive" in next(line for line in table_lines(invoke("report", results_dir).output)
+                                  if line.startswith(" ln "))
+    wide = invoke("report", results_dir, "--margin", "2")
+    assert "equivalent" in next(line for line in table_lines(wide.output) if line.startswith(" ln "))
+    assert "margin ±2 %" in wide.output
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--metric", "best_test"], "unknown metric 'best_test'"),
+    (["--select", "best-test"], "select must be one of final, best-val"),
+    (["--margin", "0"], "--margin must be > 0"),
+    (["--margin", "nan"], "--margin must be > 0"),
+    (["--baseline", "gn"], "baseline 'gn' is not among"),
+])
+def test_bad_options_are_one_line_errors(results_dir, tmp_path, args, message):
+    before = snapshot(results_dir)
+    result = invoke("report", results_dir, *args, "--out", tmp_path / "never")
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.output
+    assert snapshot(results_dir) == before and not (tmp_path / "never").exists()
+
+
+def test_damaged_row_is_a_one_line_error(results_dir):
+    with (results_dir / "runs.jsonl").open("a") as f:
+        f.write('{"seed": 1}\n')
+    result = invoke("report", results_dir)
+    assert result.exit_code == 2 and "has no norm or seed" in result.output
+
+
+# -- a real comparison rendered in a real browser ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def real_compare(tmp_path_factory) -> Path:
+    """2 norms x 3 seeds x 2 epochs of small-cnn on digits (about 10-20 s on two cores)."""
+    out = tmp_path_factory.mktemp("real") / "cmp"
+    result = invoke("compare", "--norms", "bn,gn+pn", "--seeds", "3", "--epochs", "2", "--model-param", "depth=2",
+                    "--out", out)
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.mark.slow
+def test_real_comparison_summary_and_report(real_compare):
+    summary = json.loads((real_compare / "summary.json").read_text())
+    assert summary[0]["verdict"] == "baseline"
+    assert summary[1]["verdict"] in ("better", "worse", "equivalent", "inconclusive")
+    assert summary[1]["mde"] is not None and "p_holm" in summary[1]
+    text = (real_compare / "report.html").read_text()
+    assert text.count("data:image/png;base64,") == 3 and "gn+pn" in text
+
+
+@pytest.mark.slow
+def test_report_html_renders_in_headless_chromium(real_compare, tmp_path):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium is not installed (Debian: apt-get install chromium); the screenshot needs it")
+    matplotlib_image = pytest.importorskip("matplotlib.image")
+    shot = tmp_path / "report.png"
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    f"--user-data-dir={tempfile.mkdtemp()}", f"--screenshot={shot}", "--window-size=1280,2400",
+                    (real_compare / "report.html").resolve().as_uri()],
+                   check=True, capture_output=True, timeout=120)
+    pixels = matplotlib_image.imread(shot)
+    assert pixels.shape[0] == 2400 and pixels.shape[1] == 1280
+    assert pixels[..., :3].std() > 0.05  # text, table and figures, not a blank page
+    assert (pixels[..., :3].min(axis=2) < 0.2).mean() > 0.005  # dark pixels: there is text
