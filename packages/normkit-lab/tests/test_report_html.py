@@ -65,7 +65,7 @@ def test_every_text_is_escaped():
     summary, _ = comparison(norm="<script>alert(1)</script>")
     text = page(summary)
     assert "<script>" not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
-    assert not re.search(r"<(?!/?(html|head|meta|title|style|body|h1|h2|p|ul|li|span|table|tr|th|td|pre|code|img"
+    assert not re.search(r"<(?!/?(html|head|meta|title|style|body|h1|h2|p|ul|li|span|div|table|tr|th|td|pre|code|img"
                          r"|b|i)\b|!DOCTYPE)", text)
 
 

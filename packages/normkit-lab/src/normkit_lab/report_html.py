@@ -19,7 +19,7 @@ from normkit_lab.summary import NormSummary, Summary, cell_key, cell_label
 from normkit_lab.verdicts import BASELINE, reading
 
 _STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1400px; color: #222; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; font-size: 0.85em; }
 th, td { padding: 3px 8px; text-align: right; } td { white-space: nowrap; }
@@ -28,7 +28,7 @@ th { background: #f0f0f0; } td.l, th.l { text-align: left; } tr:nth-child(even) 
 .v-equivalent { color: #0550ae; font-weight: bold; } .v-inconclusive, .v-no { color: #7a6a00; }
 .note { background: #fff8c5; padding: 6px 10px; border-left: 4px solid #d4a72c; }
 pre { background: #f6f8fa; padding: 8px; overflow-x: auto; font-size: 0.8em; }
-img { max-width: 100%; display: block; margin: 1em 0; }
+img { max-width: 100%; display: block; margin: 1em 0; } .wide { overflow-x: auto; }
 """
 
 
@@ -59,8 +59,10 @@ def _table(summary: Summary, many: bool) -> str:
     heads = ["norm", "n", f"{summary.label} ({unit}) ± s.e.", f"Δ vs {summary.baseline}", "95% CI",
              "p", "Holm p", "TOST Holm p", "verdict", f"MDE ({unit})", "seeds needed", "s/epoch", "samples/s",
              "peak MB", "params", "diverged", "failed", "tuned"]
-    out = ["<table><tr>" + "".join(f'<th class="{"l" if h in ("norm", "verdict", "tuned") else ""}">{_e(h)}</th>'
-                                   for h in heads) + "</tr>"]
+    tuned = any(s.tuned for s in summary.rows)
+    shown = heads if tuned else heads[:-1]
+    out = ['<div class="wide"><table><tr>' + "".join(
+        f'<th class="{"l" if h in ("norm", "verdict", "tuned") else ""}">{_e(h)}</th>' for h in shown) + "</tr>"]
     for s in summary.rows:
         d, v = s.vs_baseline, s.verdict
         mean = "-" if s.primary.mean is None else (
@@ -75,13 +77,13 @@ def _table(summary: Summary, many: bool) -> str:
                  _num(s.params, ","), str(s.diverged), str(s.failed),
                  ", ".join(f"{k}={val}" for k, val in s.tuned.items())]
         tds = []
-        for head, cell in zip(heads, cells, strict=True):
+        for head, cell in zip(shown, cells, strict=False):
             cls = "l" if head in ("norm", "tuned") else ""
             if head == "verdict":
                 cls = f"l {_verdict_class(cell)}"
             tds.append(f'<td class="{cls}">{_e(cell)}</td>')
         out.append("<tr>" + "".join(tds) + "</tr>")
-    out.append("</table>")
+    out.append("</table></div>")
     return "\n".join(out)
 
 
