@@ -68,3 +68,10 @@ def test_readings_are_plain_sentences():
     assert f"about {inconclusive.seeds_needed} seeds" in text
     (few,) = decide([[1.0, 2.0]], 0.5)
     assert "at least 3 are needed" in reading(few, "gn", "bn", "test accuracy", "%")
+
+
+def test_reading_when_the_run_already_has_the_power_for_the_margin():
+    # mean 0.2, sd 0.31, n 10: p 0.074, TOST p 0.082, MDE 0.31 < margin 0.35
+    (v,) = decide([[0.6, -0.2, 0.5, -0.1, 0.55, -0.15, 0.45, 0.0, 0.3, 0.05]], margin=0.35)
+    assert v.verdict == INCONCLUSIVE and v.seeds_needed <= v.n
+    assert "already below the margin" in reading(v, "gn", "bn", "test accuracy", "%")

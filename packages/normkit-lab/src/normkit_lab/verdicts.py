@@ -105,7 +105,11 @@ def reading(verdict: Verdict, norm: str, baseline: str, metric_label: str, unit:
         return (f"{norm} and {baseline} are equivalent on {metric_label}: the difference is shown to be "
                 f"smaller than the margin of {m} (Holm-adjusted TOST p = {verdict.p_tost_holm:.3g}).")
     mde = "unknown" if verdict.mde is None else f"{verdict.mde:.3g} {unit}".replace(" %", "%")
-    more = (f"about {verdict.seeds_needed} seeds would detect a difference of the margin"
-            if verdict.seeds_needed is not None else f"seeds needed to detect the margin: {verdict.seeds_note}")
+    if verdict.seeds_needed is None:
+        more = f"seeds needed to detect the margin: {verdict.seeds_note}"
+    elif verdict.seeds_needed <= verdict.n:
+        more = "that is already below the margin: a few more seeds would likely settle it"
+    else:
+        more = f"about {verdict.seeds_needed} seeds would detect a difference of the margin"
     return (f"{norm} vs {baseline} is inconclusive: neither a difference nor equivalence within {m} is "
             f"shown with {verdict.n} seeds; this run detects differences of {mde} (80% power), and {more}.")
