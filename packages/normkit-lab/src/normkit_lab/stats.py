@@ -10,6 +10,7 @@ tests check it against statsmodels.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -139,6 +140,7 @@ def power(effect_size: float, n: int, alpha: float = ALPHA) -> float:
     return float(sps.nct.sf(crit, df, nc)) + (0.0 if math.isnan(far_tail) else far_tail)
 
 
+@functools.lru_cache(maxsize=4096)
 def detectable_effect_size(n: int, alpha: float = ALPHA, target: float = POWER) -> float | None:
     """The standardized effect (mean / sd of the differences) detected with power `target` by n pairs."""
     if n < 2:

@@ -222,5 +222,6 @@ def _norm_summary(p: dict[str, Any]) -> NormSummary:
         values=dict(p["values"]), primary=mean_sem(list(p["values"].values())), best_val_acc=mean_sem(bests),
         vs_baseline=p["diff"], verdict=p.get("verdict"),
         time_per_epoch_s=_median(numbers("epoch_time_s")), throughput=_median(numbers("throughput")),
-        peak_mem_mb=max(peaks) if peaks else None, params=mine[0].params if mine else None,
+        peak_mem_mb=max(peaks) if peaks else None,
+        params=next((r.params for r in mine if r.params is not None), None),
     )
