@@ -99,6 +99,13 @@ def test_diverged_and_failed_runs_are_counted_not_averaged():
     assert (gn.runs, gn.diverged, gn.primary.n, gn.vs_baseline.n) == (5, 1, 4, 4)
 
 
+def test_failed_error_may_sit_in_extras():
+    failed = {"norm": "bn", "seed": 0, "status": "failed", "params": None, "epoch": None,
+              "extras": {"error": "ValueError: bad shape"}}
+    (bn,) = summarize(runs_from_rows([failed]), ["bn"], "bn", TEST_ACC).rows
+    assert bn.failed == 1 and bn.errors == ["seed 0: ValueError: bad shape"]
+
+
 def test_fewer_than_three_pairs_give_no_verdict():
     r = rows("bn", 0, [0.8]) + rows("gn", 0, [0.9]) + rows("bn", 1, [0.7]) + rows("gn", 1, [0.85])
     gn = summarize(runs_from_rows(r), ["bn", "gn"], "bn", TEST_ACC).rows[1]

@@ -77,7 +77,7 @@ def _table(summary: Summary, many: bool) -> str:
                  _num(s.params, ","), str(s.diverged), str(s.failed),
                  ", ".join(f"{k}={val}" for k, val in s.tuned.items())]
         tds = []
-        for head, cell in zip(shown, cells, strict=False):
+        for head, cell in zip(shown, cells[:len(shown)], strict=True):
             cls = "l" if head in ("norm", "tuned") else ""
             if head == "verdict":
                 cls = f"l {_verdict_class(cell)}"

@@ -65,7 +65,7 @@ def runs_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Run]:
         last = group[-1]
         runs.append(Run(norm=norm, seed=seed, status=last.get("status") or "ok", params=last.get("params"),
                         cell=dict(last.get("cell") or {}), tuned=dict(last.get("tuned") or {}), phase=phase,
-                        error=last.get("error"),
+                        error=last.get("error") or (last.get("extras") or {}).get("error"),
                         epochs=[dict(r) for r in group if r.get("epoch") is not None]))
     return runs
 
