@@ -161,3 +161,16 @@ def test_report_html_renders_in_headless_chromium(real_compare, tmp_path):
     assert pixels.shape[0] == 2400 and pixels.shape[1] == 1280
     assert pixels[..., :3].std() > 0.05  # text, table and figures, not a blank page
     assert (pixels[..., :3].min(axis=2) < 0.2).mean() > 0.005  # dark pixels: there is text
+
+
+def test_failed_runs_and_cells_are_shown_literally(results_dir):
+    cell = {"lr": 1.0}
+    rows = [r | {"cell": cell} for seed in range(3) for r in run_rows("bn", seed, BN[seed])]
+    rows += [{"norm": "bnn", "seed": 0, "status": "failed", "params": None, "epoch": None, "cell": cell,
+              "tuned": {}, "phase": "compare", "error": "RuntimeError: out of memory [bold]x[/bold]"}]
+    ResultsDir.open(results_dir).append_rows(rows)
+    result = invoke("report", results_dir, columns=200)
+    assert result.exit_code == 0, result.output
+    assert "failed: bnn [lr=1.0] seed 0: RuntimeError: out of memory [bold]x[/bold]" in result.output
+    header = next(line for line in result.output.splitlines() if line.startswith(" norm "))
+    assert header.rstrip().endswith("failed") and " lr=1.0 " in result.output

@@ -15,6 +15,7 @@ from rich import box
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
 from normkit_cli.errors import one_line_errors
 from normkit_lab import plots
@@ -68,9 +69,9 @@ FOLD = "fold"
 def summary_table(results: Results, summary: Summary, drop: tuple[str, ...] = ()) -> Table:
     """The final table: primary metric, paired difference, Holm p, verdict, MDE, speed, size, failures."""
     cfg, metric = results.config, summary.metric
-    table = Table(title=f"{cfg.get('model')} on {cfg.get('dataset')}, {cfg.get('epochs')} epochs: {summary.label} "
+    table = Table(title=Text(f"{cfg.get('model')} on {cfg.get('dataset')}, {cfg.get('epochs')} epochs: {summary.label} "
                         f"({summary.source}, {summary.select} epoch) over seeds, difference to {summary.baseline} "
-                        f"paired by seed, equivalence margin ±{summary.margin:g} {metric.unit}",
+                        f"paired by seed, equivalence margin ±{summary.margin:g} {metric.unit}"),
                   box=box.SIMPLE_HEAD, title_justify="left", collapse_padding=True, pad_edge=False)
     many = len({cell_key(s.cell) for s in summary.rows}) > 1
     any_failed = any(s.failed for s in summary.rows)
@@ -86,7 +87,7 @@ def summary_table(results: Results, summary: Summary, drop: tuple[str, ...] = ()
         left = name in ("norm", "cell", "verdict")
         table.add_column(headers.get(name, name), justify="left" if left else "right", no_wrap=name != "cell")
     for row in rows:
-        table.add_row(*(row[name] for name in names))
+        table.add_row(*(Text(row[name]) for name in names))  # Text: no rich markup in specs or errors
     return table
 
 
@@ -116,17 +117,18 @@ def print_summary(results: Results, summary: Summary, console: Console) -> None:
     if left_out:
         console.print(f"(too narrow for {', '.join(left_out)}: see summary.csv or report.html)")
     for note in summary.notes:
-        console.print(f"note: {note}")
+        console.print(f"note: {note}", markup=False)
     for s in summary.rows:
+        where = f"{s.norm} [{cell_label(s.cell)}]" if s.cell else s.norm
         for error in s.errors:
-            console.print(f"failed: {s.norm} {error}")
+            console.print(f"failed: {where} {error}", markup=False)
     if any(s.verdict is not None and s.verdict.verdict.startswith("no verdict") for s in summary.rows):
         console.print("no verdict (n<3): fewer than 3 paired seeds; run more seeds")
 
 
 def _print_files(store: ResultsDir, written: list[Path], console: Console) -> None:
-    console.print(f"results: {store.path}")
-    console.print(f"report: {store.path / REPORT_HTML}")
+    console.print(f"results: {store.path}", markup=False)
+    console.print(f"report: {store.path / REPORT_HTML}", markup=False)
     if not plots.available():
         console.print(f"plots: none ({plots.PLOTS_HINT})")
     elif written:

@@ -19,7 +19,7 @@ from normkit_lab.summary import NormSummary, Summary, cell_key, cell_label
 from normkit_lab.verdicts import BASELINE, reading
 
 _STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1400px; color: #222; }
+body { font-family: system-ui, sans-serif; margin: 2em auto; padding: 0 1.5em; max-width: 1400px; color: #222; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; font-size: 0.85em; }
 th, td { padding: 3px 8px; text-align: right; } td { white-space: nowrap; }
