@@ -3,6 +3,7 @@
     import normkit
     layer = normkit.build("gn(groups=8)+pn", 64, activation="relu")
     normkit.convert(model, "bnn")
+    normkit.convert_sync(model)          # batch statistics over all processes (DDP)
 """
 
 from normkit.build import available, build
@@ -13,6 +14,7 @@ from normkit.hookspecs import hookimpl
 from normkit.layer import NormLayer, NormShapeError
 from normkit.optim import param_groups
 from normkit.spec import Spec, parse
+from normkit.sync import convert_sync
 
 __version__ = "0.1.0"
 
@@ -26,6 +28,7 @@ __all__ = [
     "available",
     "build",
     "convert",
+    "convert_sync",
     "hookimpl",
     "param_groups",
     "parse",

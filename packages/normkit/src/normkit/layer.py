@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
 from normkit.errors import NormkitError, SpecError
 from normkit.stages import BuildContext, Pipeline, PostActivationStep, Step
+
+if TYPE_CHECKING:
+    from normkit.sync import ProcessSync
 
 Probe = Callable[["NormLayer", Tensor], "Tensor | None"]
 
@@ -59,6 +63,7 @@ class NormLayer(nn.Module):
         self.post: PostActivationStep | None = pipeline.post(ctx) if pipeline.post else None
         if self.post is not None:
             self.post.setup(self)
+        self.sync: ProcessSync | None = None  # set by normkit.convert_sync
         self.probes: list[Probe] = []
         self.recording = False
         self.records: dict[str, Tensor] = {}
@@ -122,7 +127,7 @@ class NormLayer(nn.Module):
         in_dtype = x.dtype
         xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
         out = None
-        if not self.probes and not self.recording:
+        if not self.probes and not self.recording and not self._syncing():
             for step in self.steps:
                 out = step.fused_forward(x if step.fused_input_dtype else xf, self)
                 if out is not None:
@@ -133,11 +138,16 @@ class NormLayer(nn.Module):
             out = self._after_norm(out, normalized_only=not self.applies_recovery)
         return out.to(in_dtype) if out.dtype != in_dtype else out
 
+    def _syncing(self) -> bool:
+        """True when this step's batch statistics are reduced across processes (training only)."""
+        return (self.sync is not None and self.training and self.partition is not None
+                and self.partition.uses_batch and self.sync.active())
+
     def _to_ncs(self, x: Tensor) -> Tensor:
         n, c = x.shape[0], self.num_channels
-        if self.tokens:
-            return x.reshape(n, -1, c).transpose(1, 2)
-        return x.reshape(n, c, -1)
+        if self.tokens:  # sizes spelled out: -1 is ambiguous for an empty batch
+            return x.reshape(n, math.prod(x.shape[1:-1]), c).transpose(1, 2)
+        return x.reshape(n, c, math.prod(x.shape[2:]))
 
     def _from_ncs(self, y3: Tensor, like: Tensor) -> Tensor:
         if self.tokens:
@@ -148,6 +158,8 @@ class NormLayer(nn.Module):
         x3 = self._to_ncs(x)
         if self.partition is not None:
             g, groups = self.partition.group(x3, self.tokens)
+            if self._syncing():
+                groups = self.sync.attach(groups, x3.device)
             for step in self.steps:
                 g = step.forward(g, groups, self)
             y3 = groups.ungroup(g)

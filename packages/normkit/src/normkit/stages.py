@@ -72,15 +72,27 @@ class Partition:
         return g, Groups(self, (2, 3), x3.shape, (c // self.groups) * s, c)
 
 
+# Sums a per-group statistic over the processes of a synced batch (see `normkit.convert_sync`).
+Reducer = Callable[[Tensor], Tensor]
+
+
 @dataclass(frozen=True)
 class Groups:
-    """How a grouped tensor maps back to channels: reduction dims, sizes, per-channel views."""
+    """How a grouped tensor maps back to channels: reduction dims, sizes, per-channel views.
+
+    The step API's statistics hook: steps compute every group statistic through `mean` and
+    `var_mean`. For a layer synced across processes (`normkit.convert_sync`) `reduce` sums the
+    local partial sums over the process group and `count` is the group size over all processes,
+    so a step written this way computes on K processes exactly what it computes on the whole
+    batch in one process. A step that reduces otherwise does not sync.
+    """
 
     partition: Partition
     dims: tuple[int, ...]
     ncs_shape: torch.Size
-    count: int  # elements in one normalization group
+    count: int  # elements in one normalization group (over every process when synced)
     num_channels: int
+    reduce: Reducer | None = None
 
     def per_channel(self, v: Tensor) -> Tensor:
         """View a `(C,)` tensor so it broadcasts against the grouped values."""
@@ -96,8 +108,22 @@ class Groups:
     def ungroup(self, g: Tensor) -> Tensor:
         return g.reshape(self.ncs_shape)
 
+    @property
+    def synced(self) -> bool:
+        return self.reduce is not None
+
     def mean(self, t: Tensor) -> Tensor:
-        return t.mean(dim=self.dims, keepdim=True)
+        """Mean of `t` over each normalization group (keepdim), across processes when synced."""
+        if self.reduce is None:
+            return t.mean(dim=self.dims, keepdim=True)
+        return self.reduce(t.sum(dim=self.dims, keepdim=True)) / self.count
+
+    def var_mean(self, t: Tensor) -> tuple[Tensor, Tensor]:
+        """Biased variance and mean per group (keepdim); two passes over the processes when synced."""
+        if self.reduce is None:
+            return torch.var_mean(t, dim=self.dims, unbiased=False, keepdim=True)
+        mean = self.mean(t)
+        return self.mean((t - mean) ** 2), mean
 
 
 @dataclass(frozen=True)
@@ -238,7 +264,7 @@ class Standardize(Step):
                     groups.per_channel(layer.running_var.to(x.dtype)))
         if groups.count < 2 and layer.partition.uses_batch and layer.training:
             raise layer.shape_error("needs more than 1 value per channel when training")
-        var, mean = torch.var_mean(x, dim=groups.dims, unbiased=False, keepdim=True)
+        var, mean = groups.var_mean(x)
         factor = self.update_factor(layer)
         if factor is not None:
             n = groups.count

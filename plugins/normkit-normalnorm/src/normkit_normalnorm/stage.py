@@ -78,7 +78,8 @@ class NormalityStep(Step):
             lam = clamp_lambda(groups.per_channel(layer.running_lambda.to(x.dtype)),
                                self.lambda_min, self.lambda_max)
         else:
-            lam = clamp_lambda(newton_lambda(x, dims, self.alpha, self.eps), self.lambda_min, self.lambda_max)
+            lam = clamp_lambda(newton_lambda(x, dims, self.alpha, self.eps, mean=groups.mean),
+                               self.lambda_min, self.lambda_max)
             if self.detach_lambda:
                 lam = lam.detach()
             if self._tracks(layer) and layer.training:
@@ -90,7 +91,7 @@ class NormalityStep(Step):
         layer.record("post_transform", lambda: groups.ungroup(out))
         if layer.training and self.noise:
             z = standard_normal_like(groups.ungroup(out), layer.tokens).reshape(out.shape)
-            out = out + self.noise * noise_scale(out, dims) * z
+            out = out + self.noise * noise_scale(out, dims, mean=groups.mean) * z
         return out
 
     def _factor(self, layer: NormLayer) -> float:
@@ -117,7 +118,8 @@ class NormalityStep(Step):
         if kernel is normality_norm and x.dtype in (torch.float16, torch.bfloat16):
             x = x.float()  # the PyTorch path computes in float32; the Triton kernel reads x as it is
         n, c = x.shape[0], layer.num_channels
-        x3 = x.reshape(n, -1, c).transpose(1, 2) if layer.tokens else x.reshape(n, c, -1)
+        s = math.prod(x.shape[1:-1]) if layer.tokens else math.prod(x.shape[2:])  # -1 is ambiguous at n=0
+        x3 = x.reshape(n, s, c).transpose(1, 2) if layer.tokens else x.reshape(n, c, s)
         batch = layer.partition.uses_batch
         if batch and layer.training and x3.shape[0] * x3.shape[2] < 2:
             raise layer.shape_error("needs more than 1 value per channel when training")

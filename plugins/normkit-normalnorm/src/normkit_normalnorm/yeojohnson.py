@@ -10,10 +10,14 @@ h = 0 is the exact one (1) rather than the zero subgradient of `abs`.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
+
+GroupMean = Callable[[Tensor], Tensor]  # keepdim mean over each normalization group
 
 
 def split_signs(h: Tensor) -> tuple[Tensor, Tensor]:
@@ -41,11 +45,14 @@ def _power(log1p_a: Tensor, mu: Tensor) -> Tensor:
     return torch.where(zero, log1p_a, torch.expm1(mu_safe * log1p_a) / mu_safe)
 
 
-def newton_lambda(h: Tensor, dims: tuple[int, ...], alpha: float = 1.0, eps: float = 1e-5) -> Tensor:
+def newton_lambda(h: Tensor, dims: tuple[int, ...], alpha: float = 1.0, eps: float = 1e-5,
+                  mean: GroupMean | None = None) -> Tensor:
     """lambda_hat per group: one Newton step on the Gaussian NLL of psi(h; lambda) around lambda = 1.
 
     `h` is standardized over `dims` (mean 0, variance 1 per group; the formula uses that).
     Returns a keepdim tensor with one value per group. A constant group (h = 0) gives 1.
+    `mean`: the group mean to use (the layer's `Groups.mean`, which spans processes when synced);
+    default: the keepdim mean over `dims`.
     """
     hp, hn = split_signs(h)
     lp, ln = torch.log1p(hp), torch.log1p(hn)
@@ -56,9 +63,7 @@ def newton_lambda(h: Tensor, dims: tuple[int, ...], alpha: float = 1.0, eps: flo
     d = (1 + a) * log1p_a - a  # dpsi/dlambda at 1
     d2 = sign * ((1 + a) * log1p_a**2 - 2 * d)  # d2psi/dlambda2 at 1
 
-    def mean(t: Tensor) -> Tensor:
-        return t.mean(dim=dims, keepdim=True)
-
+    mean = mean or _local_mean(dims)
     s1 = mean(signed_log)
     dvar = 2 * mean(h * d)
     d2var = 2 * mean(h * d2 + (d - mean(d)) ** 2)
@@ -74,10 +79,15 @@ def clamp_lambda(lam: Tensor, lambda_min: float | None, lambda_max: float | None
     return lam.clamp(min=lambda_min, max=lambda_max)
 
 
-def noise_scale(x: Tensor, dims: tuple[int, ...]) -> Tensor:
+def noise_scale(x: Tensor, dims: tuple[int, ...], mean: GroupMean | None = None) -> Tensor:
     """s = mean |x - mean x| per group, without gradient (the paper's scale for the additive noise)."""
+    mean = mean or _local_mean(dims)
     with torch.no_grad():
-        return (x - x.mean(dim=dims, keepdim=True)).abs().mean(dim=dims, keepdim=True)
+        return mean((x - mean(x)).abs())
+
+
+def _local_mean(dims: tuple[int, ...]) -> GroupMean:
+    return functools.partial(torch.mean, dim=dims, keepdim=True)
 
 
 def standard_normal_like(x3: Tensor, tokens: bool, buffer: Tensor | None = None) -> Tensor:
