@@ -58,6 +58,9 @@ class PlainProgress(Progress):
     def run_end(self, result: RunResult) -> None:
         self.done += 1
         final = _acc(result.epochs[-1].val_acc) if result.epochs else "-"
+        if result.status == "failed":
+            self._say(f"[{self.done}/{self.total}] {result.norm} seed {result.seed}: {result.error}")
+            return
         self._say(f"[{self.done}/{self.total}] {result.norm} seed {result.seed}: {result.status}, "
                   f"final val acc {final}")
 

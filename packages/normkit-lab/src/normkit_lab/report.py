@@ -7,7 +7,6 @@ the device. The same (norm, seed) in two directories is an error: it would count
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,11 +14,11 @@ from typing import Any
 
 import yaml
 
-from normkit_lab import plots
+from normkit_lab import plots, safe_yaml
 from normkit_lab.config import RUNTIME_KEYS
 from normkit_lab.diagnostics.report import write_report as write_diagnostics
 from normkit_lab.errors import ConfigError
-from normkit_lab.results import ENVIRONMENT_FILE, ResultsDir
+from normkit_lab.results import ResultsDir
 from normkit_lab.summary import NormSummary, summarize, summary_rows
 from normkit_lab.training import RunResult
 
@@ -42,10 +41,7 @@ class Results:
 
 
 def read_config(store: ResultsDir) -> dict[str, Any]:
-    try:
-        raw = yaml.safe_load(store.config_path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read {str(store.config_path)!r}: {exc}") from None
+    raw = safe_yaml.read(store.config_path, "config")
     if not isinstance(raw, dict) or not isinstance(raw.get("norms"), list):
         raise ConfigError(f"{str(store.config_path)!r} is not a config written by `normkit compare`")
     return raw
@@ -108,11 +104,7 @@ def write_plots(store: ResultsDir, results: Results) -> list[Path] | None:
 
 def merge_into(results: Results, out: str | Path | None) -> ResultsDir:
     """A new results directory holding the merged config and runs, and each source's environment."""
-    environments = {}
-    for source in results.sources:
-        env_path = source / ENVIRONMENT_FILE
-        env = json.loads(env_path.read_text(encoding="utf-8")) if env_path.is_file() else None
-        environments[str(source)] = env
+    environments = {str(source): ResultsDir.open(source).environment() for source in results.sources}
     config = {**results.config, "norms": results.norms, "baseline": results.baseline,
               "seeds": sorted({r.seed for r in results.runs})}
     store = ResultsDir.create(out, yaml.safe_dump(config, sort_keys=False), {"merged_from": environments},

@@ -1,7 +1,7 @@
 """Per-norm summary of a comparison: the rows of summary.csv/json and of the final table.
 
 Accuracy statistics use the final epoch's validation accuracy of every run that finished
-("ok"); diverged runs are counted, not averaged. Differences to the baseline pair runs by seed
+("ok"); diverged and failed runs are counted, not averaged. Differences to the baseline pair runs by seed
 over the seeds where both norms finished. Accuracies are in percent.
 """
 
@@ -28,12 +28,14 @@ class NormSummary:
     throughput: float | None  # median train samples/s over all epochs
     peak_mem_mb: float | None  # largest peak over all epochs
     params: int | None
+    failed: int = 0  # runs whose norm raised while building or training
 
     def as_row(self, baseline: str) -> dict[str, Any]:
         """A flat row for summary.csv/json."""
         d = self.vs_baseline
         return {
             "norm": self.norm, "runs": self.runs, "ok": self.final_acc.n, "diverged": self.diverged,
+            "failed": self.failed,
             "acc_mean": self.final_acc.mean, "acc_sem": self.final_acc.sem,
             "best_acc_mean": self.best_acc.mean, "best_acc_sem": self.best_acc.sem,
             "baseline": baseline, "diff_n": d.n if d else None, "diff_mean": d.mean if d else None,
@@ -87,7 +89,8 @@ def summarize(runs: Sequence[RunResult], norms: Sequence[str], baseline: str) ->
             time_per_epoch_s=_median([e.epoch_time_s for e in records if e.epoch_time_s is not None]),
             throughput=_median([e.throughput for e in records if e.throughput is not None]),
             peak_mem_mb=max(peaks) if peaks else None,
-            params=mine[0].params if mine else None,
+            params=next((r.params for r in mine if r.params is not None), None),
+            failed=sum(r.status == "failed" for r in mine),
         ))
     return out
 

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +14,7 @@ from torch import nn
 
 import normkit
 from normkit import plugins
-from normkit.errors import did_you_mean
+from normkit_lab.item_params import typed_params
 from normkit_lab.models import preact_resnet, resnet, small_cnn, torchvision_models, vit
 from normkit_lab.models.context import MissingActivation, ModelContext, NormHostError
 
@@ -22,6 +23,12 @@ __all__ = ["MissingActivation", "ModelContext", "NormHostError", "build_model", 
 
 _PREACT_HINT = ("use 'preact-resnet18', 'preact-resnet34' or 'wrn', where every norm is followed by an "
                 "activation")
+
+
+def _wrn_default() -> str:
+    """`WRN-16-4`, read from wide_resnet's defaults so `normkit list` never disagrees with the code."""
+    params = inspect.signature(preact_resnet.wide_resnet).parameters
+    return f"WRN-{params['depth'].default}-{params['width'].default}"
 
 
 def register_builtin_models(register: Callable[..., Any]) -> None:
@@ -38,7 +45,7 @@ def register_builtin_models(register: Callable[..., Any]) -> None:
              summary="pre-activation ResNet-34 (v2): every activation follows a norm; hosts gn+pn")
     register("wrn", preact_resnet.wide_resnet, skip=1, aliases=("wide-resnet",),
              citation=preact_resnet.WRN_CITATION,
-             summary="pre-activation WideResNet-depth-width (default WRN-28-2)")
+             summary=f"pre-activation WideResNet-depth-width (default {_wrn_default()})")
     register("vit", vit.vit, skip=1, citation=vit.CITATION,
              host_hint="its norms feed attention and linear layers; use a norm without post-activation steps",
              summary="pre-norm ViT (patch 4, 8 layers, 8 heads, width 768, MLP 2304 as in the paper)")
@@ -54,14 +61,7 @@ def register_builtin_models(register: Callable[..., Any]) -> None:
 def model_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
     """Type-check `params` against the model's declared parameters; unknown keys raise SpecError."""
     entry = plugins.registry().lookup_item("model", name)
-    declared = {p.name: p for p in entry.params}
-    typed = {}
-    for key, value in params.items():
-        if key not in declared:
-            raise normkit.SpecError(f"model {entry.name!r} has no parameter {key!r}"
-                                    f"{did_you_mean(key, declared)}; valid: {', '.join(declared) or 'none'}")
-        typed[key] = declared[key].coerce(value, f"model {entry.name!r}")
-    return typed
+    return typed_params(f"model {entry.name!r}", entry.params, params)
 
 
 def build_model(name: str, norm: str, *, num_classes: int, in_channels: int, image_size: int,
