@@ -77,7 +77,7 @@ def _two_norms(tmp_path) -> ResultsDir:
 def test_summary_written(tmp_path):
     store = _two_norms(tmp_path)
     write_summary(store, load_results([store.path]))
-    assert (store.path / SUMMARY_CSV).read_text().startswith("norm,runs,ok,diverged,acc_mean")
+    assert (store.path / SUMMARY_CSV).read_text().startswith("norm,runs,ok,diverged,failed,acc_mean")
     assert (store.path / SUMMARY_JSON).is_file()
 
 

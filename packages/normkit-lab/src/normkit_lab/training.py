@@ -298,19 +298,13 @@ def failure_line(norm: str, exc: BaseException) -> str:
     return one_line(f"{norm} failed: {kind}{text}")
 
 
-def train_or_fail(cfg: TrainConfig, norm: str, seed: int, *,
-                  on_epoch: Callable[[EpochRecord], None] | None = None,
-                  callbacks: Sequence[Callback] = ()) -> RunResult:
-    """`train_run`, except that an exception from building or training the model (a norm's bug, a
-    shape error; not KeyboardInterrupt) becomes a RunResult with status "failed" and its `error`.
+def failed_run(norm: str, seed: int, exc: Exception) -> RunResult:
+    """The result of a run whose norm raised while building or training (status "failed").
 
-    Other runs then go on: one broken norm does not stop a comparison.
+    Recording it, instead of stopping, lets the comparison's other runs go on; resume retries it.
     """
-    try:
-        return train_run(cfg, norm, seed, on_epoch=on_epoch, callbacks=callbacks)
-    except Exception as exc:  # noqa: BLE001 - any failure of one run is that run's result
-        return RunResult(norm=normkit.parse(norm).text, seed=seed, status="failed", epochs=[], params=None,
-                         error=failure_line(norm, exc))
+    return RunResult(norm=normkit.parse(norm).text, seed=seed, status="failed", epochs=[], params=None,
+                     error=failure_line(norm, exc))
 
 
 # -- training -------------------------------------------------------------------------------

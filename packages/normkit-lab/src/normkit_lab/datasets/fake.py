@@ -29,9 +29,9 @@ def fake(ctx: DatasetContext, size: int = 256, image_size: int = 32, num_classes
         raise SpecError(f"fake: need size >= 2, image_size >= 1, num_classes >= 2, channels 1 or 3; "
                         f"got size={size}, image_size={image_size}, num_classes={num_classes}, "
                         f"channels={channels}")
-    if image_size > MAX_IMAGE_SIZE or size > MAX_DATASET_SIZE or num_classes > size:
+    if image_size > MAX_IMAGE_SIZE or size > MAX_DATASET_SIZE or num_classes > MAX_DATASET_SIZE:
         raise SpecError(f"fake: need image_size <= {MAX_IMAGE_SIZE}, size <= {MAX_DATASET_SIZE:,} and "
-                        f"num_classes <= size; got image_size={image_size}, size={size}, "
+                        f"num_classes <= {MAX_DATASET_SIZE:,}; got image_size={image_size}, size={size}, "
                         f"num_classes={num_classes} (see Limits in docs/experiments.md)")
     nbytes = size * 5 // 4 * channels * image_size**2
     if nbytes > MAX_DATASET_BYTES:

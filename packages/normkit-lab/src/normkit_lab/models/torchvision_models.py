@@ -18,7 +18,6 @@ CITATION = ("He, Zhang, Ren & Sun, Deep Residual Learning for Image Recognition,
 
 
 def _converted(ctx: ModelContext, builder: Callable[..., nn.Module]) -> nn.Module:
-    ctx.require_downsampling(f"tv-{builder.__name__}", 5)
     model = builder(weights=None, num_classes=ctx.num_classes)
     if ctx.in_channels != 3:
         old = model.conv1
