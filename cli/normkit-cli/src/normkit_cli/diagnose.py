@@ -16,20 +16,18 @@ from typing import Annotated
 
 import typer
 
-import normkit
 from normkit_cli.errors import fail, one_line_errors
-from normkit_lab.config import parse_key_values
-from normkit_lab.diagnostics import DiagnosticsCallback, figures, random_net, render, write_report
-from normkit_lab.diagnostics.report import DIAGNOSTICS_MD, load
-from normkit_lab.diagnostics.tables import markdown, random_net_table
-from normkit_lab.results import atomic_write_text, json_text, new_results_dir
-from normkit_lab.training import TrainConfig, check_config, train_run
+from normkit_cli.text import plural
+
+# normkit and the lab (torch) are imported inside the functions: `normkit diagnose --help` must not load them.
 
 FRESH_NORMS = ("bn", "bnn", "ln", "ln+pn")
 RANDOM, FRESH, OUTPUT = "Random net (--random-net)", "Fresh models (no DIR)", "Output"
 
 
 def _norms(norms: str | None, default: list[str]) -> list[str]:
+    import normkit
+
     chosen = normkit.split_specs(norms) if norms else default
     if not chosen:
         raise fail("no norm to diagnose; pass --norms, e.g. --norms bn,ln")
@@ -38,6 +36,10 @@ def _norms(norms: str | None, default: list[str]) -> list[str]:
 
 def _random_net(norms: list[str], depth: int, width: int, batch: int, image_size: int, seeds: int,
                 out: Path | None) -> None:
+    from normkit_lab.diagnostics import figures, random_net
+    from normkit_lab.diagnostics.tables import random_net_table
+    from normkit_lab.results import atomic_write_text, json_text
+
     start = time.perf_counter()
     result = random_net.random_net_experiment(norms, depth=depth, width=width, batch=batch,
                                               image_size=image_size, seeds=seeds)
@@ -62,6 +64,10 @@ def _random_net(norms: list[str], depth: int, width: int, batch: int, image_size
 
 
 def _results_dir(path: Path) -> None:
+    from normkit_lab.diagnostics import render
+    from normkit_lab.diagnostics.report import load
+    from normkit_lab.diagnostics.tables import markdown
+
     written = render(path)
     typer.echo(markdown(load(path)))
     typer.echo("written: " + ", ".join(str(p) for p in written))
@@ -69,6 +75,12 @@ def _results_dir(path: Path) -> None:
 
 def _fresh(norms: list[str], model: str, dataset: str, epochs: int, seed: int, model_param: list[str],
            out: Path | None) -> None:
+    from normkit_lab.config import parse_key_values
+    from normkit_lab.diagnostics import DiagnosticsCallback, write_report
+    from normkit_lab.diagnostics.report import DIAGNOSTICS_MD
+    from normkit_lab.results import atomic_write_text, new_results_dir
+    from normkit_lab.training import TrainConfig, check_config, failed_run, train_run
+
     cfg = TrainConfig(model=model, dataset=dataset, epochs=epochs,
                       model_params=parse_key_values(model_param, "--model-param"))
     check_config(cfg, norms)
@@ -76,10 +88,15 @@ def _fresh(norms: list[str], model: str, dataset: str, epochs: int, seed: int, m
     runs = []
     for norm in norms:
         start = time.perf_counter()
-        run = train_run(cfg, norm, seed, callbacks=[DiagnosticsCallback()])
+        try:
+            run = train_run(cfg, norm, seed, callbacks=[DiagnosticsCallback()])
+        except Exception as exc:  # noqa: BLE001 - one norm's bug must not stop the others
+            run = failed_run(norm, seed, exc)
+            typer.echo(run.error, err=True)
+            continue
         runs.append(run)
         acc = f"final val acc {100 * run.epochs[-1].val_acc:.1f}%" if run.epochs else "no finished epoch"
-        typer.echo(f"{norm}: {epochs} epochs with diagnostics, {run.status}, {acc}, "
+        typer.echo(f"{norm}: {plural(epochs, 'epoch')} with diagnostics, {run.status}, {acc}, "
                    f"{time.perf_counter() - start:.1f} s")
     settings = {"model": model, "dataset": dataset, "epochs": epochs, "seed": seed, "norms": norms}
     atomic_write_text(out_dir / "diagnose.json", json.dumps(settings) + "\n")
@@ -112,7 +129,12 @@ def diagnose_cmd(
                                                   "given; fresh runs: default runs/<timestamp>-diagnose).",
                                              rich_help_panel=OUTPUT)] = None,
 ) -> None:
-    """Representation diagnostics: Q-Q normality, power decomposition, lambdas, noise robustness."""
+    """Representation diagnostics: Q-Q normality, power decomposition, lambdas, noise robustness.
+
+    Give a results DIR, --random-net, or --norms (fresh models); with no argument, this help.
+    """
+    from normkit_lab.diagnostics import random_net
+
     if random_net_:
         if results is not None:
             raise fail("--random-net builds its own nets; drop the results directory argument")
@@ -128,4 +150,4 @@ def diagnose_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("diagnose")(diagnose_cmd)
+    app.command("diagnose", no_args_is_help=True)(diagnose_cmd)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich import box
@@ -12,11 +13,13 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from normkit_cli.errors import one_line_errors
-from normkit_lab import plots
-from normkit_lab.report import Results, load_results, merge_into, write_plots, write_summary
-from normkit_lab.results import ResultsDir
-from normkit_lab.stats import MeanSem
-from normkit_lab.summary import NormSummary
+from normkit_cli.text import plural
+
+if TYPE_CHECKING:  # the lab (torch) is imported when a command runs, not for --help
+    from normkit_lab.report import Results
+    from normkit_lab.results import ResultsDir
+    from normkit_lab.stats import MeanSem
+    from normkit_lab.summary import NormSummary
 
 
 def _acc(ms: MeanSem) -> str:
@@ -50,13 +53,15 @@ def _cells(s: NormSummary) -> dict[str, str]:
     return {"norm": s.norm, "n": str(s.final_acc.n), "acc % ± s.e.": _acc(s.final_acc), "Δ": diff,
             "95% CI": interval, "p": p, "s/epoch": _num(s.time_per_epoch_s, ".2f"),
             "samples/s": _num(s.throughput, ",.0f"), "peak MB": _num(s.peak_mem_mb, ",.0f"),
-            "params": _num(s.params, ","), "diverged": str(s.diverged)}
+            "params": _num(s.params, ","), "diverged": str(s.diverged),
+            "failed": str(s.failed)}
 
 
 def summary_table(results: Results, summaries: list[NormSummary], drop: tuple[str, ...] = ()) -> Table:
     """The final table: accuracy, paired difference to the baseline, speed, memory, size, divergences."""
     cfg = results.config
-    table = Table(title=f"{cfg.get('model')} on {cfg.get('dataset')}, {cfg.get('epochs')} epochs: final val "
+    epochs = plural(cfg["epochs"], "epoch") if isinstance(cfg.get("epochs"), int) else f"{cfg.get('epochs')} epochs"
+    table = Table(title=f"{cfg.get('model')} on {cfg.get('dataset')}, {epochs}: final val "
                         f"accuracy over seeds, difference to {results.baseline} paired by seed",
                   box=box.SIMPLE_HEAD, title_justify="left", collapse_padding=True, pad_edge=False)
     rows = [_cells(s) for s in summaries]
@@ -82,13 +87,18 @@ def fitted_table(results: Results, summaries: list[NormSummary],
 
 
 def console() -> Console:
-    """The terminal's console; 160 columns when writing to a file or pipe, so tables do not wrap."""
+    """The terminal's console; COLUMNS when set, else 160 columns when writing to a file or pipe."""
     term = Console()
-    return term if term.is_terminal else Console(width=160)
+    if term.is_terminal or os.environ.get("COLUMNS", "").strip().isdigit():
+        return term
+    return Console(width=160)
 
 
 def show(results: Results, store: ResultsDir, console: Console) -> None:
     """Rewrite the summary files and plots in `store`, then print the table and where files are."""
+    from normkit_lab import plots
+    from normkit_lab.report import write_plots, write_summary
+
     summaries = write_summary(store, results)
     written = write_plots(store, results)
     table, dropped = fitted_table(results, summaries, console)
@@ -116,6 +126,9 @@ def report_cmd(
     of the same configuration (norms and seeds may differ): their runs are merged into a new
     directory (--out), which `normkit report` can read again.
     """
+    from normkit_lab.report import load_results, merge_into
+    from normkit_lab.results import ResultsDir
+
     results = load_results(dirs, baseline)
     if len(dirs) == 1 and out is None:
         store = ResultsDir.open(dirs[0])

@@ -48,7 +48,7 @@ class ModelContext:
         """Refuse images too small for a model that halves the resolution `halvings` times."""
         need = 2**halvings
         if self.image_size < need:
-            raise normkit.SpecError(f"{model} halves the image {halvings} times, so it needs images of at "
+            raise normkit.SpecError(f"{model} downsamples its input by {need}, so it needs images of at "
                                     f"least {need}x{need} px, got {self.image_size}; use larger images "
                                     f"(e.g. --dataset-param image_size=32) or a smaller model")
 
