@@ -268,9 +268,9 @@ class ResultsDir:
     def rows(self) -> list[dict[str, Any]]:
         """Every complete row of runs.jsonl, each checked by `check_row` (a torn last line is ignored)."""
         path = self.path / RUNS_FILE
+        refuse_symlinks(self.path)
         if not path.exists():
             return []
-        refuse_symlinks(self.path)
         rows = []
         for number, line in enumerate(path.read_bytes().splitlines(keepends=True), 1):
             if not line.endswith(b"\n"):
