@@ -51,8 +51,8 @@ def _flags(keys: set[str]) -> str:
 @one_line_errors
 def compare_cmd(
     ctx: typer.Context,
-    norms: Annotated[str | None, typer.Option(help="[required] Norm specs to compare, comma-separated, e.g. "
-                                                   "bn,bnn,gn+pn (or from --config/--resume).",
+    norms: Annotated[str | None, typer.Option(help="Required: norm specs to compare, comma-separated, "
+                                                   "e.g. bn,bnn,gn+pn (or given by --config/--resume).",
                                               show_default=False, rich_help_panel=EXPERIMENT)] = None,
     model: Annotated[str, typer.Option(help="Model (see `normkit list`).", rich_help_panel=EXPERIMENT)]
     = D["model"],
