@@ -12,6 +12,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+import normkit
+from normkit.stages import Step
+from normkit.testing import temporary_plugin
 from normkit_cli.app import app
 from normkit_cli.text import plural
 from normkit_lab.config import build_config, save_yaml
@@ -229,3 +232,61 @@ def test_report_table_respects_columns(tmp_path, monkeypatch):
         table = [line for line in result.stdout.splitlines() if line.startswith(" bn") or line.startswith("bn")]
         assert table and all(len(line) <= int(columns) for line in table)
     assert "(too narrow for" in runner.invoke(app, ["report", str(d)], env={"COLUMNS": "60"}).output
+
+
+# -- a norm that raises: recorded as failed, the others run on, resume retries it ---------------
+
+
+class Explode:
+    """A step that raises on the first training forward while `broken` is set (a plugin bug)."""
+
+    broken = True
+
+
+class ExplodingStep(Step):
+    name = "explode"
+
+    def forward(self, x, groups, layer):
+        if Explode.broken and not x.is_meta:
+            raise RuntimeError("explode: shapes (3, 4) and\n(5, 6) cannot be multiplied")
+        return x
+
+
+def exploding_step(ctx) -> ExplodingStep:
+    return ExplodingStep()
+
+
+class ExplodePlugin:
+    @normkit.hookimpl
+    def normkit_register_stages(self, register):
+        register("explode", exploding_step, kind="step", position="after", summary="raises (tests)")
+
+
+def test_a_failing_norm_is_recorded_shown_and_retried_on_resume(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CI", "1")
+    out = tmp_path / "cmp"
+    with temporary_plugin(ExplodePlugin(), "explode-test"):
+        Explode.broken = True
+        result = runner.invoke(app, ["compare", "--norms", "bn,bn+explode", "--epochs", "1", "--seeds", "2",
+                                     "--model-param", "depth=2", "--model-param", "width=4", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        rows = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+        failed = [r for r in rows if r["status"] == "failed"]
+        assert [(r["norm"], r["seed"], r["epoch"]) for r in failed] == [("bn+explode", 0, None),
+                                                                         ("bn+explode", 1, None)]
+        assert failed[0]["error"].startswith("bn+explode failed: RuntimeError: explode: shapes (3, 4) and (5, 6)")
+        assert sum(r["status"] == "ok" for r in rows) == 2
+        summary = {r["norm"]: r for r in json.loads((out / "summary.json").read_text())}
+        assert (summary["bn+explode"]["failed"], summary["bn"]["failed"]) == (2, 0)
+        assert "failed" in result.stdout
+        assert "2 runs failed (first: bn+explode failed:" in result.stderr
+        assert f"normkit compare --resume {out}" in result.stderr
+
+        Explode.broken = False
+        result = runner.invoke(app, ["compare", "--resume", str(out)])
+        assert result.exit_code == 0, result.output
+        assert "failed (first" not in result.stderr
+        summary = {r["norm"]: r for r in json.loads((out / "summary.json").read_text())}
+        assert (summary["bn+explode"]["failed"], summary["bn+explode"]["ok"]) == (0, 2)
+        assert len((out / "runs.jsonl").read_text().splitlines()) == 6  # failed rows kept as history
