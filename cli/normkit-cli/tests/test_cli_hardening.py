@@ -290,3 +290,50 @@ def test_a_failing_norm_is_recorded_shown_and_retried_on_resume(tmp_path, monkey
         summary = {r["norm"]: r for r in json.loads((out / "summary.json").read_text())}
         assert (summary["bn+explode"]["failed"], summary["bn+explode"]["ok"]) == (0, 2)
         assert len((out / "runs.jsonl").read_text().splitlines()) == 6  # failed rows kept as history
+
+
+# -- usage-level bounds of the other commands, through the real entry point -----------------------
+
+
+def run_main(argv, monkeypatch, capsys) -> tuple[int, str, str]:
+    from normkit_cli.app import main
+
+    monkeypatch.setattr("sys.argv", ["normkit", *argv])
+    with pytest.raises(SystemExit) as info:
+        main()
+    captured = capsys.readouterr()
+    return info.value.code, captured.out, captured.err
+
+
+BAD_OTHER = [
+    (["show", "bn", "--channels", "10000000000"], "--channels"),
+    (["show", "bn", "--channels", "0"], "--channels"),
+    (["bench", "--repeats", "100000000"], "--repeats"),
+    (["diagnose", "--random-net", "--depth", "1000000"], "--depth"),
+    (["diagnose", "--random-net", "--batch", "4096", "--width", "4096", "--image-size", "1024"], "1 GiB"),
+    (["diagnose", "--norms", "bn", "--seed", "-1"], "--seed"),
+    (["diagnose", "--norms", "bn", "--epochs", "10000000"], "--epochs"),
+    (["diagnose", "--norms", "bn", "--model-param", "width=[1"], "is not valid YAML"),
+    (["compare", "--norms", "bn", "--epochs", "lots"], "--epochs"),
+    (["compare", "--norms", "bn", "--no-such-option"], "No such option"),
+]
+
+
+@pytest.mark.parametrize(("argv", "needle"), BAD_OTHER, ids=[" ".join(a) for a, _ in BAD_OTHER])
+def test_bad_values_of_other_commands_are_one_line(tmp_path, monkeypatch, capsys, argv, needle):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("NORMKIT_TRACEBACK", raising=False)
+    code, out, err = run_main(argv, monkeypatch, capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], err
+    assert "Traceback" not in out + err and list(tmp_path.iterdir()) == []
+
+
+def test_resumed_config_with_non_finite_values_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    d = results_dir(tmp_path)
+    text = (d / "config.yaml").read_text().replace("momentum: 0.9", "momentum: .nan")
+    (d / "config.yaml").write_text(text)
+    before = tree_hash(tmp_path)
+    assert_one_line_error(runner.invoke(app, ["compare", "--resume", str(d)]), "momentum must be")
+    assert tree_hash(tmp_path) == before

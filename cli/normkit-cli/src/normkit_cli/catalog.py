@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from normkit_cli.errors import one_line_errors
+from normkit_lab.limits import MAX_CHANNELS
 
 # normkit (and so torch) is imported inside each command: `normkit --help` must not load it.
 
@@ -83,7 +84,8 @@ def _fmt(value: Any) -> str:
 @one_line_errors
 def show_cmd(
     spec: Annotated[str, typer.Argument(help="A norm spec, e.g. 'gn(groups=8)+pn'.")],
-    channels: Annotated[int, typer.Option("--channels", "-c", min=1, help="Channel count to build for.")] = 64,
+    channels: Annotated[int, typer.Option("--channels", "-c", min=1, max=MAX_CHANNELS,
+                                                      help="Channel count to build for.")] = 64,
     tokens: Annotated[bool, typer.Option("--tokens", help="Channels-last tokens (N,*,C) instead of N,C,*.")] = False,
     activation: Annotated[str | None, typer.Option(help="Activation that follows the norm in the model.")] = None,
 ) -> None:

@@ -18,6 +18,16 @@ import typer
 
 from normkit_cli.errors import fail, one_line_errors
 from normkit_cli.text import plural
+from normkit_lab.limits import (
+    MAX_ACTIVATION_ELEMENTS,
+    MAX_BATCH_SIZE,
+    MAX_CHANNELS,
+    MAX_EPOCHS,
+    MAX_IMAGE_SIZE,
+    MAX_MODEL_DEPTH,
+    MAX_SEED,
+    MAX_SEEDS,
+)
 
 # normkit and the lab (torch) are imported inside the functions: `normkit diagnose --help` must not load them.
 
@@ -114,17 +124,23 @@ def diagnose_cmd(
     norms: Annotated[str | None, typer.Option(help="Norm specs, comma-separated (random net default: the "
                                                    "installed of bn,ln,ln+pn; fresh default: bn,bnn,ln,ln+pn "
                                                    "where installed).")] = None,
-    depth: Annotated[int, typer.Option(min=1, help="Random-net depth.", rich_help_panel=RANDOM)] = 20,
-    width: Annotated[int, typer.Option(min=1, help="Random-net width (channels).", rich_help_panel=RANDOM)] = 24,
-    batch: Annotated[int, typer.Option(min=2, help="Random-net batch size.", rich_help_panel=RANDOM)] = 16,
-    image_size: Annotated[int, typer.Option(min=1, help="Random-net image size.", rich_help_panel=RANDOM)] = 16,
-    seeds: Annotated[int, typer.Option(min=1, help="Random nets averaged per norm.", rich_help_panel=RANDOM)] = 3,
+    depth: Annotated[int, typer.Option(min=1, max=MAX_MODEL_DEPTH,
+                                       help="Random-net depth.", rich_help_panel=RANDOM)] = 20,
+    width: Annotated[int, typer.Option(min=1, max=MAX_CHANNELS,
+                                       help="Random-net width (channels).", rich_help_panel=RANDOM)] = 24,
+    batch: Annotated[int, typer.Option(min=2, max=MAX_BATCH_SIZE,
+                                       help="Random-net batch size.", rich_help_panel=RANDOM)] = 16,
+    image_size: Annotated[int, typer.Option(min=1, max=MAX_IMAGE_SIZE,
+                                            help="Random-net image size.", rich_help_panel=RANDOM)] = 16,
+    seeds: Annotated[int, typer.Option(min=1, max=MAX_SEEDS,
+                                       help="Random nets averaged per norm.", rich_help_panel=RANDOM)] = 3,
     model: Annotated[str, typer.Option(help="Model for fresh runs.", rich_help_panel=FRESH)] = "small-cnn",
     model_param: Annotated[list[str] | None, typer.Option(metavar="KEY=VALUE", help="Model parameter "
                                                           "(repeatable).", rich_help_panel=FRESH)] = None,
     dataset: Annotated[str, typer.Option(help="Dataset for fresh runs.", rich_help_panel=FRESH)] = "digits",
-    epochs: Annotated[int, typer.Option(min=1, help="Training epochs of fresh runs.", rich_help_panel=FRESH)] = 3,
-    seed: Annotated[int, typer.Option(help="Seed of fresh runs.", rich_help_panel=FRESH)] = 0,
+    epochs: Annotated[int, typer.Option(min=1, max=MAX_EPOCHS,
+                                        help="Training epochs of fresh runs.", rich_help_panel=FRESH)] = 3,
+    seed: Annotated[int, typer.Option(min=0, max=MAX_SEED, help="Seed of fresh runs.", rich_help_panel=FRESH)] = 0,
     out: Annotated[Path | None, typer.Option(help="Output directory (random net: files written only when "
                                                   "given; fresh runs: default runs/<timestamp>-diagnose).",
                                              rich_help_panel=OUTPUT)] = None,
@@ -138,6 +154,10 @@ def diagnose_cmd(
     if random_net_:
         if results is not None:
             raise fail("--random-net builds its own nets; drop the results directory argument")
+        elements = batch * width * image_size**2
+        if elements > MAX_ACTIVATION_ELEMENTS:
+            raise fail(f"--batch {batch} x --width {width} x --image-size {image_size}^2 = {elements:,} values per "
+                       f"layer; at most {MAX_ACTIVATION_ELEMENTS:,} (1 GiB); lower one of them")
         _random_net(_norms(norms, random_net.installed_norms()), depth, width, batch, image_size,
                     seeds, out)
     elif results is not None:

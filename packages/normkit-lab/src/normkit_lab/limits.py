@@ -19,3 +19,6 @@ MAX_DATASET_SIZE = 1_000_000  # images of a generated dataset
 MAX_DATASET_BYTES = 4 * 2**30  # in-memory bytes of a generated dataset (uint8 pixels)
 MAX_YAML_BYTES = 1_000_000  # a config file or a --model-param value
 MAX_YAML_NODES = 100_000  # YAML nodes after expanding aliases (refuses "billion laughs" documents)
+MAX_CHANNELS = 2**20  # channels of one norm layer (`normkit show --channels`, random-net width)
+MAX_ACTIVATION_ELEMENTS = 2**28  # one activation tensor (batch x channels x pixels), 1 GiB in float32
+MAX_REPEATS = 10_000  # timed repetitions of `normkit bench`
