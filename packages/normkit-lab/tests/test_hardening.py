@@ -313,3 +313,21 @@ def test_rows_to_runs_keeps_the_latest_attempt():
 def test_one_line_flattens_and_shortens():
     assert one_line("a\n  b\tc") == "a b c"
     assert len(one_line("x" * 1000)) == 400 and json.dumps(one_line("y\n" * 500)).count("\\n") == 0
+
+
+@pytest.mark.parametrize("key", ["train_loss", "val_acc"])
+def test_an_epoch_row_needs_its_measurements(key):
+    with pytest.raises(ConfigError, match=f"is an epoch row without {key}"):
+        check_row({**good_row(), key: None}, "runs.jsonl:1")
+    assert check_row({**good_row(), "val_top5": None, "peak_mem_mb": None}, "x") is not None
+
+
+@pytest.mark.parametrize("text", ["norms: [[1], {a: 2}]\n", "norms: []\n", "norms: [bn]\nbaseline: [x]\n",
+                                  "- bn\n"])
+def test_report_refuses_a_config_that_compare_never_writes(store, text):
+    from normkit_lab.report import load_results
+
+    (store.path / "config.yaml").write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_results([store.path])
+    assert_one_line(info.value, "is not a config written by `normkit compare`")

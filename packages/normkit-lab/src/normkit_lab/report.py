@@ -42,8 +42,11 @@ class Results:
 
 def read_config(store: ResultsDir) -> dict[str, Any]:
     raw = safe_yaml.read(store.config_path, "config")
-    if not isinstance(raw, dict) or not isinstance(raw.get("norms"), list):
-        raise ConfigError(f"{str(store.config_path)!r} is not a config written by `normkit compare`")
+    norms = raw.get("norms") if isinstance(raw, dict) else None
+    if not (isinstance(norms, list) and norms and all(isinstance(n, str) for n in norms)
+            and isinstance(raw.get("baseline"), (str, type(None)))):
+        raise ConfigError(f"{str(store.config_path)!r} is not a config written by `normkit compare` (it needs "
+                          f"norms, a list of specs, and a baseline spec or null)")
     return raw
 
 

@@ -118,6 +118,9 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+_MEASURED = ("train_loss", "train_acc", "val_loss", "val_acc")  # every finished epoch has these
+
+
 def _row_problem(row: Any) -> str | None:
     """Why `row` is not a runs.jsonl row (None when it is one)."""
     if not isinstance(row, dict):
@@ -142,6 +145,10 @@ def _row_problem(row: Any) -> str | None:
             return f"has {key} {short_repr(row.get(key), 40)}; it must be {expected}"
     if row["status"] == "failed" and not isinstance(row.get("error"), str):
         return "has status failed but no error text"
+    if row["epoch"] is not None:
+        missing = [key for key in _MEASURED if not _is_number(row.get(key))]
+        if missing:
+            return f"is an epoch row without {', '.join(missing)}"
     return None
 
 
