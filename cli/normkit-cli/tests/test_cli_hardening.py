@@ -337,3 +337,11 @@ def test_resumed_config_with_non_finite_values_is_refused(tmp_path, monkeypatch)
     before = tree_hash(tmp_path)
     assert_one_line_error(runner.invoke(app, ["compare", "--resume", str(d)]), "momentum must be")
     assert tree_hash(tmp_path) == before
+
+
+@pytest.mark.parametrize("argv", [["list"], ["show", "gn(groups=8)+pn"], ["plugins"]])
+@pytest.mark.parametrize("columns", [60, 100])
+def test_tables_respect_columns(argv, columns):
+    result = runner.invoke(app, argv, env={"COLUMNS": str(columns)})
+    assert result.exit_code == 0, result.output
+    assert max(len(line) for line in result.stdout.splitlines()) <= columns

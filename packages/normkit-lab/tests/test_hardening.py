@@ -216,6 +216,7 @@ def good_row() -> dict:
     ({**good_row(), "val_acc": "high"}, "has val_acc 'high'"),
     ({**good_row(), "params": True}, "has params True"),
     ({**good_row(), "extras": [1]}, "has extras [1]"),
+    ({**good_row(), "extras": {"diagnostics": 5}}, "has extras {'diagnostics': 5}"),
     ({**good_row(), "status": "failed"}, "no error text"),
     ({**good_row(), "norm": ""}, "has norm ''"),
 ])

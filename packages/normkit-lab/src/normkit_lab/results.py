@@ -136,7 +136,9 @@ def _row_problem(row: Any) -> str | None:
         ("params", row["params"] is None or (_is_int(row["params"]) and row["params"] >= 0),
          "null or an integer >= 0"),
         ("error", row.get("error") is None or isinstance(row["error"], str), "null or a text"),
-        ("extras", row.get("extras") is None or isinstance(row["extras"], dict), "null or an object"),
+        ("extras", row.get("extras") is None or (isinstance(row["extras"], dict)
+                                                 and all(isinstance(v, dict) for v in row["extras"].values())),
+         "null or an object of objects (one per callback)"),
         *((key, row.get(key) is None or _is_number(row[key]), "null or a number")
           for key in epoch_fields() if key != "epoch"),
     ]
