@@ -95,7 +95,7 @@ def _fresh(norms: list[str], model: str, dataset: str, epochs: int, seed: int, m
                       model_params=parse_key_values(model_param, "--model-param"))
     check_config(cfg, norms)
     out_dir = new_results_dir(out, kind="diagnose")
-    runs = []
+    runs, trained = [], []
     for norm in norms:
         start = time.perf_counter()
         try:
@@ -105,12 +105,15 @@ def _fresh(norms: list[str], model: str, dataset: str, epochs: int, seed: int, m
             typer.echo(run.error, err=True)
             continue
         runs.append(run)
+        trained.append(norm)
         acc = f"final val acc {100 * run.epochs[-1].val_acc:.1f}%" if run.epochs else "no finished epoch"
         typer.echo(f"{norm}: {plural(epochs, 'epoch')} with diagnostics, {run.status}, {acc}, "
                    f"{time.perf_counter() - start:.1f} s")
+    if not runs:
+        raise fail("every norm failed (see the lines above), so there is nothing to diagnose")
     settings = {"model": model, "dataset": dataset, "epochs": epochs, "seed": seed, "norms": norms}
     atomic_write_text(out_dir / "diagnose.json", json.dumps(settings) + "\n")
-    written = write_report(out_dir, runs, norms)
+    written = write_report(out_dir, runs, trained)
     typer.echo((out_dir / DIAGNOSTICS_MD).read_text(encoding="utf-8"))
     typer.echo("written: " + ", ".join(str(p) for p in written))
 
