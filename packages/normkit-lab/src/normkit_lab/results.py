@@ -89,8 +89,9 @@ def new_results_dir(out: str | Path | None, kind: str = "compare") -> Path:
             except FileExistsError:
                 suffix += 1
                 candidate = base.with_name(f"{base.name}-{suffix}")
-    except OSError as exc:
-        raise ConfigError(f"cannot create results directory {str(candidate)!r}: {exc.strerror or exc}; "
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        raise ConfigError(f"cannot create results directory {str(candidate)!r}: "
+                          f"{getattr(exc, 'strerror', None) or exc}; "
                           f"choose another --out") from None
 
 
