@@ -232,14 +232,17 @@ def _build(cfg: TrainConfig, norm: str, data: DatasetBundle) -> nn.Module:
                        image_size=data.image_size, **cfg.model_params)
 
 
-def _check_size(cfg: TrainConfig, data: DatasetBundle) -> None:
-    """Refuse a model over MAX_MODEL_PARAMS, counted on the meta device (no memory) with norm `none`."""
+def _check_size(cfg: TrainConfig, norms: list[str], data: DatasetBundle) -> None:
+    """Refuse a model over MAX_MODEL_PARAMS, counted on the meta device (no memory).
+
+    Built with norm `none` where installed (the model's own size), else with the first norm. A
+    model that cannot be built this way is left to the hosting check, which names the reason.
+    """
+    probe = "none" if any(e["name"] == "none" for e in normkit.available()) else norms[0]
     try:
         with torch.device("meta"):
-            model = _build(cfg, "none", data)
-    except normkit.NormkitError:
-        raise
-    except Exception:  # noqa: BLE001 - a model that cannot be built on meta is measured when it runs
+            model = _build(cfg, probe, data)
+    except Exception:  # noqa: BLE001 - reported by _check_hosting, or at run time as a failed run
         return
     count = sum(p.numel() for p in model.parameters())
     _require(count <= MAX_MODEL_PARAMS,
@@ -283,7 +286,7 @@ def check_config(cfg: TrainConfig, norms: list[str]) -> None:
         normkit.parse(norm)
     model_params(cfg.model, cfg.model_params)
     data = _dataset(cfg)
-    _check_size(cfg, data)
+    _check_size(cfg, list(norms), data)
     for norm in norms:
         _check_hosting(cfg, norm, data)
 
