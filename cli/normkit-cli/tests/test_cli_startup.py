@@ -69,3 +69,15 @@ def test_a_signal_keeps_finished_runs_and_prints_the_resume_hint(tmp_path, sig, 
     assert rows and all(r["status"] == "ok" for r in rows)
     assert runs.read_text().endswith("\n")
     assert Path(out / "config.yaml").is_file()
+
+
+def test_sigterm_inside_the_block_raises_terminated_and_the_old_handler_returns():
+    from normkit_cli.errors import Terminated, interrupted_code, sigterm_as_interrupt
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Terminated) as info, sigterm_as_interrupt():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the signal arrives before this ends
+    assert isinstance(info.value, KeyboardInterrupt) and interrupted_code(info.value) == 143
+    assert interrupted_code(KeyboardInterrupt()) == 130
+    assert signal.getsignal(signal.SIGTERM) == before
