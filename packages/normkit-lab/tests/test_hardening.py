@@ -151,10 +151,14 @@ def test_model_params_are_typed_and_finite():
             model_params("vit-small", {"width": bad})
 
 
-def test_wrn_summary_names_the_default_it_builds():
+def test_model_summaries_name_the_defaults_they_build():
     params = inspect.signature(preact_resnet.wide_resnet).parameters
-    entry = plugins.registry().lookup_item("model", "wrn")
-    assert f"WRN-{params['depth'].default}-{params['width'].default}" in entry.summary
+    summary = {name: plugins.registry().lookup_item("model", name).summary
+               for name in ("wrn", "vit", "vit-small", "small-cnn")}
+    assert f"WRN-{params['depth'].default}-{params['width'].default}" in summary["wrn"]
+    assert "WRN-16-4" in summary["wrn"] and summary["small-cnn"].startswith("3 conv-norm-ReLU blocks")
+    assert "patch 4, 8 layers, 8 heads, width 768, MLP 2304" in summary["vit"]
+    assert "patch 2, 2 layers, 4 heads, width 64, MLP 128" in summary["vit-small"]
 
 
 # -- dataset names and paths --------------------------------------------------------------------

@@ -25,16 +25,24 @@ _PREACT_HINT = ("use 'preact-resnet18', 'preact-resnet34' or 'wrn', where every 
                 "activation")
 
 
-def _wrn_default() -> str:
-    """`WRN-16-4`, read from wide_resnet's defaults so `normkit list` never disagrees with the code."""
-    params = inspect.signature(preact_resnet.wide_resnet).parameters
-    return f"WRN-{params['depth'].default}-{params['width'].default}"
+def _defaults(factory: Callable[..., Any]) -> dict[str, Any]:
+    """A factory's parameter defaults: model summaries are built from them, so `normkit list` never
+    disagrees with what the factory builds."""
+    return {name: p.default for name, p in inspect.signature(factory).parameters.items()
+            if p.default is not inspect.Parameter.empty}
+
+
+def _vit_shape(factory: Callable[..., Any]) -> str:
+    d = _defaults(factory)
+    return (f"patch {d['patch']}, {d['depth']} layers, {d['heads']} heads, width {d['width']}, "
+            f"MLP {d['mlp_width']}")
 
 
 def register_builtin_models(register: Callable[..., Any]) -> None:
     """Register the lab's models (called from the `normkit_register_models` hook)."""
     register("small-cnn", small_cnn.small_cnn, skip=1, citation="",
-             summary="3 conv-norm-ReLU blocks for tiny images (8x8 digits); seconds per epoch on CPU")
+             summary=f"{_defaults(small_cnn.small_cnn)['depth']} conv-norm-ReLU blocks for tiny images (8x8 digits); "
+                     "seconds per epoch on CPU")
     register("resnet18", resnet.resnet18, skip=1, citation=resnet.CITATION, host_hint=_PREACT_HINT,
              summary="CIFAR-style ResNet-18 (3x3 stem, norm in the downsample shortcut)")
     register("resnet34", resnet.resnet34, skip=1, citation=resnet.CITATION, host_hint=_PREACT_HINT,
@@ -45,13 +53,14 @@ def register_builtin_models(register: Callable[..., Any]) -> None:
              summary="pre-activation ResNet-34 (v2): every activation follows a norm; hosts gn+pn")
     register("wrn", preact_resnet.wide_resnet, skip=1, aliases=("wide-resnet",),
              citation=preact_resnet.WRN_CITATION,
-             summary=f"pre-activation WideResNet-depth-width (default {_wrn_default()})")
+             summary="pre-activation WideResNet-depth-width (default WRN-{depth}-{width})".format(
+                 **_defaults(preact_resnet.wide_resnet)))
     register("vit", vit.vit, skip=1, citation=vit.CITATION,
              host_hint="its norms feed attention and linear layers; use a norm without post-activation steps",
-             summary="pre-norm ViT (patch 4, 8 layers, 8 heads, width 768, MLP 2304 as in the paper)")
+             summary=f"pre-norm ViT ({_vit_shape(vit.vit)} as in the paper)")
     register("vit-small", vit.vit_small, skip=1, citation=vit.CITATION,
              host_hint="its norms feed attention and linear layers; use a norm without post-activation steps",
-             summary="CPU-sized ViT (patch 2, 2 layers, 4 heads, width 64, MLP 128)")
+             summary=f"CPU-sized ViT ({_vit_shape(vit.vit_small)})")
     register("tv-resnet18", torchvision_models.tv_resnet18, skip=1, citation=torchvision_models.CITATION,
              host_hint=_PREACT_HINT, summary="torchvision resnet18, norms swapped by normkit.convert")
     register("tv-resnet50", torchvision_models.tv_resnet50, skip=1, citation=torchvision_models.CITATION,
