@@ -47,7 +47,7 @@ class PlainProgress(Progress):
     def start(self, total: int, done: int, epochs: int) -> None:
         self.total, self.done, self.epochs = total, done, epochs
         resumed = f", {done} already finished" if done else ""
-        self._say(f"compare: {total} runs{resumed}")
+        self._say(f"compare: {total} run{'' if total == 1 else 's'}{resumed}")
 
     def epoch_end(self, norm: str, seed: int, record: EpochRecord) -> None:
         where = f"[{self.done + 1}/{self.total}] {norm} seed {seed}"
