@@ -55,7 +55,8 @@ def _random_net(norms: list[str], depth: int, width: int, batch: int, image_size
                                               image_size=image_size, seeds=seeds)
     elapsed = time.perf_counter() - start
     typer.echo(f"random net: conv3x3 (circular) -> norm -> random affine -> ReLU, depth {depth}, width {width}, "
-               f"batch {batch} of {image_size}x{image_size} Gaussian images, mean of {plural(seeds, 'net')}, {elapsed:.1f} s")
+               f"batch {batch} of {image_size}x{image_size} Gaussian images, mean of {plural(seeds, 'net')}, "
+               f"{elapsed:.1f} s")
     typer.echo("dataset-scale power share of post-norm values (near 1 = channel-wise collapse):\n")
     typer.echo(random_net_table(result, every=max(1, depth // 8)))
     if out is None:
