@@ -345,3 +345,19 @@ def test_tables_respect_columns(argv, columns):
     result = runner.invoke(app, argv, env={"COLUMNS": str(columns)})
     assert result.exit_code == 0, result.output
     assert max(len(line) for line in result.stdout.splitlines()) <= columns
+
+
+def test_sigterm_in_any_command_exits_143(monkeypatch):
+    import signal
+    import time
+
+    import normkit
+
+    def killed(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+
+    monkeypatch.delenv("NORMKIT_TRACEBACK", raising=False)
+    monkeypatch.setattr(normkit, "parse", killed)
+    result = runner.invoke(app, ["show", "bn"])
+    assert result.exit_code == 143 and result.stderr.strip() == "interrupted"

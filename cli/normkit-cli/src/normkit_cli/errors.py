@@ -76,7 +76,8 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 
 def one_line_errors(fn: F) -> F:
-    """Turn what a command raises into one line: NormkitError and OSError exit 2, other errors exit 1.
+    """Turn what a command raises into one line: NormkitError and OSError exit 2, other errors exit 1;
+    Ctrl-C exits 130 and SIGTERM (handled like Ctrl-C) 143.
 
     With NORMKIT_TRACEBACK=1 nothing is caught, so the full traceback shows.
     """
@@ -84,7 +85,8 @@ def one_line_errors(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            with sigterm_as_interrupt():
+                return fn(*args, **kwargs)
         except (typer.Exit, typer.Abort, SystemExit):
             raise
         except KeyboardInterrupt as exc:
