@@ -192,9 +192,10 @@ def rows_to_runs(rows: Iterable[dict[str, Any]]) -> list[RunResult]:
 
 def refuse_symlinks(path: Path) -> None:
     """Refuse a results directory that is, or holds, a symbolic link (writes must stay inside it)."""
-    links = [path] if path.is_symlink() else []
-    if not links and path.is_dir():
-        links = sorted(p for p in path.iterdir() if p.is_symlink())
+    if path.is_symlink():
+        raise ConfigError(f"{str(path)!r} is a symbolic link; give the results directory's real path "
+                          f"({str(path.resolve())!r}) so every write stays inside it")
+    links = sorted(p for p in path.iterdir() if p.is_symlink()) if path.is_dir() else []
     if links:
         raise ConfigError(f"{str(links[0])!r} is a symbolic link; a results directory holds only its own "
                           f"files, so replace the link with the file or directory itself")
