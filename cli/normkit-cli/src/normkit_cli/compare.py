@@ -20,7 +20,6 @@ from normkit_cli.errors import (
     one_line,
     one_line_errors,
     show_tracebacks,
-    sigterm_as_interrupt,
 )
 from normkit_cli.text import plural
 
@@ -161,10 +160,9 @@ def compare_cmd(
                   f"{plural(len(cfg.plan()), 'run')} -> {store.path}", soft_wrap=True)
     resume_hint = f"continue with: normkit compare --resume {store.path}"
     try:
-        with sigterm_as_interrupt():
-            results = run_compare(cfg, store, progress=choose_progress(),
-                                  callbacks=diagnostics_callbacks(cfg.diagnostics))
-    except KeyboardInterrupt as exc:
+        results = run_compare(cfg, store, progress=choose_progress(),
+                              callbacks=diagnostics_callbacks(cfg.diagnostics))
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (one_line_errors raises Terminated for it)
         saved = len(store.finished())
         typer.echo(f"interrupted: {saved} of {plural(len(cfg.plan()), 'run')} are saved in {store.path}; "
                    f"{resume_hint}", err=True)
