@@ -87,3 +87,53 @@ def test_callbacks_are_made_fresh_for_every_run(cfg, tmp_path, monkeypatch):
 
     compare.run_compare(cfg, compare.create_store(cfg, tmp_path / "out"), callbacks=make)
     assert [cbs[0] for cbs in trainer.callbacks] == made and len(set(map(id, made))) == 6
+
+
+class BrokenNorm(FakeTrainer):
+    """A norm whose build raises (a plugin bug): `broken` norms fail, the others train."""
+
+    def __init__(self, broken, exc: Exception) -> None:
+        super().__init__()
+        self.broken, self.exc = set(broken), exc
+
+    def __call__(self, cfg, norm, seed, **kwargs):
+        if norm in self.broken:
+            self.calls.append((norm, seed))
+            raise self.exc
+        return super().__call__(cfg, norm, seed, **kwargs)
+
+
+@pytest.mark.parametrize("exc", [RuntimeError("mat1 and mat2 shapes\ncannot be multiplied"), ValueError(""),
+                                 ZeroDivisionError("division by zero"), MemoryError()])
+def test_a_failing_norm_is_recorded_and_the_others_run_on(cfg, tmp_path, monkeypatch, capsys, exc):
+    monkeypatch.setattr(compare, "train_run", BrokenNorm({"ln"}, exc))
+    store = compare.create_store(cfg, tmp_path / "out")
+    results = compare.run_compare(cfg, store, progress=PlainProgress())
+    failed = [r for r in results.runs if r.status == "failed"]
+    assert sorted((r.norm, r.seed) for r in failed) == [("ln", 0), ("ln", 1), ("ln", 2)]
+    assert all(r.error.startswith(f"ln failed: {type(exc).__name__}") and "\n" not in r.error for r in failed)
+    bn, ln = results.summaries()
+    assert (bn.final_acc.n, bn.failed, ln.failed, ln.final_acc.n) == (3, 0, 3, 0)
+    rows = [r for r in store.rows() if r["norm"] == "ln"]
+    assert len(rows) == 3 and all(r["epoch"] is None and r["status"] == "failed" for r in rows)
+    assert "[2/6] ln seed 0: ln failed:" in capsys.readouterr().out
+
+
+def test_resume_retries_failed_runs_only(cfg, tmp_path, monkeypatch):
+    monkeypatch.setattr(compare, "train_run", BrokenNorm({"ln"}, RuntimeError("bug")))
+    store = compare.create_store(cfg, tmp_path / "out")
+    compare.run_compare(cfg, store)
+    fixed = FakeTrainer()
+    monkeypatch.setattr(compare, "train_run", fixed)
+    results = compare.run_compare(*compare.open_store(store.path))
+    assert fixed.calls == [("ln", 0), ("ln", 1), ("ln", 2)]
+    assert {r.status for r in results.runs} == {"ok"} and len(results.runs) == 6
+    assert [s.failed for s in results.summaries()] == [0, 0]
+
+
+def test_ctrl_c_is_not_a_failed_run(cfg, tmp_path, monkeypatch):
+    monkeypatch.setattr(compare, "train_run", BrokenNorm({"ln"}, KeyboardInterrupt()))
+    store = compare.create_store(cfg, tmp_path / "out")
+    with pytest.raises(KeyboardInterrupt):
+        compare.run_compare(cfg, store)
+    assert store.finished() == {("bn", 0)} and len(store.rows()) == 2

@@ -56,7 +56,7 @@ def test_plan_is_seed_major_and_pairs_by_seed():
     ("norms: [bn]\nepoch: 3\n", "unknown key 'epoch'.*did you mean 'epochs'"),
     ("norms: [bn]\nepochs: three\n", "epochs must be int"),
     ("norms: [bn]\nlr: [1]\n", "lr must be"),
-    ("norms: [bn\n", "not valid YAML at line"),
+    ("norms: [bn\n", "not valid YAML: .* at line 2"),
     ("- bn\n- ln\n", "must be a mapping"),
     ("epochs: 2\n", "no norms to compare"),
     ("norms: [bn, ln]\nbaseline: gn\n", "baseline 'gn' is not one of the compared norms"),

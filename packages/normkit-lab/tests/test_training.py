@@ -121,7 +121,7 @@ def test_check_config_accepts_the_default_comparison():
     ({"dataset": "digitz"}, ["bn"], "unknown dataset 'digitz'"),
     ({}, ["bn", "bogus"], "unknown norm or stage 'bogus'"),
     ({}, [], "at least one norm"),
-    ({"epochs": 0}, ["bn"], "epochs must be an integer >= 1"),
+    ({"epochs": 0}, ["bn"], r"epochs must be an integer in \[1, 10,000\]"),
     ({"batch_size": 2.5}, ["bn"], "batch_size"),
     ({"lr": -1.0}, ["bn"], "lr must be a number > 0"),
     ({"optimizer": "adam"}, ["bn"], "optimizer must be one of sgd, adamw"),

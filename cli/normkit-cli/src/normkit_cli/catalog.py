@@ -9,9 +9,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-import normkit
-from normkit import plugins
 from normkit_cli.errors import one_line_errors
+from normkit_lab.limits import MAX_CHANNELS
+
+# normkit (and so torch) is imported inside each command: `normkit --help` must not load it.
 
 
 def _console() -> Console:
@@ -23,6 +24,9 @@ def list_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
     """List norms, stages, models and datasets with aliases, plugin and summary."""
+    import normkit
+    from normkit import plugins
+
     reg = plugins.registry()
     norms = normkit.available()
     items = [e.as_dict() for e in reg.of_kind("model", "dataset")]
@@ -55,6 +59,8 @@ def plugins_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Installed plugins: distribution, version, what each registers, load errors."""
+    from normkit import plugins
+
     infos = plugins.plugins()
     if as_json:
         typer.echo(json.dumps([vars(i) for i in infos], indent=2))
@@ -78,11 +84,14 @@ def _fmt(value: Any) -> str:
 @one_line_errors
 def show_cmd(
     spec: Annotated[str, typer.Argument(help="A norm spec, e.g. 'gn(groups=8)+pn'.")],
-    channels: Annotated[int, typer.Option("--channels", "-c", min=1, help="Channel count to build for.")] = 64,
+    channels: Annotated[int, typer.Option("--channels", "-c", min=1, max=MAX_CHANNELS,
+                                                      help="Channel count to build for.")] = 64,
     tokens: Annotated[bool, typer.Option("--tokens", help="Channels-last tokens (N,*,C) instead of N,C,*.")] = False,
     activation: Annotated[str | None, typer.Option(help="Activation that follows the norm in the model.")] = None,
 ) -> None:
     """Show the stages of the layer a spec builds: partition, steps, recovery, activation."""
+    import normkit
+
     parsed = normkit.parse(spec)
     layer = normkit.build(parsed, channels, channel_dim=-1 if tokens else 1, activation=activation)
     console = _console()

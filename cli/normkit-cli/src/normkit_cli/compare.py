@@ -11,17 +11,18 @@ from typing import Annotated, Any
 
 import typer
 
-from normkit import NormkitError
-from normkit_cli.errors import fail, one_line_errors
-from normkit_cli.report import console as make_console
-from normkit_cli.report import show
-from normkit_lab import config as lab_config
-from normkit_lab.compare import check, create_store, open_store, run_compare
-from normkit_lab.config import DEFAULT_SEEDS, RUNTIME_KEYS, parse_key_values
-from normkit_lab.diagnostics import callbacks_for as diagnostics_callbacks
-from normkit_lab.progress import choose_progress
+from normkit_cli.defaults import DEFAULTS as D
+from normkit_cli.defaults import RUNTIME_KEYS
+from normkit_cli.errors import (
+    fail,
+    interrupted_code,
+    is_normkit_error,
+    one_line,
+    one_line_errors,
+    show_tracebacks,
+)
+from normkit_cli.text import plural
 
-D = lab_config.defaults()
 EXPERIMENT, TRAINING, DATA, OUTPUT = "Experiment", "Training", "Data and device", "Output"
 # Options that steer the command rather than name a config key.
 _CONTROL = ("config", "out", "resume")
@@ -29,6 +30,8 @@ _CONTROL = ("config", "out", "resume")
 
 def _given(ctx: typer.Context) -> dict[str, Any]:
     """The options the user typed (not defaults), with `--model-param k=v` lists made into dicts."""
+    from normkit_lab.config import parse_key_values
+
     given = {}
     for name, value in ctx.params.items():
         source = ctx.get_parameter_source(name)
@@ -47,17 +50,19 @@ def _flags(keys: set[str]) -> str:
 @one_line_errors
 def compare_cmd(
     ctx: typer.Context,
-    norms: Annotated[str | None, typer.Option(help="Norm specs to compare, comma-separated, e.g. "
-                                                   "bn,bnn,gn+pn.", rich_help_panel=EXPERIMENT)] = None,
+    norms: Annotated[str | None, typer.Option(help="Required: norm specs to compare, comma-separated, "
+                                                   "e.g. bn,bnn,gn+pn (or given by --config/--resume).",
+                                              show_default=False, rich_help_panel=EXPERIMENT)] = None,
     model: Annotated[str, typer.Option(help="Model (see `normkit list`).", rich_help_panel=EXPERIMENT)]
     = D["model"],
-    dataset: Annotated[str, typer.Option(help="Dataset name (see `normkit list`) or an image-folder path.",
+    dataset: Annotated[str, typer.Option(help="Dataset name (see `normkit list`) or an image-folder path "
+                                              "written as a path: ./folder, /abs/folder, ~/folder.",
                                          rich_help_panel=EXPERIMENT)] = D["dataset"],
     epochs: Annotated[int, typer.Option(help="Epochs per run.", rich_help_panel=EXPERIMENT)] = D["epochs"],
     seeds: Annotated[str, typer.Option(help="A count N (seeds 0..N-1), a list 0,1,5 or a range 0-4; "
                                             "every norm runs with the same seeds.",
                                        rich_help_panel=EXPERIMENT)]
-    = str(len(DEFAULT_SEEDS)),
+    = str(len(D["seeds"])),
     baseline: Annotated[str | None, typer.Option(help="Norm the others are compared to (default: the first).",
                                                  rich_help_panel=EXPERIMENT)] = None,
     model_param: Annotated[list[str] | None, typer.Option(metavar="KEY=VALUE", help="A model parameter "
@@ -123,8 +128,17 @@ def compare_cmd(
 
     With a 95% t interval and paired t-test p, time/epoch, throughput, memory, params, divergences.
 
-    Everything is saved under --out; see docs/experiments.md.
+    Everything is saved under --out; see docs/experiments.md. A norm that raises is recorded as
+    failed and the others go on. Ctrl-C or SIGTERM keeps the finished runs (exit 130 or 143);
+    --resume continues.
     """
+    from normkit_cli.report import console as make_console
+    from normkit_cli.report import show
+    from normkit_lab import config as lab_config
+    from normkit_lab.compare import check, create_store, open_store, run_compare
+    from normkit_lab.diagnostics import callbacks_for as diagnostics_callbacks
+    from normkit_lab.progress import choose_progress
+
     given = _given(ctx)
     if resume is not None:
         if config is not None or out is not None:
@@ -141,23 +155,31 @@ def compare_cmd(
         store = create_store(cfg, out)
     console = make_console()
     train = cfg.train
-    console.print(f"compare {', '.join(cfg.norms)} on {train.model}/{train.dataset}, {train.epochs} epochs, "
-                  f"seeds {','.join(map(str, cfg.seeds))}: {len(cfg.plan())} runs -> {store.path}")
+    console.print(f"compare {', '.join(cfg.norms)} on {train.model}/{train.dataset}, "
+                  f"{plural(train.epochs, 'epoch')}, seeds {','.join(map(str, cfg.seeds))}: "
+                  f"{plural(len(cfg.plan()), 'run')} -> {store.path}", soft_wrap=True)
     resume_hint = f"continue with: normkit compare --resume {store.path}"
     try:
         results = run_compare(cfg, store, progress=choose_progress(),
                               callbacks=diagnostics_callbacks(cfg.diagnostics))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (one_line_errors raises Terminated for it)
         saved = len(store.finished())
-        typer.echo(f"interrupted: {saved} of {len(cfg.plan())} runs are saved in {store.path}; {resume_hint}",
-                   err=True)
-        raise typer.Exit(130) from None
-    except NormkitError as exc:
-        raise fail(f"{exc} (finished runs are kept; {resume_hint})") from None
-    except Exception:
-        typer.echo(f"compare stopped by an unexpected error; finished runs are kept; {resume_hint}", err=True)
-        raise
+        typer.echo(f"interrupted: {saved} of {plural(len(cfg.plan()), 'run')} are saved in {store.path}; "
+                   f"{resume_hint}", err=True)
+        raise typer.Exit(interrupted_code(exc)) from None
+    except Exception as exc:
+        if show_tracebacks():
+            raise
+        if is_normkit_error(exc) or isinstance(exc, OSError):
+            raise fail(f"{exc} (finished runs are kept; {resume_hint})") from None
+        typer.echo(f"error: compare stopped by an unexpected {type(exc).__name__}: {one_line(str(exc))}; "
+                   f"finished runs are kept; {resume_hint}", err=True)
+        raise typer.Exit(1) from None
     show(results, store, console)
+    failed = [run for run in results.runs if run.status == "failed"]
+    if failed:
+        typer.echo(f"{plural(len(failed), 'run')} failed (first: {failed[0].error}); fix the norm, then "
+                   f"retry them with: normkit compare --resume {store.path}", err=True)
 
 
 def register(app: typer.Typer) -> None:

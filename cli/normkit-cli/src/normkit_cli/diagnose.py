@@ -16,20 +16,28 @@ from typing import Annotated
 
 import typer
 
-import normkit
 from normkit_cli.errors import fail, one_line_errors
-from normkit_lab.config import parse_key_values
-from normkit_lab.diagnostics import DiagnosticsCallback, figures, random_net, render, write_report
-from normkit_lab.diagnostics.report import DIAGNOSTICS_MD, load
-from normkit_lab.diagnostics.tables import markdown, random_net_table
-from normkit_lab.results import atomic_write_text, json_text, new_results_dir
-from normkit_lab.training import TrainConfig, check_config, train_run
+from normkit_cli.text import plural
+from normkit_lab.limits import (
+    MAX_ACTIVATION_ELEMENTS,
+    MAX_BATCH_SIZE,
+    MAX_CHANNELS,
+    MAX_EPOCHS,
+    MAX_IMAGE_SIZE,
+    MAX_MODEL_DEPTH,
+    MAX_SEED,
+    MAX_SEEDS,
+)
+
+# normkit and the lab (torch) are imported inside the functions: `normkit diagnose --help` must not load them.
 
 FRESH_NORMS = ("bn", "bnn", "ln", "ln+pn")
 RANDOM, FRESH, OUTPUT = "Random net (--random-net)", "Fresh models (no DIR)", "Output"
 
 
 def _norms(norms: str | None, default: list[str]) -> list[str]:
+    import normkit
+
     chosen = normkit.split_specs(norms) if norms else default
     if not chosen:
         raise fail("no norm to diagnose; pass --norms, e.g. --norms bn,ln")
@@ -38,12 +46,17 @@ def _norms(norms: str | None, default: list[str]) -> list[str]:
 
 def _random_net(norms: list[str], depth: int, width: int, batch: int, image_size: int, seeds: int,
                 out: Path | None) -> None:
+    from normkit_lab.diagnostics import figures, random_net
+    from normkit_lab.diagnostics.tables import random_net_table
+    from normkit_lab.results import atomic_write_text, json_text
+
     start = time.perf_counter()
     result = random_net.random_net_experiment(norms, depth=depth, width=width, batch=batch,
                                               image_size=image_size, seeds=seeds)
     elapsed = time.perf_counter() - start
     typer.echo(f"random net: conv3x3 (circular) -> norm -> random affine -> ReLU, depth {depth}, width {width}, "
-               f"batch {batch} of {image_size}x{image_size} Gaussian images, mean of {seeds} nets, {elapsed:.1f} s")
+               f"batch {batch} of {image_size}x{image_size} Gaussian images, mean of {plural(seeds, 'net')}, "
+               f"{elapsed:.1f} s")
     typer.echo("dataset-scale power share of post-norm values (near 1 = channel-wise collapse):\n")
     typer.echo(random_net_table(result, every=max(1, depth // 8)))
     if out is None:
@@ -62,6 +75,10 @@ def _random_net(norms: list[str], depth: int, width: int, batch: int, image_size
 
 
 def _results_dir(path: Path) -> None:
+    from normkit_lab.diagnostics import render
+    from normkit_lab.diagnostics.report import load
+    from normkit_lab.diagnostics.tables import markdown
+
     written = render(path)
     typer.echo(markdown(load(path)))
     typer.echo("written: " + ", ".join(str(p) for p in written))
@@ -69,21 +86,35 @@ def _results_dir(path: Path) -> None:
 
 def _fresh(norms: list[str], model: str, dataset: str, epochs: int, seed: int, model_param: list[str],
            out: Path | None) -> None:
+    from normkit_lab.config import parse_key_values
+    from normkit_lab.diagnostics import DiagnosticsCallback, write_report
+    from normkit_lab.diagnostics.report import DIAGNOSTICS_MD
+    from normkit_lab.results import atomic_write_text, new_results_dir
+    from normkit_lab.training import TrainConfig, check_config, failed_run, train_run
+
     cfg = TrainConfig(model=model, dataset=dataset, epochs=epochs,
                       model_params=parse_key_values(model_param, "--model-param"))
     check_config(cfg, norms)
     out_dir = new_results_dir(out, kind="diagnose")
-    runs = []
+    runs, trained = [], []
     for norm in norms:
         start = time.perf_counter()
-        run = train_run(cfg, norm, seed, callbacks=[DiagnosticsCallback()])
+        try:
+            run = train_run(cfg, norm, seed, callbacks=[DiagnosticsCallback()])
+        except Exception as exc:  # noqa: BLE001 - one norm's bug must not stop the others
+            run = failed_run(norm, seed, exc)
+            typer.echo(run.error, err=True)
+            continue
         runs.append(run)
+        trained.append(norm)
         acc = f"final val acc {100 * run.epochs[-1].val_acc:.1f}%" if run.epochs else "no finished epoch"
-        typer.echo(f"{norm}: {epochs} epochs with diagnostics, {run.status}, {acc}, "
+        typer.echo(f"{norm}: {plural(epochs, 'epoch')} with diagnostics, {run.status}, {acc}, "
                    f"{time.perf_counter() - start:.1f} s")
+    if not runs:
+        raise fail("every norm failed (see the lines above), so there is nothing to diagnose")
     settings = {"model": model, "dataset": dataset, "epochs": epochs, "seed": seed, "norms": norms}
     atomic_write_text(out_dir / "diagnose.json", json.dumps(settings) + "\n")
-    written = write_report(out_dir, runs, norms)
+    written = write_report(out_dir, runs, trained)
     typer.echo((out_dir / DIAGNOSTICS_MD).read_text(encoding="utf-8"))
     typer.echo("written: " + ", ".join(str(p) for p in written))
 
@@ -97,25 +128,40 @@ def diagnose_cmd(
     norms: Annotated[str | None, typer.Option(help="Norm specs, comma-separated (random net default: the "
                                                    "installed of bn,ln,ln+pn; fresh default: bn,bnn,ln,ln+pn "
                                                    "where installed).")] = None,
-    depth: Annotated[int, typer.Option(min=1, help="Random-net depth.", rich_help_panel=RANDOM)] = 20,
-    width: Annotated[int, typer.Option(min=1, help="Random-net width (channels).", rich_help_panel=RANDOM)] = 24,
-    batch: Annotated[int, typer.Option(min=2, help="Random-net batch size.", rich_help_panel=RANDOM)] = 16,
-    image_size: Annotated[int, typer.Option(min=1, help="Random-net image size.", rich_help_panel=RANDOM)] = 16,
-    seeds: Annotated[int, typer.Option(min=1, help="Random nets averaged per norm.", rich_help_panel=RANDOM)] = 3,
+    depth: Annotated[int, typer.Option(min=1, max=MAX_MODEL_DEPTH,
+                                       help="Random-net depth.", rich_help_panel=RANDOM)] = 20,
+    width: Annotated[int, typer.Option(min=1, max=MAX_CHANNELS,
+                                       help="Random-net width (channels).", rich_help_panel=RANDOM)] = 24,
+    batch: Annotated[int, typer.Option(min=2, max=MAX_BATCH_SIZE,
+                                       help="Random-net batch size.", rich_help_panel=RANDOM)] = 16,
+    image_size: Annotated[int, typer.Option(min=1, max=MAX_IMAGE_SIZE,
+                                            help="Random-net image size.", rich_help_panel=RANDOM)] = 16,
+    seeds: Annotated[int, typer.Option(min=1, max=MAX_SEEDS,
+                                       help="Random nets averaged per norm.", rich_help_panel=RANDOM)] = 3,
     model: Annotated[str, typer.Option(help="Model for fresh runs.", rich_help_panel=FRESH)] = "small-cnn",
     model_param: Annotated[list[str] | None, typer.Option(metavar="KEY=VALUE", help="Model parameter "
                                                           "(repeatable).", rich_help_panel=FRESH)] = None,
     dataset: Annotated[str, typer.Option(help="Dataset for fresh runs.", rich_help_panel=FRESH)] = "digits",
-    epochs: Annotated[int, typer.Option(min=1, help="Training epochs of fresh runs.", rich_help_panel=FRESH)] = 3,
-    seed: Annotated[int, typer.Option(help="Seed of fresh runs.", rich_help_panel=FRESH)] = 0,
+    epochs: Annotated[int, typer.Option(min=1, max=MAX_EPOCHS,
+                                        help="Training epochs of fresh runs.", rich_help_panel=FRESH)] = 3,
+    seed: Annotated[int, typer.Option(min=0, max=MAX_SEED, help="Seed of fresh runs.", rich_help_panel=FRESH)] = 0,
     out: Annotated[Path | None, typer.Option(help="Output directory (random net: files written only when "
                                                   "given; fresh runs: default runs/<timestamp>-diagnose).",
                                              rich_help_panel=OUTPUT)] = None,
 ) -> None:
-    """Representation diagnostics: Q-Q normality, power decomposition, lambdas, noise robustness."""
+    """Representation diagnostics: Q-Q normality, power decomposition, lambdas, noise robustness.
+
+    Give a results DIR, --random-net, or --norms (fresh models); with no argument, this help.
+    """
+    from normkit_lab.diagnostics import random_net
+
     if random_net_:
         if results is not None:
             raise fail("--random-net builds its own nets; drop the results directory argument")
+        elements = batch * width * image_size**2
+        if elements > MAX_ACTIVATION_ELEMENTS:
+            raise fail(f"--batch {batch} x --width {width} x --image-size {image_size}^2 = {elements:,} values per "
+                       f"layer; at most {MAX_ACTIVATION_ELEMENTS:,} (1 GiB); lower one of them")
         _random_net(_norms(norms, random_net.installed_norms()), depth, width, batch, image_size,
                     seeds, out)
     elif results is not None:
@@ -128,4 +174,4 @@ def diagnose_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("diagnose")(diagnose_cmd)
+    app.command("diagnose", no_args_is_help=True)(diagnose_cmd)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich import box
@@ -17,14 +17,15 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from normkit_cli.errors import one_line_errors
-from normkit_lab import plots
-from normkit_lab.errors import ConfigError
-from normkit_lab.metrics import DEFAULT_METRIC, METRICS, SELECTS
-from normkit_lab.report import REPORT_HTML, Results, load_results, merge_into, write_diagnostics, write_summary
-from normkit_lab.results import ResultsDir
-from normkit_lab.stats import MeanSem
-from normkit_lab.summary import NormSummary, Summary, cell_key, cell_label
+from normkit_cli.defaults import DEFAULT_METRIC, METRIC_NAMES, SELECTS
+from normkit_cli.errors import fail, one_line_errors
+from normkit_cli.text import plural
+
+if TYPE_CHECKING:  # the lab (torch) is imported when a command runs, not for --help
+    from normkit_lab.report import Results
+    from normkit_lab.results import ResultsDir
+    from normkit_lab.stats import MeanSem
+    from normkit_lab.summary import NormSummary, Summary
 
 
 def _mean(ms: MeanSem) -> str:
@@ -47,6 +48,8 @@ def _cells(s: NormSummary, many: bool, any_failed: bool) -> dict[str, str]:
     else:
         diff = f"{d.mean:+.2f}"
         interval = d.note if d.low is None or d.high is None else f"[{d.low:+.2f}, {d.high:+.2f}]"
+    from normkit_lab.summary import cell_label
+
     row = {"norm": s.norm}
     if many:
         row["cell"] = cell_label(s.cell) or "-"
@@ -68,8 +71,11 @@ FOLD = "fold"
 
 def summary_table(results: Results, summary: Summary, drop: tuple[str, ...] = ()) -> Table:
     """The final table: primary metric, paired difference, Holm p, verdict, MDE, speed, size, failures."""
+    from normkit_lab.summary import cell_key
+
     cfg, metric = results.config, summary.metric
-    table = Table(title=Text(f"{cfg.get('model')} on {cfg.get('dataset')}, {cfg.get('epochs')} epochs: {summary.label} "
+    epochs = plural(cfg["epochs"], "epoch") if isinstance(cfg.get("epochs"), int) else f"{cfg.get('epochs')} epochs"
+    table = Table(title=Text(f"{cfg.get('model')} on {cfg.get('dataset')}, {epochs}: {summary.label} "
                         f"({summary.source}, {summary.select} epoch) over seeds, difference to {summary.baseline} "
                         f"paired by seed, equivalence margin ±{summary.margin:g} {metric.unit}"),
                   box=box.SIMPLE_HEAD, title_justify="left", collapse_padding=True, pad_edge=False)
@@ -104,13 +110,17 @@ def fitted_table(results: Results, summary: Summary, console: Console) -> tuple[
 
 
 def console() -> Console:
-    """The terminal's console; when writing to a file or pipe, COLUMNS wide (160 if unset)."""
+    """The terminal's console; COLUMNS when set, else 160 columns when writing to a file or pipe."""
     term = Console()
-    return term if term.is_terminal or os.environ.get("COLUMNS") else Console(width=160)
+    if term.is_terminal or os.environ.get("COLUMNS", "").strip().isdigit():
+        return term
+    return Console(width=160)
 
 
 def print_summary(results: Results, summary: Summary, console: Console) -> None:
     """The fitted table and, below it, the notes: fallbacks, failures, columns left out."""
+    from normkit_lab.summary import cell_label
+
     table, dropped = fitted_table(results, summary, console)
     console.print(table)
     left_out = [d for d in dropped if d != FOLD]
@@ -127,6 +137,9 @@ def print_summary(results: Results, summary: Summary, console: Console) -> None:
 
 
 def _print_files(store: ResultsDir, written: list[Path], console: Console) -> None:
+    from normkit_lab import plots
+    from normkit_lab.report import REPORT_HTML
+
     console.print(f"results: {store.path}", markup=False)
     console.print(f"report: {store.path / REPORT_HTML}", markup=False)
     if not plots.available():
@@ -137,6 +150,9 @@ def _print_files(store: ResultsDir, written: list[Path], console: Console) -> No
 
 def show(results: Results, store: ResultsDir, console: Console) -> None:
     """Rewrite the summary files, figures and report.html in `store`, then print the table and files."""
+    from normkit_lab import plots
+    from normkit_lab.report import write_diagnostics, write_summary
+
     summary = write_summary(store, results, figures=True)
     written = [store.path / name for name in plots.FIGURES if (store.path / name).is_file()]
     written += [p for p in write_diagnostics(store, results) if p.suffix == ".png"]
@@ -149,7 +165,7 @@ def report_cmd(
     dirs: Annotated[list[Path], typer.Argument(help="Results directories written by `normkit compare`.")],
     baseline: Annotated[str | None, typer.Option(help="Norm to compare against (default: the saved "
                                                       "baseline).")] = None,
-    metric: Annotated[str, typer.Option(help=f"Primary metric: {', '.join(METRICS)}.")] = DEFAULT_METRIC,
+    metric: Annotated[str, typer.Option(help=f"Primary metric: {', '.join(METRIC_NAMES)}.")] = DEFAULT_METRIC,
     margin: Annotated[float | None, typer.Option(help="Equivalence margin in the metric's unit (default: the "
                                                       "saved one, else 0.5 points of accuracy).")] = None,
     select: Annotated[str | None, typer.Option(help=f"Epoch of each run: {' or '.join(SELECTS)} (default: the "
@@ -163,10 +179,12 @@ def report_cmd(
     the same configuration are given; norms and seeds may differ) go to a new directory with
     summary.csv/json, the figures and report.html, which `normkit report` can read again.
     """
+    from normkit_lab.report import load_results, merge_into
+
+    if margin is not None and not (margin > 0 and margin != float("inf")):
+        raise fail(f"--margin must be a finite number > 0 in the metric's unit, not {margin!r}")
     results = load_results(dirs, baseline, metric)
     overrides = {k: v for k, v in (("margin", margin), ("select", select)) if v is not None}
-    if margin is not None and not margin > 0:
-        raise ConfigError(f"--margin must be > 0 in the metric's unit, not {margin!r}")
     results.config = {**results.config, **overrides}
     summary = results.summary()  # checks select before anything is written
     term = console()

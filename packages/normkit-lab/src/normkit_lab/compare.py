@@ -6,7 +6,8 @@
     run_compare(cfg, store)                      # Ctrl-C keeps finished runs; resume with open_store
 
 Every norm runs with the same seeds, so runs pair by seed. A run that diverges is recorded with
-status "diverged" and the comparison goes on.
+status "diverged", one whose norm raises while building or training with status "failed" and its
+one-line error; either way the comparison goes on. Resuming retries failed runs.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from normkit_lab.config import CompareConfig, build_config, load_yaml, save_yaml
 from normkit_lab.progress import Progress
 from normkit_lab.report import Results, write_summary
 from normkit_lab.results import ResultsDir
-from normkit_lab.training import check_config, train_run
+from normkit_lab.training import check_config, failed_run, train_run
 
 CallbackFactory = Callable[[], Sequence[Any]]
 
@@ -65,8 +66,11 @@ def run_compare(cfg: CompareConfig, store: ResultsDir, *, progress: Progress | N
     try:
         for norm, seed in todo:
             progress.run_start(norm, seed)
-            result = train_run(cfg.train, norm, seed, callbacks=callbacks(),
-                               on_epoch=lambda record, n=norm, s=seed: progress.epoch_end(n, s, record))
+            try:
+                result = train_run(cfg.train, norm, seed, callbacks=callbacks(),
+                                   on_epoch=lambda record, n=norm, s=seed: progress.epoch_end(n, s, record))
+            except Exception as exc:  # noqa: BLE001 - one norm's bug must not stop the others
+                result = failed_run(norm, seed, exc)
             store.append_run(result, env)
             write_summary(store, results_of(cfg, store))
             progress.run_end(result)

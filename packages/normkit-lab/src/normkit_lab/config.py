@@ -20,7 +20,9 @@ import yaml
 
 import normkit
 from normkit.errors import did_you_mean
-from normkit_lab.errors import ConfigError
+from normkit_lab import safe_yaml
+from normkit_lab.errors import ConfigError, short_repr
+from normkit_lab.limits import MAX_SEED, MAX_SEEDS
 from normkit_lab.training import TrainConfig
 
 # Defaults that make `normkit compare --norms bn,bnn,gn+pn` meaningful and finish in under three
@@ -77,28 +79,47 @@ def defaults() -> dict[str, Any]:
     return out
 
 
+_SEEDS_HINT = "seeds must be a count, a list like 0,1,2 or a range like 0-4"
+
+
+def _seed_count(n: int, value: Any) -> int:
+    if n > MAX_SEEDS:
+        raise ConfigError(f"seeds {short_repr(value)} asks for {n:,} seeds; at most {MAX_SEEDS:,} "
+                          f"per comparison (see Limits in docs/experiments.md)")
+    return n
+
+
 def parse_seeds(value: Any) -> list[int]:
-    """Seeds from `3` (= 0,1,2), `"0,1,5"`, `"2-4"` (inclusive) or a YAML list of ints."""
+    """Seeds from `3` (= 0,1,2), `"0,1,5"`, `"2-4"` (inclusive) or a YAML list of ints.
+
+    Counts above MAX_SEEDS and seed values above MAX_SEED are refused before any list is built.
+    """
     if isinstance(value, bool):
-        raise ConfigError(f"seeds must be a count, a list like 0,1,2 or a range like 0-4, not {value!r}")
-    if isinstance(value, int):
-        seeds = list(range(value))
-    elif isinstance(value, str) and re.fullmatch(r"\s*\d+\s*", value):
-        seeds = list(range(int(value)))
+        raise ConfigError(f"{_SEEDS_HINT}, not {short_repr(value)}")
+    if isinstance(value, str) and len(value) > 10_000:
+        raise ConfigError(f"seeds is a {len(value):,}-character text; {_SEEDS_HINT}")
+    if isinstance(value, int) or (isinstance(value, str) and re.fullmatch(r"\s*\d+\s*", value)):
+        seeds = list(range(_seed_count(int(value), value)))
     elif isinstance(value, str) and re.fullmatch(r"\s*\d+\s*-\s*\d+\s*", value):
         lo, hi = (int(v) for v in value.split("-"))
-        seeds = list(range(lo, hi + 1))
+        if hi > MAX_SEED:
+            raise ConfigError(f"seed {hi} is above {MAX_SEED} (2**32-1), the largest seed normkit accepts")
+        seeds = list(range(lo, lo + _seed_count(max(hi - lo + 1, 0), value)))
     elif isinstance(value, str) and re.fullmatch(r"\s*\d+(\s*,\s*\d+)*\s*,?\s*", value):
         seeds = [int(v) for v in value.split(",") if v.strip()]
     elif isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool)
                                                    and v >= 0 for v in value):
         seeds = list(value)
     else:
-        raise ConfigError(f"seeds must be a count, a list like 0,1,2 or a range like 0-4, not {value!r}")
+        raise ConfigError(f"{_SEEDS_HINT}, not {short_repr(value)}")
     if not seeds:
-        raise ConfigError(f"seeds {value!r} selects no seed; use a count of at least 1, e.g. --seeds 3")
+        raise ConfigError(f"seeds {short_repr(value)} selects no seed; use a count of at least 1, e.g. --seeds 3")
+    _seed_count(len(seeds), value)
+    too_big = [s for s in seeds if s > MAX_SEED]
+    if too_big:
+        raise ConfigError(f"seed {too_big[0]} is above {MAX_SEED} (2**32-1), the largest seed normkit accepts")
     if len(set(seeds)) != len(seeds):
-        raise ConfigError(f"seeds {value!r} repeat a seed; each seed runs once per norm")
+        raise ConfigError(f"seeds {short_repr(value)} repeat a seed; each seed runs once per norm")
     return seeds
 
 
@@ -109,7 +130,7 @@ def parse_norms(value: Any) -> list[str]:
     elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
         items = list(value)
     else:
-        raise ConfigError(f"norms must be a comma list of specs like bn,bnn,gn+pn, not {value!r}")
+        raise ConfigError(f"norms must be a comma list of specs like bn,bnn,gn+pn, not {short_repr(value)}")
     norms = [normkit.parse(item).text for item in items]
     repeated = sorted({n for n in norms if norms.count(n) > 1})
     if repeated:
@@ -123,8 +144,9 @@ def parse_key_values(items: list[str], what: str) -> dict[str, Any]:
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"{what} {item!r} is not KEY=VALUE, e.g. {what} width=64")
-        out[key.strip().replace("-", "_")] = yaml.safe_load(raw) if raw.strip() else ""
+            raise ConfigError(f"{what} {short_repr(item)} is not KEY=VALUE, e.g. {what} width=64")
+        name = key.strip().replace("-", "_")
+        out[name] = safe_yaml.loads(raw, f"{what} {name}=...") if raw.strip() else ""
     return out
 
 
@@ -156,7 +178,7 @@ def _type_name(hint: Any) -> str:
 
 def _check_type(key: str, value: Any, hint: Any) -> Any:
     if not _matches(value, hint):
-        raise ConfigError(f"{key} must be {_type_name(hint)}, not {value!r}")
+        raise ConfigError(f"{key} must be {_type_name(hint)}, not {short_repr(value)}")
     if isinstance(value, int) and not isinstance(value, bool) and float in _members(hint) \
             and int not in _members(hint):
         return float(value)
@@ -170,7 +192,7 @@ def normalize_keys(raw: dict[Any, Any], source: str) -> dict[str, Any]:
     for key, value in raw.items():
         name = str(key).strip().replace("-", "_")
         if name not in valid:
-            raise ConfigError(f"unknown key {key!r} in {source}{did_you_mean(name, valid)}; "
+            raise ConfigError(f"unknown key {short_repr(key)} in {source}{did_you_mean(name, valid)}; "
                               f"valid keys: {', '.join(valid)}")
         out[name] = value
     return out
@@ -178,17 +200,7 @@ def normalize_keys(raw: dict[Any, Any], source: str) -> dict[str, Any]:
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
     """The mapping in a YAML config file, with keys checked; unreadable or invalid files raise ConfigError."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {str(path)!r}: {exc.strerror or exc}") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"config {str(path)!r} is not valid YAML{where}; fix it or drop --config") from None
+    raw = safe_yaml.read(path, "config")
     if raw is None:
         return {}
     if not isinstance(raw, dict):

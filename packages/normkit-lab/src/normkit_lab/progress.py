@@ -47,7 +47,7 @@ class PlainProgress(Progress):
     def start(self, total: int, done: int, epochs: int) -> None:
         self.total, self.done, self.epochs = total, done, epochs
         resumed = f", {done} already finished" if done else ""
-        self._say(f"compare: {total} runs{resumed}")
+        self._say(f"compare: {total} run{'' if total == 1 else 's'}{resumed}")
 
     def epoch_end(self, norm: str, seed: int, record: EpochRecord) -> None:
         where = f"[{self.done + 1}/{self.total}] {norm} seed {seed}"
@@ -58,6 +58,9 @@ class PlainProgress(Progress):
     def run_end(self, result: RunResult) -> None:
         self.done += 1
         final = _acc(result.epochs[-1].val_acc) if result.epochs else "-"
+        if result.status == "failed":
+            self._say(f"[{self.done}/{self.total}] {result.norm} seed {result.seed}: {result.error}")
+            return
         self._say(f"[{self.done}/{self.total}] {result.norm} seed {result.seed}: {result.status}, "
                   f"final val acc {final}")
 

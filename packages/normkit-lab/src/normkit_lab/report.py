@@ -7,7 +7,6 @@ the device. The same (norm, seed) in two directories is an error: it would count
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 from collections.abc import Sequence
@@ -17,13 +16,13 @@ from typing import Any
 
 import yaml
 
-from normkit_lab import plots
+from normkit_lab import plots, safe_yaml
 from normkit_lab.config import RUNTIME_KEYS
 from normkit_lab.diagnostics.report import write_report as write_diagnostics_files
 from normkit_lab.errors import ConfigError
 from normkit_lab.metrics import DEFAULT_METRIC, margin_of, metric_named, select_of
 from normkit_lab.report_html import render_html
-from normkit_lab.results import ENVIRONMENT_FILE, ResultsDir, atomic_write_text, rows_to_runs
+from normkit_lab.results import ResultsDir, atomic_write_text, rows_to_runs
 from normkit_lab.summary import Run, Summary, cell_key, runs_from_results, runs_from_rows, summarize
 from normkit_lab.training import RunResult
 
@@ -57,12 +56,12 @@ class Results:
 
 
 def read_config(store: ResultsDir) -> dict[str, Any]:
-    try:
-        raw = yaml.safe_load(store.config_path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read {str(store.config_path)!r}: {exc}") from None
-    if not isinstance(raw, dict) or not isinstance(raw.get("norms"), list):
-        raise ConfigError(f"{str(store.config_path)!r} is not a config written by `normkit compare`")
+    raw = safe_yaml.read(store.config_path, "config")
+    norms = raw.get("norms") if isinstance(raw, dict) else None
+    if not (isinstance(norms, list) and norms and all(isinstance(n, str) for n in norms)
+            and isinstance(raw.get("baseline"), (str, type(None)))):
+        raise ConfigError(f"{str(store.config_path)!r} is not a config written by `normkit compare` (it needs "
+                          f"norms, a list of specs, and a baseline spec or null)")
     return raw
 
 
@@ -127,12 +126,6 @@ def _title(results: Results) -> str:
             f"{', '.join(results.norms)} against {results.baseline}")
 
 
-def _environment(store: ResultsDir) -> Any:
-    path = store.path / ENVIRONMENT_FILE
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
 
 
 def write_summary(store: ResultsDir, results: Results, figures: bool = False) -> Summary:
@@ -148,7 +141,7 @@ def write_summary(store: ResultsDir, results: Results, figures: bool = False) ->
     else:
         note = "" if plots.available() else f"No figures: {plots.PLOTS_HINT}."
     page = render_html(summary, title=_title(results), figures=drawn, figures_note=note, config=results.config,
-                       command=command_line(), environment=_environment(store),
+                       command=command_line(), environment=store.environment(),
                        sources=[str(s) for s in results.sources if s != store.path])
     atomic_write_text(store.path / REPORT_HTML, page)
     return summary
@@ -161,11 +154,7 @@ def write_diagnostics(store: ResultsDir, results: Results) -> list[Path]:
 
 def merge_into(results: Results, out: str | Path | None) -> ResultsDir:
     """A new results directory holding the merged config and runs, and each source's environment."""
-    environments = {}
-    for source in results.sources:
-        env_path = source / ENVIRONMENT_FILE
-        env = json.loads(env_path.read_text(encoding="utf-8")) if env_path.is_file() else None
-        environments[str(source)] = env
+    environments = {str(source): ResultsDir.open(source).environment() for source in results.sources}
     config = {**results.config, "norms": results.norms, "baseline": results.baseline,
               "seeds": sorted({r.seed for r in results.runs})}
     store = ResultsDir.create(out, yaml.safe_dump(config, sort_keys=False), {"merged_from": environments},

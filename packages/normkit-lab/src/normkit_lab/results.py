@@ -8,7 +8,12 @@
 Every file is written atomically (temporary file + os.replace). A run's rows are appended to
 runs.jsonl in one write followed by fsync once the run has finished, so an interrupted comparison
 keeps exactly its finished runs. A run that diverged before its first epoch ended still gets
-one row, with `epoch` null, so resume knows it finished.
+one row, with `epoch` null, so resume knows it finished; so does a run that failed (status
+"failed", its one-line `error`), which resume runs again (a later attempt replaces it).
+
+Reading is strict: every row must pass `check_row` (one schema), and a symlink in the directory
+is refused, so a tampered directory gives one line naming the file and line, never a traceback,
+and nothing is written through a link to elsewhere.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from normkit_lab.errors import ConfigError
+from normkit_lab.errors import ConfigError, short_repr
 from normkit_lab.training import EpochRecord, RunResult
 
 CONFIG_FILE = "config.yaml"
@@ -34,6 +39,7 @@ RUNS_FILE = "runs.jsonl"
 SUMMARY_CSV = "summary.csv"
 SUMMARY_JSON = "summary.json"
 ENVIRONMENT_FILE = "environment.json"
+STATUSES = ("ok", "diverged", "failed")
 
 
 @contextlib.contextmanager
@@ -83,8 +89,9 @@ def new_results_dir(out: str | Path | None, kind: str = "compare") -> Path:
             except FileExistsError:
                 suffix += 1
                 candidate = base.with_name(f"{base.name}-{suffix}")
-    except OSError as exc:
-        raise ConfigError(f"cannot create results directory {str(candidate)!r}: {exc.strerror or exc}; "
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        raise ConfigError(f"cannot create results directory {str(candidate)!r}: "
+                          f"{getattr(exc, 'strerror', None) or exc}; "
                           f"choose another --out") from None
 
 
@@ -95,6 +102,8 @@ def epoch_fields() -> list[str]:
 def run_rows(result: RunResult, env: dict[str, Any]) -> list[dict[str, Any]]:
     """The runs.jsonl rows of one finished run (the last carries the callbacks' extras, if any)."""
     head = {"norm": result.norm, "seed": result.seed, "status": result.status, "params": result.params}
+    if result.error is not None:
+        head["error"] = result.error
     records = [dataclasses.asdict(r) for r in result.epochs] or [dict.fromkeys(epoch_fields())]
     rows = [{**head, **record, **env} for record in records]
     if result.extras:
@@ -102,22 +111,94 @@ def run_rows(result: RunResult, env: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def rows_to_runs(rows: Iterable[dict[str, Any]]) -> list[RunResult]:
-    """Group runs.jsonl rows back into RunResults, in the order runs finished."""
-    fields = epoch_fields()
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+_MEASURED = ("train_loss", "train_acc", "val_loss", "val_acc")  # every finished epoch has these
+
+
+def _row_problem(row: Any) -> str | None:
+    """Why `row` is not a runs.jsonl row (None when it is one)."""
+    if not isinstance(row, dict):
+        return f"is a JSON {type(row).__name__}, not an object"
+    missing = [key for key in ("norm", "seed", "status", "epoch", "params") if key not in row]
+    if missing:
+        return f"lacks {', '.join(missing)}"
+    checks = [
+        ("norm", isinstance(row["norm"], str) and bool(row["norm"]), "a spec text"),
+        ("seed", _is_int(row["seed"]) and row["seed"] >= 0, "an integer >= 0"),
+        ("status", row["status"] in STATUSES, f"one of {', '.join(STATUSES)}"),
+        ("epoch", row["epoch"] is None or (_is_int(row["epoch"]) and row["epoch"] >= 0), "null or an integer >= 0"),
+        ("params", row["params"] is None or (_is_int(row["params"]) and row["params"] >= 0),
+         "null or an integer >= 0"),
+        ("error", row.get("error") is None or isinstance(row["error"], str), "null or a text"),
+        ("extras", row.get("extras") is None or (isinstance(row["extras"], dict)
+                                                 and all(isinstance(v, dict) for v in row["extras"].values())),
+         "null or an object of objects (one per callback)"),
+        *((key, row.get(key) is None or _is_number(row[key]), "null or a number")
+          for key in epoch_fields() if key != "epoch"),
+    ]
+    for key, ok, expected in checks:
+        if not ok:
+            return f"has {key} {short_repr(row.get(key), 40)}; it must be {expected}"
+    if row["status"] == "failed" and not isinstance(row.get("error"), str):
+        return "has status failed but no error text"
+    if row["epoch"] is not None:
+        missing = [key for key in _MEASURED if not _is_number(row.get(key))]
+        if missing:
+            return f"is an epoch row without {', '.join(missing)}"
+    return None
+
+
+def check_row(row: Any, where: str) -> dict[str, Any]:
+    """`row` when it is a valid runs.jsonl row; else one ConfigError naming `where` (file:line)."""
+    problem = _row_problem(row)
+    if problem is not None:
+        raise ConfigError(f"{where} {problem}; the file was edited or damaged, so fix or remove that line")
+    return row
+
+
+def _latest_attempts(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """Rows grouped by (norm, seed), keeping each key's latest attempt (a retried failure is replaced)."""
     grouped: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for row in rows:
-        grouped.setdefault((row["norm"], row["seed"]), []).append(row)
+        key = (row["norm"], row["seed"])
+        group = grouped.setdefault(key, [])
+        if group and (group[-1]["status"] == "failed" or row["status"] == "failed"):
+            group.clear()  # a failed attempt is one row; the next attempt starts afresh
+        group.append(row)
+    return grouped
+
+
+def rows_to_runs(rows: Iterable[dict[str, Any]]) -> list[RunResult]:
+    """Group runs.jsonl rows back into RunResults, in the order runs first appeared."""
+    fields = epoch_fields()
     runs = []
-    for (norm, seed), group in grouped.items():
+    for (norm, seed), group in _latest_attempts(rows).items():
         epochs = [EpochRecord(**{k: row.get(k) for k in fields})
                   for row in group if row.get("epoch") is not None]
         extras: dict[str, Any] = {}
         for row in group:
             extras.update(row.get("extras") or {})
         runs.append(RunResult(norm=norm, seed=seed, status=group[-1]["status"], epochs=epochs,
-                              params=group[-1]["params"], extras=extras))
+                              params=group[-1]["params"], extras=extras, error=group[-1].get("error")))
     return runs
+
+
+def refuse_symlinks(path: Path) -> None:
+    """Refuse a results directory that is, or holds, a symbolic link (writes must stay inside it)."""
+    if path.is_symlink():
+        raise ConfigError(f"{str(path)!r} is a symbolic link; give the results directory's real path "
+                          f"({str(path.resolve())!r}) so every write stays inside it")
+    links = sorted(p for p in path.iterdir() if p.is_symlink()) if path.is_dir() else []
+    if links:
+        raise ConfigError(f"{str(links[0])!r} is a symbolic link; a results directory holds only its own "
+                          f"files, so replace the link with the file or directory itself")
 
 
 class ResultsDir:
@@ -137,6 +218,7 @@ class ResultsDir:
     @classmethod
     def open(cls, path: str | Path) -> ResultsDir:
         path = Path(path)
+        refuse_symlinks(path)
         if not (path / CONFIG_FILE).is_file():
             what = "does not exist" if not path.exists() else f"has no {CONFIG_FILE}"
             raise ConfigError(f"{str(path)!r} {what}; give a directory written by `normkit compare`")
@@ -147,7 +229,27 @@ class ResultsDir:
         return self.path / CONFIG_FILE
 
     def write_environment(self, environment: dict[str, Any]) -> None:
+        refuse_symlinks(self.path)
         atomic_write_text(self.path / ENVIRONMENT_FILE, json_text(environment))
+
+    def environment(self) -> dict[str, Any] | None:
+        """environment.json as a mapping (None when absent); a damaged file raises one ConfigError."""
+        path = self.path / ENVIRONMENT_FILE
+        if not path.is_file():
+            return None
+        try:
+            env = json.loads(path.read_bytes().decode("utf-8"))
+        except UnicodeDecodeError:
+            raise ConfigError(f"{str(path)!r} is not UTF-8 text (binary data?); restore it or delete it") from None
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{str(path)!r} line {exc.lineno} is not valid JSON ({exc.msg}); restore it "
+                              f"or delete it") from None
+        except RecursionError:
+            raise ConfigError(f"{str(path)!r} nests too deeply; restore it or delete it") from None
+        if not isinstance(env, dict):
+            raise ConfigError(f"{str(path)!r} holds a JSON {type(env).__name__}, not an object; restore it "
+                              f"or delete it")
+        return env
 
     def append_run(self, result: RunResult, env: dict[str, Any]) -> None:
         """Append a finished run's rows in one write, then flush and fsync."""
@@ -155,9 +257,11 @@ class ResultsDir:
 
     def append_rows(self, rows: list[dict[str, Any]]) -> None:
         runs_path = self.path / RUNS_FILE
+        refuse_symlinks(self.path)
         self._drop_torn_tail(runs_path)
         text = "".join(json.dumps(_finite(row)) + "\n" for row in rows)
-        with runs_path.open("a", encoding="utf-8") as f:
+        fd = os.open(runs_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -173,29 +277,39 @@ class ResultsDir:
                 f.truncate(data.rfind(b"\n") + 1)
 
     def rows(self) -> list[dict[str, Any]]:
-        """Every complete row of runs.jsonl (a torn last line is ignored)."""
+        """Every complete row of runs.jsonl, each checked by `check_row` (a torn last line is ignored)."""
         path = self.path / RUNS_FILE
+        refuse_symlinks(self.path)
         if not path.exists():
             return []
         rows = []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(keepends=True), 1):
-            if not line.endswith("\n"):
+        for number, line in enumerate(path.read_bytes().splitlines(keepends=True), 1):
+            if not line.endswith(b"\n"):
                 break
+            where = f"{path!s}:{number}"
             try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                raise ConfigError(f"{path!s}:{number} is not a JSON row; the file was edited or "
+                text = line.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ConfigError(f"{where} is not UTF-8 text (binary data?); the file was edited or "
                                   f"damaged, so fix or remove that line") from None
+            try:
+                row = json.loads(text)
+            except (json.JSONDecodeError, RecursionError):
+                raise ConfigError(f"{where} is not a JSON row; the file was edited or "
+                                  f"damaged, so fix or remove that line") from None
+            rows.append(check_row(row, where))
         return rows
 
     def runs(self) -> list[RunResult]:
         return rows_to_runs(self.rows())
 
     def finished(self) -> set[tuple[str, int]]:
-        return {(run.norm, run.seed) for run in self.runs()}
+        """(norm, seed) of runs that ended ok or diverged; failed runs are not finished (resume retries them)."""
+        return {(run.norm, run.seed) for run in self.runs() if run.status != "failed"}
 
     def write_summary(self, rows: list[dict[str, Any]]) -> None:
         """summary.json (list of per-norm rows) and summary.csv (same rows, flat)."""
+        refuse_symlinks(self.path)
         atomic_write_text(self.path / SUMMARY_JSON, json_text(rows))
         atomic_write_text(self.path / SUMMARY_CSV, csv_text(rows))
 

@@ -29,7 +29,8 @@ from torch.utils.data import DataLoader
 import normkit
 from normkit_lab.datasets import DatasetBundle, dataset_params, load_dataset
 from normkit_lab.device import cpu_threads, peak_memory_mb, reset_peak_memory, resolve_device, synchronize
-from normkit_lab.errors import ConfigError
+from normkit_lab.errors import ConfigError, one_line, short_repr
+from normkit_lab.limits import MAX_BATCH_SIZE, MAX_CPU_THREADS, MAX_EPOCHS, MAX_MODEL_PARAMS, MAX_NUM_WORKERS
 from normkit_lab.models import build_model, model_params
 from normkit_lab.schedule import SCHEDULES, lr_factor
 
@@ -113,15 +114,18 @@ class EpochRecord:
 
 @dataclass
 class RunResult:
-    """One run: status "ok" or "diverged" (non-finite loss; `epochs` then holds the finished epochs
-    and extras["diverged_at"] the epoch and step), parameter count, callbacks' results by name."""
+    """One run: status "ok", "diverged" (non-finite loss; `epochs` then holds the finished epochs
+    and extras["diverged_at"] the epoch and step) or "failed" (an exception while building or
+    training; `error` holds its one line, `epochs` is empty), parameter count (None when the
+    model was never built), callbacks' results by name."""
 
     norm: str
     seed: int
     status: str
     epochs: list[EpochRecord]
-    params: int
+    params: int | None
     extras: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
 
 
 class Callback(Protocol):
@@ -153,15 +157,15 @@ def _is_number(v: Any) -> bool:
 
 
 def _check_numbers(cfg: TrainConfig) -> None:
-    def at_least(v: Any, low: int) -> bool:
-        return _is_int(v) and v >= low
+    def at_least(v: Any, low: int, high: int | None = None) -> bool:
+        return _is_int(v) and v >= low and (high is None or v <= high)
 
     def within(v: Any, low: float, high: float) -> bool:
         return _is_number(v) and low <= v < high
 
     checks = [
-        ("epochs", at_least(cfg.epochs, 1), "an integer >= 1"),
-        ("batch_size", at_least(cfg.batch_size, 1), "an integer >= 1"),
+        ("epochs", at_least(cfg.epochs, 1, MAX_EPOCHS), f"an integer in [1, {MAX_EPOCHS:,}]"),
+        ("batch_size", at_least(cfg.batch_size, 1, MAX_BATCH_SIZE), f"an integer in [1, {MAX_BATCH_SIZE:,}]"),
         ("optimizer", cfg.optimizer in OPTIMIZERS, f"one of {', '.join(OPTIMIZERS)}"),
         ("lr", cfg.lr is None or (_is_number(cfg.lr) and cfg.lr > 0), "a number > 0"),
         ("momentum", within(cfg.momentum, 0, 1), "in [0, 1)"),
@@ -170,19 +174,20 @@ def _check_numbers(cfg: TrainConfig) -> None:
         ("schedule", cfg.schedule in SCHEDULES, f"one of {', '.join(SCHEDULES)}"),
         ("warmup_epochs", at_least(cfg.warmup_epochs, 0) and cfg.warmup_epochs <= cfg.epochs,
          f"an integer in [0, epochs={cfg.epochs}]"),
-        ("step_size", at_least(cfg.step_size, 1), "an integer >= 1"),
+        ("step_size", at_least(cfg.step_size, 1, MAX_EPOCHS), f"an integer in [1, {MAX_EPOCHS:,}]"),
         ("gamma", _is_number(cfg.gamma) and 0 < cfg.gamma <= 1, "in (0, 1]"),
         ("label_smoothing", within(cfg.label_smoothing, 0, 1), "in [0, 1)"),
-        ("num_workers", at_least(cfg.num_workers, 0), "an integer >= 0"),
-        ("cpu_threads", cfg.cpu_threads is None or at_least(cfg.cpu_threads, 1),
-         "an integer >= 1 (or unset)"),
+        ("num_workers", at_least(cfg.num_workers, 0, MAX_NUM_WORKERS), f"an integer in [0, {MAX_NUM_WORKERS}]"),
+        ("cpu_threads", cfg.cpu_threads is None or at_least(cfg.cpu_threads, 1, MAX_CPU_THREADS),
+         f"an integer in [1, {MAX_CPU_THREADS}] (or unset)"),
+        *((key, isinstance(getattr(cfg, key), str), "a name") for key in ("model", "dataset")),
         *((key, isinstance(getattr(cfg, key), bool), "true or false")
           for key in ("download", "augment", "amp", "channels_last", "compile")),
         *((key, isinstance(getattr(cfg, key), dict), "a mapping of name to value")
           for key in ("model_params", "dataset_params")),
     ]
     for key, ok, expected in checks:
-        _require(ok, f"{key} must be {expected}, got {getattr(cfg, key)!r}")
+        _require(ok, f"{key} must be {expected}, got {short_repr(getattr(cfg, key))}")
 
 
 def _check_device(cfg: TrainConfig) -> torch.device:
@@ -227,23 +232,51 @@ def _build(cfg: TrainConfig, norm: str, data: DatasetBundle) -> nn.Module:
                        image_size=data.image_size, **cfg.model_params)
 
 
+def _check_size(cfg: TrainConfig, norms: list[str], data: DatasetBundle) -> None:
+    """Refuse a model over MAX_MODEL_PARAMS, counted on the meta device (no memory).
+
+    Built with norm `none` where installed (the model's own size), else with the first norm. A
+    model that cannot be built this way is left to the hosting check, which names the reason.
+    """
+    probe = "none" if any(e["name"] == "none" for e in normkit.available()) else norms[0]
+    try:
+        with torch.device("meta"):
+            model = _build(cfg, probe, data)
+    except Exception:  # noqa: BLE001 - reported by _check_hosting, or at run time as a failed run
+        return
+    count = sum(p.numel() for p in model.parameters())
+    _require(count <= MAX_MODEL_PARAMS,
+             f"model {cfg.model!r} with {cfg.model_params or 'its defaults'} would have {count:,} parameters; "
+             f"at most {MAX_MODEL_PARAMS:,} (see Limits in docs/experiments.md); use a smaller width or depth")
+
+
 def _check_hosting(cfg: TrainConfig, norm: str, data: DatasetBundle) -> None:
-    """Build the model once for `norm` (without memory on the meta device where the norm allows)."""
+    """Build the model once for `norm` (without memory on the meta device where the norm allows).
+
+    A NormkitError (a norm the model cannot host, a bad parameter) stops the comparison here;
+    any other exception is a bug of the norm and is recorded as that norm's failed runs instead.
+    """
     try:
         with torch.device("meta"):
             _build(cfg, norm, data)
     except normkit.NormkitError:
         raise
-    except Exception:  # some plugin computes constants at init, which needs real tensors
-        _build(cfg, norm, data)
+    except Exception:  # noqa: BLE001 - some plugin computes constants at init, which needs real tensors
+        try:
+            _build(cfg, norm, data)
+        except normkit.NormkitError:
+            raise
+        except Exception:  # noqa: BLE001 - recorded as a failed run by `train_or_fail`
+            return
 
 
 def check_config(cfg: TrainConfig, norms: list[str]) -> None:
     """Validate a configuration and norms before any training; raises one-line NormkitErrors.
 
-    Checks numbers and choices, the device (and that amp/channels_last have CUDA), that the
-    model, dataset and every norm exist with valid parameters, that the dataset is on disk
-    (DatasetMissing otherwise), and that the model can host every norm.
+    Checks numbers, choices and limits, the device (and that amp/channels_last have CUDA), that
+    the model, dataset and every norm exist with valid parameters, that the dataset is on disk
+    (DatasetMissing otherwise), that the model's size is within MAX_MODEL_PARAMS and that it can
+    host every norm.
     """
     _check_numbers(cfg)
     _check_device(cfg)
@@ -253,8 +286,28 @@ def check_config(cfg: TrainConfig, norms: list[str]) -> None:
         normkit.parse(norm)
     model_params(cfg.model, cfg.model_params)
     data = _dataset(cfg)
+    _check_size(cfg, list(norms), data)
     for norm in norms:
         _check_hosting(cfg, norm, data)
+
+
+# -- failure handling ---------------------------------------------------------------------------
+
+
+def failure_line(norm: str, exc: BaseException) -> str:
+    """One line naming the norm and the error, e.g. "gn+pn failed: RuntimeError: shape mismatch"."""
+    text = one_line(str(exc)) or "(no message)"
+    kind = "" if isinstance(exc, normkit.NormkitError) else f"{type(exc).__name__}: "
+    return one_line(f"{norm} failed: {kind}{text}")
+
+
+def failed_run(norm: str, seed: int, exc: Exception) -> RunResult:
+    """The result of a run whose norm raised while building or training (status "failed").
+
+    Recording it, instead of stopping, lets the comparison's other runs go on; resume retries it.
+    """
+    return RunResult(norm=normkit.parse(norm).text, seed=seed, status="failed", epochs=[], params=None,
+                     error=failure_line(norm, exc))
 
 
 # -- training -------------------------------------------------------------------------------

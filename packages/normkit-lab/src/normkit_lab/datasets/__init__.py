@@ -3,7 +3,7 @@
     from normkit_lab.datasets import load_dataset
     data = load_dataset("digits")              # offline default
     data = load_dataset("cifar10", data_dir="~/data", download=True)
-    data = load_dataset("/path/to/folder")     # any directory: an ImageFolder
+    data = load_dataset("./my-images")         # a path (./, /, ~/ or with a /): an ImageFolder
 """
 
 from __future__ import annotations
@@ -13,12 +13,14 @@ from collections.abc import Callable
 from typing import Any
 
 from normkit import plugins
-from normkit.errors import SpecError, did_you_mean
+from normkit.errors import SpecError
 from normkit_lab.datasets.bundle import DatasetBundle, DatasetContext
 from normkit_lab.datasets.digits import digits
 from normkit_lab.datasets.fake import fake
 from normkit_lab.datasets.folder import image_folder
 from normkit_lab.datasets.torchvision_sets import torchvision_loader
+from normkit_lab.errors import one_line
+from normkit_lab.item_params import typed_params
 
 __all__ = ["DatasetBundle", "DatasetContext", "dataset_params", "load_dataset", "register_builtin_datasets"]
 
@@ -45,25 +47,44 @@ def register_builtin_datasets(register: Callable[..., Any]) -> None:
                  citation=citation, summary=f"torchvision {name} (needs --data-dir; --download to fetch)")
 
 
+def is_path_form(name: str) -> bool:
+    """True when `name` is written as a path (`./x`, `../x`, `/abs`, `~/x`, or holding a `/`).
+
+    Only path forms load image folders; a bare name always means a registered dataset, so a
+    directory called `digits` in the working directory never shadows the built-in `digits`.
+    """
+    return name.startswith(("~", ".")) or "/" in name or os.sep in name
+
+
 def is_folder(name: str) -> bool:
-    """True when `name` is an existing directory (loaded as an ImageFolder)."""
-    return os.path.isdir(os.path.expanduser(name))
+    """True when `name` is in path form (see `is_path_form`); it must then be an existing directory."""
+    if not is_path_form(name):
+        return False
+    path = os.path.expanduser(name)
+    if not os.path.isdir(path):
+        what = "is not a directory" if os.path.exists(path) else "does not exist"
+        raise SpecError(f"dataset path {name!r} {what}; give an image folder (one sub-directory per "
+                        f"class) or a dataset name from `normkit list`")
+    return True
+
+
+def _registered(name: str) -> Any:
+    """The registry entry of dataset `name`, with a hint when a same-named directory exists."""
+    try:
+        return plugins.registry().lookup_item("dataset", name)
+    except SpecError as exc:
+        if os.path.isdir(name):
+            raise SpecError(f"{one_line(str(exc))}; to load the directory {name!r} as an image folder, "
+                            f"write it as a path: ./{name}") from None
+        raise
 
 
 def dataset_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
     """Type-check `params` against the dataset's declared parameters; unknown keys raise SpecError."""
     if is_folder(name):
-        entry_name, declared = name, {p.name: p for p in _folder_params()}
-    else:
-        entry = plugins.registry().lookup_item("dataset", name)
-        entry_name, declared = entry.name, {p.name: p for p in entry.params}
-    typed = {}
-    for key, value in params.items():
-        if key not in declared:
-            raise SpecError(f"dataset {entry_name!r} has no parameter {key!r}{did_you_mean(key, declared)};"
-                            f" valid: {', '.join(declared) or 'none'}")
-        typed[key] = declared[key].coerce(value, f"dataset {entry_name!r}")
-    return typed
+        return typed_params(f"dataset {name!r}", _folder_params(), params)
+    entry = _registered(name)
+    return typed_params(f"dataset {entry.name!r}", entry.params, params)
 
 
 def _folder_params() -> tuple[Any, ...]:
@@ -74,7 +95,7 @@ def _folder_params() -> tuple[Any, ...]:
 
 def load_dataset(name: str, *, data_dir: str | None = None, download: bool = False, seed: int = 0,
                  **params: Any) -> DatasetBundle:
-    """Load a registered dataset, or an existing directory as an ImageFolder.
+    """Load a registered dataset by name, or a directory written as a path as an ImageFolder.
 
     Raises normkit_lab.errors.DatasetMissing when the data is not on disk (nothing is downloaded
     unless `download=True`) and normkit.SpecError for an unknown name or bad parameters.
@@ -83,5 +104,5 @@ def load_dataset(name: str, *, data_dir: str | None = None, download: bool = Fal
     ctx = DatasetContext(data_dir, download, seed)
     if is_folder(name):
         return image_folder(os.path.expanduser(name), ctx, **typed)
-    entry = plugins.registry().lookup_item("dataset", name)
+    entry = _registered(name)
     return entry.factory(ctx, **typed)

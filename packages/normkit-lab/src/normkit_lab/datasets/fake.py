@@ -7,6 +7,7 @@ import torch
 from normkit.errors import SpecError
 from normkit_lab.datasets.bundle import DatasetBundle, DatasetContext
 from normkit_lab.datasets.tensors import MIN_AUGMENT_SIZE, ImageTensors, channel_stats
+from normkit_lab.limits import MAX_DATASET_BYTES, MAX_DATASET_SIZE, MAX_IMAGE_SIZE
 
 
 def _materialize(size: int, shape: tuple[int, int, int], num_classes: int, offset: int):
@@ -28,6 +29,15 @@ def fake(ctx: DatasetContext, size: int = 256, image_size: int = 32, num_classes
         raise SpecError(f"fake: need size >= 2, image_size >= 1, num_classes >= 2, channels 1 or 3; "
                         f"got size={size}, image_size={image_size}, num_classes={num_classes}, "
                         f"channels={channels}")
+    if image_size > MAX_IMAGE_SIZE or size > MAX_DATASET_SIZE or num_classes > MAX_DATASET_SIZE:
+        raise SpecError(f"fake: need image_size <= {MAX_IMAGE_SIZE}, size <= {MAX_DATASET_SIZE:,} and "
+                        f"num_classes <= {MAX_DATASET_SIZE:,}; got image_size={image_size}, size={size}, "
+                        f"num_classes={num_classes} (see Limits in docs/experiments.md)")
+    nbytes = size * 5 // 4 * channels * image_size**2
+    if nbytes > MAX_DATASET_BYTES:
+        raise SpecError(f"fake: {size:,} images of {channels}x{image_size}x{image_size} need "
+                        f"{nbytes / 2**30:.1f} GiB; at most {MAX_DATASET_BYTES / 2**30:.0f} GiB "
+                        f"(lower size or image_size)")
     if augment and image_size < MIN_AUGMENT_SIZE:
         raise SpecError(f"fake: augmentation needs images of at least {MIN_AUGMENT_SIZE} px, "
                         f"got {image_size}")

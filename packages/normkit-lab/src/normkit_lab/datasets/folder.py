@@ -17,6 +17,7 @@ from torch.utils.data import Dataset
 from normkit.errors import SpecError
 from normkit_lab.datasets.bundle import DatasetBundle, DatasetContext
 from normkit_lab.datasets.tensors import MIN_AUGMENT_SIZE, random_crop_flip
+from normkit_lab.limits import MAX_IMAGE_SIZE
 
 SPLIT_SEED = 0
 
@@ -58,8 +59,8 @@ def _image_folder(path: str) -> Any:
 def image_folder(path: str, ctx: DatasetContext, image_size: int = 32, val_fraction: float = 0.2,
                  augment: bool = False) -> DatasetBundle:
     """Load directory `path` as an ImageFolder dataset."""
-    if image_size < 1:
-        raise SpecError(f"{path}: image_size must be >= 1, got {image_size}")
+    if not 1 <= image_size <= MAX_IMAGE_SIZE:
+        raise SpecError(f"{path}: image_size must be in [1, {MAX_IMAGE_SIZE}], got {image_size}")
     if augment and image_size < MIN_AUGMENT_SIZE:
         raise SpecError(f"{path}: augmentation needs images of at least {MIN_AUGMENT_SIZE} px, "
                         f"got {image_size}")

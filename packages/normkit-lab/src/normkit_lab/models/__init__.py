@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +14,7 @@ from torch import nn
 
 import normkit
 from normkit import plugins
-from normkit.errors import did_you_mean
+from normkit_lab.item_params import typed_params
 from normkit_lab.models import preact_resnet, resnet, small_cnn, torchvision_models, vit
 from normkit_lab.models.context import MissingActivation, ModelContext, NormHostError
 
@@ -24,10 +25,24 @@ _PREACT_HINT = ("use 'preact-resnet18', 'preact-resnet34' or 'wrn', where every 
                 "activation")
 
 
+def _defaults(factory: Callable[..., Any]) -> dict[str, Any]:
+    """A factory's parameter defaults: model summaries are built from them, so `normkit list` never
+    disagrees with what the factory builds."""
+    return {name: p.default for name, p in inspect.signature(factory).parameters.items()
+            if p.default is not inspect.Parameter.empty}
+
+
+def _vit_shape(factory: Callable[..., Any]) -> str:
+    d = _defaults(factory)
+    return (f"patch {d['patch']}, {d['depth']} layers, {d['heads']} heads, width {d['width']}, "
+            f"MLP {d['mlp_width']}")
+
+
 def register_builtin_models(register: Callable[..., Any]) -> None:
     """Register the lab's models (called from the `normkit_register_models` hook)."""
     register("small-cnn", small_cnn.small_cnn, skip=1, citation="",
-             summary="3 conv-norm-ReLU blocks for tiny images (8x8 digits); seconds per epoch on CPU")
+             summary=f"{_defaults(small_cnn.small_cnn)['depth']} conv-norm-ReLU blocks for tiny images (8x8 digits); "
+                     "seconds per epoch on CPU")
     register("resnet18", resnet.resnet18, skip=1, citation=resnet.CITATION, host_hint=_PREACT_HINT,
              summary="CIFAR-style ResNet-18 (3x3 stem, norm in the downsample shortcut)")
     register("resnet34", resnet.resnet34, skip=1, citation=resnet.CITATION, host_hint=_PREACT_HINT,
@@ -38,13 +53,14 @@ def register_builtin_models(register: Callable[..., Any]) -> None:
              summary="pre-activation ResNet-34 (v2): every activation follows a norm; hosts gn+pn")
     register("wrn", preact_resnet.wide_resnet, skip=1, aliases=("wide-resnet",),
              citation=preact_resnet.WRN_CITATION,
-             summary="pre-activation WideResNet-depth-width (default WRN-28-2)")
+             summary="pre-activation WideResNet-depth-width (default WRN-{depth}-{width})".format(
+                 **_defaults(preact_resnet.wide_resnet)))
     register("vit", vit.vit, skip=1, citation=vit.CITATION,
              host_hint="its norms feed attention and linear layers; use a norm without post-activation steps",
-             summary="pre-norm ViT (patch 4, 8 layers, 8 heads, width 768, MLP 2304 as in the paper)")
+             summary=f"pre-norm ViT ({_vit_shape(vit.vit)} as in the paper)")
     register("vit-small", vit.vit_small, skip=1, citation=vit.CITATION,
              host_hint="its norms feed attention and linear layers; use a norm without post-activation steps",
-             summary="CPU-sized ViT (patch 2, 2 layers, 4 heads, width 64, MLP 128)")
+             summary=f"CPU-sized ViT ({_vit_shape(vit.vit_small)})")
     register("tv-resnet18", torchvision_models.tv_resnet18, skip=1, citation=torchvision_models.CITATION,
              host_hint=_PREACT_HINT, summary="torchvision resnet18, norms swapped by normkit.convert")
     register("tv-resnet50", torchvision_models.tv_resnet50, skip=1, citation=torchvision_models.CITATION,
@@ -54,14 +70,7 @@ def register_builtin_models(register: Callable[..., Any]) -> None:
 def model_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
     """Type-check `params` against the model's declared parameters; unknown keys raise SpecError."""
     entry = plugins.registry().lookup_item("model", name)
-    declared = {p.name: p for p in entry.params}
-    typed = {}
-    for key, value in params.items():
-        if key not in declared:
-            raise normkit.SpecError(f"model {entry.name!r} has no parameter {key!r}"
-                                    f"{did_you_mean(key, declared)}; valid: {', '.join(declared) or 'none'}")
-        typed[key] = declared[key].coerce(value, f"model {entry.name!r}")
-    return typed
+    return typed_params(f"model {entry.name!r}", entry.params, params)
 
 
 def build_model(name: str, norm: str, *, num_classes: int, in_channels: int, image_size: int,

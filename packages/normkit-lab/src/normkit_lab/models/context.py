@@ -44,6 +44,14 @@ class ModelContext:
         return any(part.entry.kind == "post_activation" and param in {p.name for p in part.entry.params}
                    for part in self.spec().stages)
 
+    def require_downsampling(self, model: str, halvings: int) -> None:
+        """Refuse images too small for a model that halves the resolution `halvings` times."""
+        need = 2**halvings
+        if self.image_size < need:
+            raise normkit.SpecError(f"{model} downsamples its input by {need}, so it needs images of at "
+                                    f"least {need}x{need} px, got {self.image_size}; use larger images "
+                                    f"(e.g. --dataset-param image_size=32) or a smaller model")
+
     def norm_layer(self, channels: int, *, activation: str | None = None, channel_dim: int = 1,
                    **overrides: Any) -> nn.Module:
         """The norm for `channels` channels; `activation` is the one that directly follows it.

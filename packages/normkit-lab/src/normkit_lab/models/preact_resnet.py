@@ -9,6 +9,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from normkit.errors import SpecError
+from normkit_lab.limits import MAX_MODEL_DEPTH
 from normkit_lab.models.blocks import ClassifierHead, conv1x1, conv3x3, final_norm_act
 from normkit_lab.models.context import ModelContext
 
@@ -63,6 +64,7 @@ def preact_resnet18(ctx: ModelContext, width: int = 64) -> nn.Module:
     """Pre-activation ResNet-18; `width` is the stem width (64 as in ResNet-18)."""
     if width < 1:
         raise SpecError(f"preact-resnet18: width must be >= 1, got {width}")
+    ctx.require_downsampling("preact-resnet18", 3)
     return PreActResNet(ctx, (2, 2, 2, 2), _widths(width), width)
 
 
@@ -70,14 +72,17 @@ def preact_resnet34(ctx: ModelContext, width: int = 64) -> nn.Module:
     """Pre-activation ResNet-34; `width` is the stem width (64 as in ResNet-34)."""
     if width < 1:
         raise SpecError(f"preact-resnet34: width must be >= 1, got {width}")
+    ctx.require_downsampling("preact-resnet34", 3)
     return PreActResNet(ctx, (3, 4, 6, 3), _widths(width), width)
 
 
 def wide_resnet(ctx: ModelContext, depth: int = 16, width: int = 4) -> nn.Module:
     """WideResNet-depth-width (pre-activation): 3 stages of (depth-4)/6 blocks, 16k/32k/64k channels."""
-    if depth < 10 or (depth - 4) % 6:
-        raise SpecError(f"wrn: depth must be 6n+4 with n >= 1 (10, 16, 22, 28, ...), got {depth}")
+    if depth < 10 or (depth - 4) % 6 or depth > MAX_MODEL_DEPTH:
+        raise SpecError(f"wrn: depth must be 6n+4 with n >= 1 (10, 16, 22, 28, ...) and at most "
+                        f"{MAX_MODEL_DEPTH}, got {depth}")
     if width < 1:
         raise SpecError(f"wrn: width (widening factor) must be >= 1, got {width}")
+    ctx.require_downsampling("wrn", 2)
     n = (depth - 4) // 6
     return PreActResNet(ctx, (n, n, n), (16 * width, 32 * width, 64 * width), 16)

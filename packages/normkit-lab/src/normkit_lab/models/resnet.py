@@ -60,10 +60,12 @@ def _check_width(name: str, width: int) -> None:
 def resnet18(ctx: ModelContext, width: int = 64) -> nn.Module:
     """ResNet-18 for small images; `width` is the stem width (64 in the paper)."""
     _check_width("resnet18", width)
+    ctx.require_downsampling("resnet18", 3)
     return ResNet(ctx, (2, 2, 2, 2), width)
 
 
 def resnet34(ctx: ModelContext, width: int = 64) -> nn.Module:
     """ResNet-34 for small images; `width` is the stem width (64 in the paper)."""
     _check_width("resnet34", width)
+    ctx.require_downsampling("resnet34", 3)
     return ResNet(ctx, (3, 4, 6, 3), width)

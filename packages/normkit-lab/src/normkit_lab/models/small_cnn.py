@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from normkit.errors import SpecError
+from normkit_lab.limits import MAX_MODEL_DEPTH
 from normkit_lab.models.blocks import ClassifierHead, conv3x3, conv_norm_act, final_norm_act
 from normkit_lab.models.context import ModelContext
 
@@ -37,6 +38,8 @@ class SmallCNN(nn.Module):
 
 def small_cnn(ctx: ModelContext, width: int = 32, depth: int = 3) -> nn.Module:
     """A small conv net for tiny images (8x8 digits) that trains in about a second per epoch on CPU."""
-    if width < 1 or depth < 1:
-        raise SpecError(f"small-cnn: width and depth must be >= 1, got width={width}, depth={depth}")
+    if width < 1 or not 1 <= depth <= MAX_MODEL_DEPTH:
+        raise SpecError(f"small-cnn: need width >= 1 and depth in [1, {MAX_MODEL_DEPTH}], got width={width}, "
+                        f"depth={depth}")
+    ctx.require_downsampling("small-cnn", 1 if depth > 1 else 0)
     return SmallCNN(ctx, width, depth)

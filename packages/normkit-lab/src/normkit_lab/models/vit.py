@@ -11,6 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from normkit.errors import SpecError
+from normkit_lab.limits import MAX_MODEL_DEPTH
 from normkit_lab.models.context import ModelContext
 
 CITATION = ("Dosovitskiy et al., An Image is Worth 16x16 Words: Transformers for Image Recognition at "
@@ -75,6 +76,8 @@ def vit(ctx: ModelContext, patch: int = 4, depth: int = 8, heads: int = 8, width
                        ("mlp_width", mlp_width)):
         if value < 1:
             raise SpecError(f"vit: {key} must be >= 1, got {value}")
+    if depth > MAX_MODEL_DEPTH:
+        raise SpecError(f"vit: depth must be at most {MAX_MODEL_DEPTH}, got {depth}")
     if ctx.image_size % patch:
         raise SpecError(f"vit: patch={patch} does not divide the image size {ctx.image_size}; "
                         f"choose a patch that divides it")

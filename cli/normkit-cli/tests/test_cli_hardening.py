@@ -1,0 +1,363 @@
+"""Everything a user can throw at the CLI gets one `error:` line, exit 2, no traceback, and leaves
+the working and results directories untouched; tracebacks only when asked for."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import normkit
+from normkit.stages import Step
+from normkit.testing import temporary_plugin
+from normkit_cli.app import app
+from normkit_cli.text import plural
+from normkit_lab.config import build_config, save_yaml
+from normkit_lab.results import ResultsDir, run_rows
+from normkit_lab.training import EpochRecord, RunResult
+
+runner = CliRunner()
+BOMB = "norms: [bn]\na: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n" for i in range(8))
+
+
+def tree_hash(root: Path) -> str:
+    """A hash of every path (links included, not followed) and file content under `root`."""
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        h.update(str(path.relative_to(root)).encode())
+        if path.is_symlink():
+            h.update(b"->" + os.readlink(path).encode())
+        elif path.is_file():
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def assert_one_line_error(result, *needles: str) -> None:
+    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.output + result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+BAD_COMPARE = [
+    (["--lr", "nan"], "lr must be"),
+    (["--lr", "inf"], "lr must be"),
+    (["--momentum", "nan"], "momentum must be"),
+    (["--gamma", "inf"], "gamma must be"),
+    (["--weight-decay", "-inf"], "weight_decay must be"),
+    (["--label-smoothing", "nan"], "label_smoothing must be"),
+    (["--seeds", "10000000000"], "at most 1,000"),
+    (["--seeds", "4294967296"], "at most 1,000"),
+    (["--seeds", "0,4294967296"], "above 4294967295"),
+    (["--epochs", "100000000"], "epochs must be an integer in [1, 10,000]"),
+    (["--batch-size", "100000000"], "batch_size must be"),
+    (["--model-param", "width=[1"], "--model-param width=... is not valid YAML"),
+    (["--model-param", "width={a: [}"], "is not valid YAML"),
+    (["--model-param", "width=.nan"], "not finite"),
+    (["--model-param", "width=.inf"], "not finite"),
+    (["--model-param", "width=1000000"], "parameters; at most"),
+    (["--model-param", "depth=100000"], "depth in [1, 1000]"),
+    (["--model-param", "width=99999999999999"], "beyond"),
+    (["--dataset", "fake", "--dataset-param", "image_size=1"], "at least 2x2"),
+    (["--dataset", "fake", "--dataset-param", "size=1000000000"], "size <= 1,000,000"),
+    (["--dataset", "fake", "--dataset-param", "image_size=.nan"], "not finite"),
+    (["--dataset", "./no-such-folder"], "does not exist"),
+    (["--config", "{tmp}/nan.yaml"], "lr must be"),
+    (["--config", "{tmp}/bomb.yaml"], "YAML values"),
+    (["--config", "{tmp}/binary.yaml"], "not UTF-8"),
+    (["--config", "{tmp}/multiline.yaml"], "not valid YAML"),
+]
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "nan.yaml").write_text("norms: [bn]\nlr: .nan\n")
+    (tmp_path / "bomb.yaml").write_text(BOMB)
+    (tmp_path / "binary.yaml").write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00")
+    (tmp_path / "multiline.yaml").write_text("norms: [bn\n  epochs: {\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize(("args", "needle"), BAD_COMPARE, ids=[" ".join(a) for a, _ in BAD_COMPARE])
+def test_bad_compare_input_is_one_line_and_writes_nothing(workdir, args, needle):
+    before = tree_hash(workdir)
+    args = [a.replace("{tmp}", str(workdir)) for a in args]
+    result = runner.invoke(app, ["compare", "--norms", "bn", *args, "--out", str(workdir / "out")])
+    assert_one_line_error(result, needle)
+    assert tree_hash(workdir) == before
+
+
+# -- tampered results directories ---------------------------------------------------------------
+
+RECORD = EpochRecord(0, 1.0, 0.5, 0.9, 0.6, None, 0.5, 100.0, 10.0, 0.1)
+ENV = {"host": "h", "torch_version": "2", "device": "cpu"}
+
+
+def results_dir(root: Path) -> Path:
+    cfg = build_config({"norms": "bn,ln", "seeds": "2", "epochs": 1, "model_params": {"depth": 2}})
+    store = ResultsDir.create(root / "res", save_yaml(cfg), {"python": "3"})
+    for norm in ("bn", "ln"):
+        store.append_run(RunResult(norm, 0, "ok", [RECORD], 10), ENV)
+    return store.path
+
+
+def _append(text: bytes):
+    def tamper(d: Path) -> None:
+        with (d / "runs.jsonl").open("ab") as f:
+            f.write(text)
+    return tamper
+
+
+def _replace(name: str, data: bytes):
+    def tamper(d: Path) -> None:
+        (d / name).write_bytes(data)
+    return tamper
+
+
+def _dangling_link(d: Path) -> None:
+    (d / "runs.jsonl").unlink()
+    os.symlink(d.parent / "elsewhere.jsonl", d / "runs.jsonl")
+
+
+TAMPERED = {
+    "row not an object": (_append(b"[1, 2, 3]\n"), "runs.jsonl:3 is a JSON list"),
+    "row lacks keys": (_append(b'{"norm": "bn", "seed": 1}\n'), "runs.jsonl:3 lacks"),
+    "row wrong type": (_append(json.dumps({**run_rows(RunResult("bn", 1, "ok", [RECORD], 10), ENV)[0],
+                                           "val_acc": "high"}).encode() + b"\n"), "has val_acc 'high'"),
+    "row binary": (_append(b"\x00\xff\xfe\x89\n"), "runs.jsonl:3 is not UTF-8"),
+    "row not json": (_append(b"{oops\n"), "runs.jsonl:3 is not a JSON row"),
+    "config not yaml": (_replace("config.yaml", b"norms: [bn\n"), "config.yaml"),
+    "config binary": (_replace("config.yaml", b"\xff\xd8\xff\xe0binary"), "not UTF-8"),
+    "config bomb": (_replace("config.yaml", BOMB.encode()), "YAML values"),
+    "dangling runs.jsonl link": (_dangling_link, "is a symbolic link"),
+}
+
+
+@pytest.mark.parametrize("command", ["report", "resume"])
+@pytest.mark.parametrize("case", list(TAMPERED))
+def test_tampered_results_directory_is_one_line_and_untouched(tmp_path, monkeypatch, command, case):
+    monkeypatch.chdir(tmp_path)
+    d = results_dir(tmp_path)
+    tamper, needle = TAMPERED[case]
+    tamper(d)
+    before = tree_hash(tmp_path)
+    args = ["report", str(d)] if command == "report" else ["compare", "--resume", str(d)]
+    result = runner.invoke(app, args)
+    assert_one_line_error(result, needle)
+    assert tree_hash(tmp_path) == before
+    assert not (tmp_path / "elsewhere.jsonl").exists()
+
+
+@pytest.mark.parametrize("env_text", [b"{broken", b"[1]", b"\xff\xfe"])
+def test_broken_environment_json_in_a_merge_is_one_line(tmp_path, monkeypatch, env_text):
+    monkeypatch.chdir(tmp_path)
+    a = results_dir(tmp_path / "a")
+    (a / "environment.json").write_bytes(env_text)
+    b = results_dir(tmp_path / "b")
+    rows = [json.loads(line) for line in (b / "runs.jsonl").read_text().splitlines()]
+    (b / "runs.jsonl").write_text("".join(json.dumps({**r, "seed": 1}) + "\n" for r in rows))
+    before = tree_hash(tmp_path)
+    result = runner.invoke(app, ["report", str(a), str(b), "--out", str(tmp_path / "merged")])
+    assert_one_line_error(result, "environment.json")
+    assert tree_hash(tmp_path) == before
+
+
+# -- tracebacks on request, unexpected errors -------------------------------------------------
+
+
+def test_traceback_env_and_flag_show_the_real_exception(workdir, monkeypatch):
+    monkeypatch.setenv("NORMKIT_TRACEBACK", "0")  # restored (to unset) after the test, whatever --traceback sets
+    result = runner.invoke(app, ["compare", "--norms", "nosuchnorm"])
+    assert_one_line_error(result, "unknown norm")
+    result = runner.invoke(app, ["--traceback", "compare", "--norms", "nosuchnorm"])
+    assert type(result.exception).__name__ == "SpecError"
+    monkeypatch.setenv("NORMKIT_TRACEBACK", "1")
+    result = runner.invoke(app, ["show", "nosuchnorm"])
+    assert type(result.exception).__name__ == "SpecError"
+
+
+def test_an_unexpected_error_is_one_line_exit_1_naming_the_debug_switch(monkeypatch):
+    import normkit
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("boom\nsecond line")
+
+    monkeypatch.delenv("NORMKIT_TRACEBACK", raising=False)
+    monkeypatch.setattr(normkit, "parse", broken)
+    result = runner.invoke(app, ["show", "bn"])
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines() == [
+        "error: unexpected ZeroDivisionError: boom second line (a bug; rerun with NORMKIT_TRACEBACK=1 for "
+        "the traceback and report it)"]
+
+
+# -- help and polish ------------------------------------------------------------------------------
+
+
+def test_bare_diagnose_prints_help_instead_of_training(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["diagnose"])
+    assert "Usage: " in result.output and "--random-net" in result.output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_norms_is_marked_required_in_compare_help():
+    result = runner.invoke(app, ["compare", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0 and "Required: norm specs" in result.output
+
+
+@pytest.mark.parametrize(("n", "text"), [(0, "0 epochs"), (1, "1 epoch"), (2, "2 epochs"), (21, "21 epochs")])
+def test_plural(n, text):
+    assert plural(n, "epoch") == text
+
+
+def test_report_table_respects_columns(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    d = results_dir(tmp_path)
+    cfg = yaml.safe_load((d / "config.yaml").read_text())
+    assert cfg["epochs"] == 1
+    for columns in ("60", "200"):
+        result = runner.invoke(app, ["report", str(d)], env={"COLUMNS": columns})
+        assert result.exit_code == 0, result.output
+        assert "1 epoch:" in result.output
+        table = [line for line in result.stdout.splitlines() if line.startswith(" bn") or line.startswith("bn")]
+        assert table and all(len(line) <= int(columns) for line in table)
+    assert "(too narrow for" in runner.invoke(app, ["report", str(d)], env={"COLUMNS": "60"}).output
+
+
+# -- a norm that raises: recorded as failed, the others run on, resume retries it ---------------
+
+
+class Explode:
+    """A step that raises on the first training forward while `broken` is set (a plugin bug)."""
+
+    broken = True
+
+
+class ExplodingStep(Step):
+    name = "explode"
+
+    def forward(self, x, groups, layer):
+        if Explode.broken and not x.is_meta:
+            raise RuntimeError("explode: shapes (3, 4) and\n(5, 6) cannot be multiplied")
+        return x
+
+
+def exploding_step(ctx) -> ExplodingStep:
+    return ExplodingStep()
+
+
+class ExplodePlugin:
+    @normkit.hookimpl
+    def normkit_register_stages(self, register):
+        register("explode", exploding_step, kind="step", position="after", summary="raises (tests)")
+
+
+def test_a_failing_norm_is_recorded_shown_and_retried_on_resume(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CI", "1")
+    out = tmp_path / "cmp"
+    with temporary_plugin(ExplodePlugin(), "explode-test"):
+        Explode.broken = True
+        result = runner.invoke(app, ["compare", "--norms", "bn,bn+explode", "--epochs", "1", "--seeds", "2",
+                                     "--model-param", "depth=2", "--model-param", "width=4", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        rows = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+        failed = [r for r in rows if r["status"] == "failed"]
+        assert [(r["norm"], r["seed"], r["epoch"]) for r in failed] == [("bn+explode", 0, None),
+                                                                         ("bn+explode", 1, None)]
+        assert failed[0]["error"].startswith("bn+explode failed: RuntimeError: explode: shapes (3, 4) and (5, 6)")
+        assert sum(r["status"] == "ok" for r in rows) == 2
+        summary = {r["norm"]: r for r in json.loads((out / "summary.json").read_text())}
+        assert (summary["bn+explode"]["failed"], summary["bn"]["failed"]) == (2, 0)
+        assert "failed" in result.stdout
+        assert "2 runs failed (first: bn+explode failed:" in result.stderr
+        assert f"normkit compare --resume {out}" in result.stderr
+
+        Explode.broken = False
+        result = runner.invoke(app, ["compare", "--resume", str(out)])
+        assert result.exit_code == 0, result.output
+        assert "failed (first" not in result.stderr
+        summary = {r["norm"]: r for r in json.loads((out / "summary.json").read_text())}
+        assert (summary["bn+explode"]["failed"], summary["bn+explode"]["ok"]) == (0, 2)
+        assert len((out / "runs.jsonl").read_text().splitlines()) == 6  # failed rows kept as history
+
+
+# -- usage-level bounds of the other commands, through the real entry point -----------------------
+
+
+def run_main(argv, monkeypatch, capsys) -> tuple[int, str, str]:
+    from normkit_cli.app import main
+
+    monkeypatch.setattr("sys.argv", ["normkit", *argv])
+    with pytest.raises(SystemExit) as info:
+        main()
+    captured = capsys.readouterr()
+    return info.value.code, captured.out, captured.err
+
+
+BAD_OTHER = [
+    (["show", "bn", "--channels", "10000000000"], "--channels"),
+    (["show", "bn", "--channels", "0"], "--channels"),
+    (["bench", "--repeats", "100000000"], "--repeats"),
+    (["diagnose", "--random-net", "--depth", "1000000"], "--depth"),
+    (["diagnose", "--random-net", "--batch", "4096", "--width", "4096", "--image-size", "1024"], "1 GiB"),
+    (["diagnose", "--norms", "bn", "--seed", "-1"], "--seed"),
+    (["diagnose", "--norms", "bn", "--epochs", "10000000"], "--epochs"),
+    (["diagnose", "--norms", "bn", "--model-param", "width=[1"], "is not valid YAML"),
+    (["compare", "--norms", "bn", "--epochs", "lots"], "--epochs"),
+    (["compare", "--norms", "bn", "--no-such-option"], "No such option"),
+]
+
+
+@pytest.mark.parametrize(("argv", "needle"), BAD_OTHER, ids=[" ".join(a) for a, _ in BAD_OTHER])
+def test_bad_values_of_other_commands_are_one_line(tmp_path, monkeypatch, capsys, argv, needle):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("NORMKIT_TRACEBACK", raising=False)
+    code, out, err = run_main(argv, monkeypatch, capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], err
+    assert "Traceback" not in out + err and list(tmp_path.iterdir()) == []
+
+
+def test_resumed_config_with_non_finite_values_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    d = results_dir(tmp_path)
+    text = (d / "config.yaml").read_text().replace("momentum: 0.9", "momentum: .nan")
+    (d / "config.yaml").write_text(text)
+    before = tree_hash(tmp_path)
+    assert_one_line_error(runner.invoke(app, ["compare", "--resume", str(d)]), "momentum must be")
+    assert tree_hash(tmp_path) == before
+
+
+@pytest.mark.parametrize("argv", [["list"], ["show", "gn(groups=8)+pn"], ["plugins"]])
+@pytest.mark.parametrize("columns", [60, 100])
+def test_tables_respect_columns(argv, columns):
+    result = runner.invoke(app, argv, env={"COLUMNS": str(columns)})
+    assert result.exit_code == 0, result.output
+    assert max(len(line) for line in result.stdout.splitlines()) <= columns
+
+
+def test_sigterm_in_any_command_exits_143(monkeypatch):
+    import signal
+    import time
+
+    import normkit
+
+    def killed(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+
+    monkeypatch.delenv("NORMKIT_TRACEBACK", raising=False)
+    monkeypatch.setattr(normkit, "parse", killed)
+    result = runner.invoke(app, ["show", "bn"])
+    assert result.exit_code == 143 and result.stderr.strip() == "interrupted"

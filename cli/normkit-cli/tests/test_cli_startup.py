@@ -1,0 +1,87 @@
+"""Start-up and process behaviour, through real processes: help without torch, help printed once,
+option defaults that agree with the lab, and SIGTERM handled like Ctrl-C in `normkit compare`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from normkit_cli import defaults
+from normkit_lab import config
+
+NORMKIT = [sys.executable, "-c", "from normkit_cli.app import main; main()"]
+COMMANDS = ["compare", "report", "list", "plugins", "show", "bench", "diagnose"]
+
+
+def test_cli_defaults_agree_with_the_lab():
+    assert defaults.DEFAULTS == config.defaults()
+    assert defaults.RUNTIME_KEYS == config.RUNTIME_KEYS
+    from normkit_lab import metrics
+
+    assert defaults.METRIC_NAMES == tuple(metrics.METRICS)
+    assert (defaults.DEFAULT_METRIC, defaults.SELECTS) == (metrics.DEFAULT_METRIC, metrics.SELECTS)
+
+
+def test_help_of_every_command_loads_neither_torch_nor_the_lab():
+    code = ("import sys\nfrom typer.testing import CliRunner\nfrom normkit_cli.app import app\n"
+            f"for cmd in [[], *([c] for c in {COMMANDS!r})]:\n"
+            "    r = CliRunner().invoke(app, [*cmd, '--help'])\n"
+            "    assert r.exit_code == 0 and 'Usage' in r.output, (cmd, r.output)\n"
+            "heavy = ('torch', 'normkit', 'normkit_lab.training', 'normkit_lab.config', 'scipy', 'matplotlib')\n"
+            "heavy = sorted(m for m in heavy if m in sys.modules)\n"
+            "print(heavy)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_bare_normkit_prints_its_help_once():
+    out = subprocess.run(NORMKIT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and (out.stdout + out.stderr).count("Usage:") == 1
+
+
+def test_usage_errors_are_one_line():
+    out = subprocess.run([*NORMKIT, "compare", "--epochs", "many"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "'normkit compare --help'" in lines[0]
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143),
+                                           pytest.param(signal.SIGINT, 130, marks=pytest.mark.slow)])
+def test_a_signal_keeps_finished_runs_and_prints_the_resume_hint(tmp_path, sig, code):
+    out = tmp_path / "cmp"
+    env = {**os.environ, "CI": "1"}
+    proc = subprocess.Popen([*NORMKIT, "compare", "--norms", "bn", "--epochs", "1", "--seeds", "200",
+                             "--model-param", "depth=2", "--model-param", "width=4", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    runs = out / "runs.jsonl"
+    deadline = time.monotonic() + 120
+    while not (runs.exists() and runs.read_text()) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == code, (stdout, stderr)
+    assert f"continue with: normkit compare --resume {out}" in stderr and "Traceback" not in stderr
+    rows = [json.loads(line) for line in runs.read_text().splitlines()]
+    assert rows and all(r["status"] == "ok" for r in rows)
+    assert runs.read_text().endswith("\n")
+    assert Path(out / "config.yaml").is_file()
+
+
+def test_sigterm_inside_the_block_raises_terminated_and_the_old_handler_returns():
+    from normkit_cli.errors import Terminated, interrupted_code, sigterm_as_interrupt
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Terminated) as info, sigterm_as_interrupt():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the signal arrives before this ends
+    assert isinstance(info.value, KeyboardInterrupt) and interrupted_code(info.value) == 143
+    assert interrupted_code(KeyboardInterrupt()) == 130
+    assert signal.getsignal(signal.SIGTERM) == before
