@@ -119,7 +119,7 @@ def test_damaged_row_is_a_one_line_error(results_dir):
     with (results_dir / "runs.jsonl").open("a") as f:
         f.write('{"seed": 1}\n')
     result = invoke("report", results_dir)
-    assert result.exit_code == 2 and "has no norm or seed" in result.output
+    assert result.exit_code == 2 and "runs.jsonl:" in result.output and "lacks norm" in result.output
 
 
 # -- a real comparison rendered in a real browser ------------------------------------------------------

@@ -112,8 +112,8 @@ def test_a_failing_norm_is_recorded_and_the_others_run_on(cfg, tmp_path, monkeyp
     failed = [r for r in results.runs if r.status == "failed"]
     assert sorted((r.norm, r.seed) for r in failed) == [("ln", 0), ("ln", 1), ("ln", 2)]
     assert all(r.error.startswith(f"ln failed: {type(exc).__name__}") and "\n" not in r.error for r in failed)
-    bn, ln = results.summaries()
-    assert (bn.final_acc.n, bn.failed, ln.failed, ln.final_acc.n) == (3, 0, 3, 0)
+    bn, ln = results.summary().rows
+    assert (bn.primary.n, bn.failed, ln.failed, ln.primary.n) == (3, 0, 3, 0)
     rows = [r for r in store.rows() if r["norm"] == "ln"]
     assert len(rows) == 3 and all(r["epoch"] is None and r["status"] == "failed" for r in rows)
     assert "[2/6] ln seed 0: ln failed:" in capsys.readouterr().out
@@ -128,7 +128,7 @@ def test_resume_retries_failed_runs_only(cfg, tmp_path, monkeypatch):
     results = compare.run_compare(*compare.open_store(store.path))
     assert fixed.calls == [("ln", 0), ("ln", 1), ("ln", 2)]
     assert {r.status for r in results.runs} == {"ok"} and len(results.runs) == 6
-    assert [s.failed for s in results.summaries()] == [0, 0]
+    assert [s.failed for s in results.summary().rows] == [0, 0]
 
 
 def test_ctrl_c_is_not_a_failed_run(cfg, tmp_path, monkeypatch):

@@ -182,7 +182,7 @@ def report_cmd(
     from normkit_lab.report import load_results, merge_into
 
     if margin is not None and not (margin > 0 and margin != float("inf")):
-        raise fail(f"--margin must be a finite number > 0 in the metric's unit, not {margin!r}")
+        raise fail(f"--margin must be > 0 (a finite number in the metric's unit), not {margin!r}")
     results = load_results(dirs, baseline, metric)
     overrides = {k: v for k, v in (("margin", margin), ("select", select)) if v is not None}
     results.config = {**results.config, **overrides}
