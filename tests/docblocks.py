@@ -36,7 +36,7 @@ FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<lang>[^\
 MARKER = re.compile(r"^\s*<!--\s*doctest:\s*(?P<body>.*?)\s*-->\s*$")
 CI_OPEN = re.compile(r"^\s*<!--\s*ci:(?P<name>[\w-]+)\s*-->\s*$")
 CI_CLOSE = re.compile(r"^\s*<!--\s*/ci:(?P<name>[\w-]+)\s*-->\s*$")
-MARKER_WORDS = ("skip", "slow", "file", "output", "exit", "timeout")
+MARKER_WORDS = ("skip", "slow", "file", "copy-of", "output", "exit", "timeout")
 COMMAND_TIMEOUT_S = 300
 
 
@@ -55,6 +55,7 @@ class Block:
     skip: str | None = None
     slow: bool = False
     file: str | None = None
+    copy_of: str | None = None              # a repository file this block shows verbatim
     output_marker: bool = False
     exit_status: int | None = None
     timeout: int | None = None
@@ -87,6 +88,8 @@ def _apply_marker(block_markers: dict, body: str, where: str, errors: list[str])
         block_markers["output_marker"] = True
     elif word == "file" and re.fullmatch(r"[\w.\-/]+", rest) and not rest.startswith(("/", "..")):
         block_markers["file"] = rest
+    elif word == "copy-of" and re.fullmatch(r"[\w.\-/]+", rest) and not rest.startswith(("/", "..")):
+        block_markers["copy_of"] = rest
     elif word == "exit" and rest.isdigit():
         block_markers["exit_status"] = int(rest)
     elif word == "timeout" and rest.isdigit():
@@ -176,8 +179,9 @@ def _check(blocks: list[Block]) -> None:
         elif block.lang in CONSOLE and not block.is_output and not console_commands(block.text):
             block.errors.append(f"{block.where}: console block without a '$ ' command that is not the output of "
                                 "the block before it; tag a message shown as an example `text`")
-        if block.file and block.lang not in DATA and block.lang not in TEXT and block.lang not in PYTHON:
-            block.errors.append(f"{block.where}: 'doctest: file' applies to yaml, toml, json, python or text blocks")
+        if (block.file or block.copy_of) and block.lang not in {*DATA, *TEXT, *PYTHON}:
+            block.errors.append(f"{block.where}: 'doctest: file' and 'copy-of' apply to python, yaml, toml, json or "
+                                "text blocks")
 
 
 def collect(root: Path = REPO) -> list[Block]:
@@ -311,14 +315,16 @@ def run_python(block: Block, state: FileState) -> None:
     out = io.StringIO()
     previous = Path.cwd()
     os.chdir(state.cwd)
+    sys.path.insert(0, str(state.cwd))
     try:
         with contextlib.redirect_stdout(out):
             exec(code, state.namespace)
     except Exception as exc:
-        trace = "".join(traceback.format_exception(exc))
+        trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next))
         raise BlockFailed(f"{block.where}: python block raised {type(exc).__name__}: {exc}\n{trace}"
                           f"printed before:\n{out.getvalue()}") from None
     finally:
+        sys.path.remove(str(state.cwd))
         os.chdir(previous)
     if block.output and not matches(block.output.text, out.getvalue()):
         raise OutputDiffers(f"{block.where}: python block printed something else than shown "
@@ -376,10 +382,29 @@ def check_data(block: Block, state: FileState) -> None:
         raise BlockFailed(f"{block.where}: invalid {kind}: {exc}") from None
 
 
+def check_copy(block: Block) -> None:
+    """The block equals the repository file it shows; a first line that only names the file does not count."""
+    source = REPO / block.copy_of
+    if not source.is_file():
+        raise BlockFailed(f"{block.where}: 'doctest: copy-of {block.copy_of}': no such file in the repository")
+    shown = block.text
+    first, _, rest = shown.partition("\n")
+    if re.fullmatch(r"\s*(#|//)\s*\S+\s*", first) and first.strip().lstrip("#/ ").strip() in block.copy_of:
+        shown = rest
+    actual = source.read_text(encoding="utf-8")
+    if normalize(shown) != normalize(actual):
+        raise OutputDiffers(f"{block.where}: the block no longer equals {block.copy_of}; copy the file again:\n"
+                            + "\n".join(difflib.unified_diff(normalize(shown).splitlines(),
+                                                             normalize(actual).splitlines(),
+                                                             f"shown in {block.where}", block.copy_of, lineterm="")))
+
+
 def run_block(block: Block, state: FileState) -> None:
     """Run (or check) one block in its file's state; raise BlockFailed with file:line, what ran, and a diff."""
     if block.errors:
         raise ConventionBroken("\n".join(block.errors))
+    if block.copy_of:
+        check_copy(block)
     if block.file:
         target = state.cwd / block.file
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -396,7 +421,7 @@ def selected(block: Block) -> bool:
     """A block the runner executes as its own test item (output and plain text blocks are not)."""
     if block.errors:
         return True
-    return not block.is_output and (block.runnable or block.lang in DATA)
+    return not block.is_output and (block.runnable or block.lang in DATA or block.copy_of is not None)
 
 
 def run_in_order(blocks: list[Block], index: int, state: FileState) -> None:
