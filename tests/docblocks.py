@@ -458,15 +458,25 @@ OUTSIDE = re.compile(r"(?:\.\./)+shared\b|/work/(?:shared|main|wt)\b")
 EXTERNAL = re.compile(r"^(?:[a-z][a-z0-9+.-]*:|//)", re.IGNORECASE)
 
 
+def _outside_code(text: str) -> Iterator[tuple[int, str]]:
+    """(line number, line) of the lines of a Markdown text that are not inside a fenced block."""
+    fence: str | None = None
+    for number, line in enumerate(text.splitlines(), 1):
+        m = FENCE.match(line)
+        if fence is None and m:
+            fence = m.group("fence")
+        elif fence is not None and re.match(rf"^[ \t]*{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$", line):
+            fence = None
+        elif fence is None:
+            yield number, line
+
+
 def heading_anchors(text: str) -> set[str]:
     """GitHub's anchors for the headings of a Markdown text (lower case, punctuation dropped, spaces to -)."""
     anchors: set[str] = set()
     seen: dict[str, int] = {}
-    in_code = False
-    for line in text.splitlines():
-        if FENCE.match(line):
-            in_code = not in_code
-        if in_code or not (m := re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)):
+    for _, line in _outside_code(text):
+        if not (m := re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)):
             continue
         slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
         n = seen.get(slug, 0)
@@ -477,13 +487,7 @@ def heading_anchors(text: str) -> set[str]:
 
 def link_targets(text: str) -> Iterator[tuple[int, str]]:
     """(line, target) of every Markdown or HTML link outside code blocks."""
-    in_code = False
-    for number, line in enumerate(text.splitlines(), 1):
-        if FENCE.match(line):
-            in_code = not in_code
-            continue
-        if in_code:
-            continue
+    for number, line in _outside_code(text):
         prose = re.sub(r"`[^`]*`", "", line)      # code spans are not links
         for pattern in (INLINE_LINK, REFERENCE_LINK, HTML_LINK):
             for m in pattern.finditer(prose):
