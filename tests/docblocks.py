@@ -304,7 +304,7 @@ class FileState:
         (self.cwd / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
         self.namespace: dict = {"__name__": "__main__"}
         self.done: set[int] = set()
-        self.broken: dict[int, str] = {}     # line of a block that raised -> its message
+        self.broken: dict[int, str] = {}     # line of a Python block that raised -> its message
 
     def close(self) -> None:
         self._tmp.cleanup()
@@ -442,10 +442,11 @@ def _run_recorded(block: Block, k: int, state: FileState) -> None:
     state.done.add(k)
     try:
         run_block(block, state)
-    except (OutputDiffers, ConventionBroken):
-        raise
     except BlockFailed as exc:
-        state.broken[block.line] = str(exc)
+        # a Python block that raised leaves its namespace half-built, so later blocks of the page would
+        # fail for its sake; a failed command or a differing output leaves nothing later blocks trip on
+        if block.lang in PYTHON and not isinstance(exc, OutputDiffers | ConventionBroken):
+            state.broken[block.line] = str(exc)
         raise
 
 
