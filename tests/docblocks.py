@@ -307,6 +307,10 @@ class FileState:
         self.broken: dict[int, str] = {}     # line of a Python block that raised -> its message
 
     def close(self) -> None:
+        """Forget the modules the page's blocks imported from its directory, then delete the directory."""
+        for name, module in list(sys.modules.items()):
+            if str(getattr(module, "__file__", None) or "").startswith(str(self.cwd)):
+                del sys.modules[name]
         self._tmp.cleanup()
 
 

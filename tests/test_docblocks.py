@@ -82,6 +82,16 @@ def test_parse_finds_blocks_lines_languages_and_markers() -> None:
     assert not any(b.errors for b in blocks)
 
 
+def test_modules_written_by_a_page_are_forgotten_when_it_closes() -> None:
+    page = "<!-- doctest: file docmod_probe.py -->\n```python\nVALUE = 3\n```\n\n```python\nimport docmod_probe\n```\n"
+    blocks = docblocks.parse(page, "docs/page.md")
+    state = docblocks.FileState("docs/page.md")
+    docblocks.run_in_order(blocks, 1, state)
+    assert sys.modules["docmod_probe"].VALUE == 3
+    state.close()
+    assert "docmod_probe" not in sys.modules
+
+
 def test_console_commands_take_their_shown_output_and_continuations() -> None:
     commands = docblocks.console_commands("$ echo hi\nhi\n$ echo a \\\n    b\n$ true\n", first_line=10)
     assert [(c.line, c.text, c.expected) for c in commands] == [(11, "echo hi", "hi"), (13, "echo a b", None),
