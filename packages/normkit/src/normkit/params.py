@@ -8,6 +8,7 @@ separate schema.
 from __future__ import annotations
 
 import inspect
+import math
 import types
 import typing
 from collections.abc import Callable
@@ -33,13 +34,33 @@ class Param:
         return _type_name(self.type)
 
     def coerce(self, value: Any, owner: str) -> Any:
-        """Convert a parsed spec value (or a Python value) to this parameter's type."""
+        """Convert a parsed spec value (or a Python value) to this parameter's type.
+
+        A float that is NaN or infinite is refused for every parameter: no norm, stage, model
+        or dataset setting means anything at inf or nan, and `eps <= 0` style checks let NaN through.
+        """
+        if _non_finite(value):
+            raise SpecError(f"{owner}: parameter {self.name!r} must be a finite number, got {value!r}")
         ok, result = _coerce(value, self.type)
         if not ok:
             raise SpecError(
                 f"{owner}: parameter {self.name!r} expects {self.type_name}, got {value!r}"
             )
+        if _non_finite(result):
+            raise SpecError(f"{owner}: parameter {self.name!r} must be a finite number, got {value!r}")
         return result
+
+
+def _non_finite(value: Any) -> bool:
+    """True for float (or numpy/torch scalar) NaN and +-inf; False for everything else."""
+    if isinstance(value, bool) or isinstance(value, (str, type(None))):
+        return False
+    if isinstance(value, int):
+        return False
+    try:
+        return not math.isfinite(float(value))
+    except (TypeError, ValueError, OverflowError, RuntimeError):
+        return False
 
 
 def _type_name(tp: Any) -> str:
