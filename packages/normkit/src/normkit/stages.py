@@ -292,6 +292,8 @@ class Standardize(Step):
         if len(layer.steps) != 1:
             return None
         partition = layer.partition
+        if partition.kind in ("instance", "group") and _group_size(x, layer) < 2:
+            return None  # one value per group: torch's kernel refuses it; the generic path gives 0 + bias
         weight, bias = layer.recovery_params()
         tracks = partition.uses_batch and self.track_running_stats
         if partition.uses_batch and layer.training and x.numel() // layer.num_channels < 2:
@@ -303,6 +305,13 @@ class Standardize(Step):
             running_mean=layer.running_mean if tracks else None,
             running_var=layer.running_var if tracks else None,
             use_batch_stats=layer.training or not tracks, factor=factor)
+
+
+def _group_size(x: Tensor, layer: StepHost) -> int:
+    """Values per (sample, group) of an instance/group partition: C/groups times the spatial size."""
+    spatial = math.prod(x.shape[1:-1]) if layer.tokens else math.prod(x.shape[2:])
+    groups = layer.num_channels if layer.partition.kind == "instance" else layer.partition.groups
+    return layer.num_channels // groups * spatial
 
 
 class Centre(Step):
