@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 import normkit
+from normkit.hookspecs import RegisterNorm, RegisterStage
 from normkit.stages import BuildContext, Groups, Step
 
 
@@ -36,11 +37,11 @@ def softclip(ctx: BuildContext, limit: float = 3.0) -> SoftClip:
 
 
 @normkit.hookimpl
-def normkit_register_stages(register: Any) -> None:
+def normkit_register_stages(register: RegisterStage) -> None:
     register("softclip", softclip, kind="step", position="after",
              summary="smoothly clip standardized values to (-limit, limit)")
 
 
 @normkit.hookimpl
-def normkit_register_norms(register: Any) -> None:
+def normkit_register_norms(register: RegisterNorm) -> None:
     register("scbn", compose="bn+softclip", summary="batch norm with soft-clipped outputs")

@@ -44,7 +44,8 @@ class NormLayer(nn.Module):
         ctx = BuildContext(num_channels, channel_dim, self.partition, pipeline.activation)
         try:
             self.steps: list[Step] = [factory(ctx) for factory in pipeline.steps]
-        except SpecError as err:
+            post = pipeline.post(ctx) if pipeline.post else None
+        except SpecError as err:  # a step's own range check: say which spec it came from
             raise SpecError(f"{spec}: {err}" if spec and not str(err).startswith(spec) else str(err)) from None
         self.recovery = pipeline.recovery
         if self.recovery in ("affine", "gain"):
@@ -60,7 +61,7 @@ class NormLayer(nn.Module):
             step.setup(self)
         self.act = activation_module if activation_module is not None else nn.Identity()
         self.has_activation = pipeline.activation is not None
-        self.post: PostActivationStep | None = pipeline.post(ctx) if pipeline.post else None
+        self.post: PostActivationStep | None = post
         if self.post is not None:
             _check_step(self.post, spec, PostActivationStep)
             self.post.setup(self)

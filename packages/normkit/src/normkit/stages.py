@@ -8,6 +8,7 @@ recovery (NRR) is a per-channel affine or gain on `(N, C, S)`; an activation ste
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -196,6 +197,20 @@ class PostActivationStep(Step):
 
 
 StepFactory = Callable[[BuildContext], Step]
+
+
+def make_step(cls: type[Step], **kwargs: Any) -> StepFactory:
+    """A picklable step factory that builds `cls(**kwargs)` whatever the BuildContext.
+
+    Use it in pipelines instead of `lambda ctx: Standardize(eps)`: lambdas and closures do not
+    pickle. A factory that needs the context is a module-level function `f(ctx, ...)`, given its
+    arguments with `functools.partial(f, ...)`.
+    """
+    return functools.partial(_construct, cls, **kwargs)
+
+
+def _construct(cls: type[Step], ctx: BuildContext, **kwargs: Any) -> Step:
+    return cls(**kwargs)
 
 
 @dataclass
