@@ -116,9 +116,12 @@ def _fail(state: PluginState, info: PluginInfo, error: str, exc: BaseException, 
         raise PluginError(f"plugin {info.name!r} ({info.distribution}) {what}: {error}") from exc
 
 
-def _describe(exc: BaseException) -> str:
+def _describe(exc: BaseException, plugin: str) -> str:
+    """One line for a plugin's failure; a PluginError from `register` loses its repeated prefix."""
     if isinstance(exc, SystemExit):
         return f"SystemExit: the plugin called sys.exit({exc.code!r})"
+    if isinstance(exc, PluginError):
+        return first_line(exc).removeprefix("PluginError: ").removeprefix(f"plugin {plugin!r}: ")
     return first_line(exc)
 
 
@@ -152,7 +155,7 @@ def _collect(state: PluginState, plugin: Any, info: PluginInfo, started: float |
         state.registry.remove_plugin(info.name)
         if state.manager.is_registered(plugin):
             state.manager.unregister(plugin)
-        _fail(state, info, _describe(exc), exc, started)
+        _fail(state, info, _describe(exc, info.name), exc, started)
         return
     info.registered = [e.name for e in state.registry.entries if e.plugin == info.name]
     info.load_seconds = time.perf_counter() - started
@@ -187,7 +190,7 @@ def _load() -> PluginState:
                 plugin = ep.load()
             except BaseException as exc:
                 ctrl_c.check(exc)
-                _fail(state, info, _describe(exc), exc, started, "failed to import")
+                _fail(state, info, _describe(exc, info.name), exc, started, "failed to import")
                 continue
             _collect(state, plugin, info, started, ctrl_c=ctrl_c)
     return state

@@ -22,7 +22,7 @@ BUILD_ARGUMENTS = ("channel_dim",)
 
 def _owner(plugin: str, kind: str, name: Any) -> str:
     if not isinstance(name, str) or not name.strip():
-        raise PluginError(f"plugin {plugin!r} registers a {kind} with name {name!r}; names are non-empty strings")
+        raise PluginError(f"plugin {plugin!r}: a {kind} registered with name {name!r}; names are non-empty strings")
     return f"plugin {plugin!r}: {kind} {name!r}"
 
 
