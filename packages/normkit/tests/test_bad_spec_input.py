@@ -224,3 +224,8 @@ def test_normkit_errors_from_steps_pass_through_unwrapped() -> None:
     with pytest.raises(normkit.NormShapeError, match="needs more than 1 value per channel when training") as info:
         layer(torch.randn(1, 4))
     assert not isinstance(info.value, normkit.StepError)
+
+
+def test_check_norm_passes_a_bad_spec_through_as_spec_error() -> None:
+    with pytest.raises(normkit.SpecError, match="must be a finite number"):
+        check_norm("bn(eps=nan)", 8)

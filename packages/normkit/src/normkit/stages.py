@@ -288,6 +288,9 @@ class Standardize(Step):
                     groups.per_channel(layer.running_var.to(x.dtype)))
         if groups.count < 2 and layer.partition.uses_batch and layer.training:
             raise layer.shape_error("needs more than 1 value per channel when training")
+        if x.numel() == 0:  # an empty batch in eval: nothing to normalize (var_mean would warn)
+            zero = x.sum(dim=groups.dims, keepdim=True)
+            return zero, zero
         var, mean = torch.var_mean(x, dim=groups.dims, unbiased=False, keepdim=True)
         factor = self.update_factor(layer)
         if factor is not None:

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from normkit.build import build
 from normkit.errors import NormShapeError, first_line
 from normkit.plugins import temporary_plugin
+from normkit.spec import parse
 
 __all__ = ["CHECKS", "check_norm", "temporary_plugin"]
 
@@ -345,6 +346,7 @@ def check_norm(spec: str, num_channels: int = 8, *, channel_dim: int = 1, activa
     unknown = (set(skip) | set(only or ())) - set(CHECKS)
     if unknown:
         raise ValueError(f"unknown checks {sorted(unknown)}; known: {', '.join(CHECKS)}")
+    parse(spec)  # a spec that does not parse is the caller's SpecError, not a failed check
     case = _Case(spec, num_channels, channel_dim, activation, build_kwargs, shapes, gradcheck_overrides)
     for name, check in CHECKS.items():
         if name in skip or (only is not None and name not in only):
