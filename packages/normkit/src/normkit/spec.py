@@ -99,7 +99,8 @@ def route(key: str, value: Any, parts: list[tuple[Entry, dict[str, Any]]], owner
                         f"valid: {', '.join(valid) or 'none'}")
     for e, params in targets:
         if key not in params:
-            params[key] = {p.name: p for p in e.params}[key].coerce(value, e.name)
+            where = e.name if owner == repr(e.name) else f"{e.name} in {owner}"
+            params[key] = {p.name: p for p in e.params}[key].coerce(value, where)
 
 
 def _typed(entry: Entry, params: dict[str, Any]) -> dict[str, Any]:
