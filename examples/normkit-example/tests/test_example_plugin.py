@@ -7,7 +7,7 @@ import normkit
 from normkit.testing import check_norm
 
 
-@pytest.mark.parametrize("spec", ["scbn", "gn(groups=4)+softclip(limit=2)", "ln+softclip"])
+@pytest.mark.parametrize("spec", ["scbn", "gn(groups=4)+softclip(limit=2)", "ln+softclip", "scgn(groups=4)"])
 def test_conformance(spec: str) -> None:
     check_norm(spec, num_channels=8)
 
@@ -20,3 +20,9 @@ def test_values_are_bounded() -> None:
 def test_bad_limit() -> None:
     with pytest.raises(normkit.SpecError, match="limit must be > 0"):
         normkit.build("bn+softclip(limit=0)", 4)
+
+
+def test_scgn_is_gn_then_softclip() -> None:
+    x = torch.randn(4, 8, 3, 3) * 5
+    torch.testing.assert_close(normkit.build("scgn(groups=4,limit=2)", 8)(x),
+                               normkit.build("gn(groups=4)+softclip(limit=2)", 8)(x))

@@ -78,7 +78,7 @@ def post_plugin():
 
 def test_post_activation_step_brings_its_activation_and_owns_recovery(post_plugin) -> None:
     layer = normkit.build("gn(groups=2)+toy-post", 4)
-    assert layer.pipeline.activation == "relu" and isinstance(layer.act, nn.ReLU)
+    assert layer.activation_name == "relu" and isinstance(layer.act, nn.ReLU)
     assert layer.describe()["recovery"] == "none (affine moved into toy-post)"
     assert layer(torch.randn(2, 4, 3)).min() >= 0
     silu = normkit.build("gn(groups=2)+toy-post(act=silu)", 4)

@@ -120,9 +120,14 @@ def test_alias_parameters_reach_the_part_that_declares_them() -> None:
     assert normkit.parse("ibln-l(lam=3)").expanded() == "ln+ib-l(lam=3.0)"
 
 
-@pytest.mark.parametrize("spec", ["ln+ib-t(lam=0)", "bn+ib-s(lam=-1)", "ln+ib-l(lam=inf)"])
-def test_lam_must_be_positive_and_finite(spec: str) -> None:
-    with pytest.raises(normkit.SpecError, match="lam must be a positive finite number"):
+@pytest.mark.parametrize(("spec", "message"), [
+    ("ln+ib-t(lam=0)", "lam must be a positive finite number"),
+    ("bn+ib-s(lam=-1)", "lam must be a positive finite number"),
+    ("ln+ib-l(lam=inf)", "parameter 'lam' must be a finite number, got inf"),
+    ("ibn-t(lam=nan)", "parameter 'lam' must be a finite number, got nan"),
+])
+def test_lam_must_be_positive_and_finite(spec: str, message: str) -> None:
+    with pytest.raises(normkit.SpecError, match=message):
         normkit.build(spec, 8)
 
 

@@ -124,7 +124,10 @@ def test_affine_free_norm_uses_unit_gamma_and_zero_beta() -> None:
 
 @pytest.mark.parametrize("spec, fragment", [
     ("gn(groups=2)+pn(eps=0)", "eps must be a positive finite number"),
-    ("gn(groups=2)+pn(samples=1)", "samples must be >= 2"),
+    ("gn(groups=2)+pn(samples=1)", r"samples must be in \[2, 100000\]"),
+    ("gn(groups=2)+pn(samples=2000000000)", r"gn\(groups=2\)\+pn\(samples=2000000000\): pn: samples must be in"),
+    ("gn(groups=2)+pn(eps=nan)", "parameter 'eps' must be a finite number, got nan"),
+    ("gn(groups=2)+pn(eps=inf)", "parameter 'eps' must be a finite number, got inf"),
     ("gn+pn(act=nosuch)", "unknown norm or stage"),
 ])
 def test_bad_parameters_raise_spec_errors(spec: str, fragment: str) -> None:

@@ -10,7 +10,6 @@ from rich.console import Console
 from rich.table import Table
 
 from normkit_cli.errors import one_line_errors
-from normkit_lab.limits import MAX_CHANNELS
 
 # normkit (and so torch) is imported inside each command: `normkit --help` must not load it.
 
@@ -66,12 +65,15 @@ def plugins_cmd(
         typer.echo(json.dumps([vars(i) for i in infos], indent=2))
         return
     table = Table(title="normkit plugins")
-    for col in ("plugin", "distribution", "version", "registers", "status"):
-        table.add_column(col)
+    for col in ("plugin", "distribution", "version", "registers", "load", "status"):
+        table.add_column(col, justify="right" if col == "load" else "left")
     for i in infos:
         status = ("[yellow]disabled (NORMKIT_DISABLED_PLUGINS)[/yellow]" if i.disabled
                   else f"[red]failed: {i.error}[/red]" if i.error else "[green]ok[/green]")
-        table.add_row(i.name, i.distribution, i.version, ", ".join(i.registered), status)
+        if i.warnings and not i.error:
+            status += f" [yellow](warning: {'; '.join(i.warnings)})[/yellow]"
+        load = "-" if i.disabled else f"{i.load_seconds * 1000:.0f} ms"
+        table.add_row(i.name, i.distribution, i.version, ", ".join(i.registered), load, status)
     _console().print(table)
 
 
@@ -84,8 +86,8 @@ def _fmt(value: Any) -> str:
 @one_line_errors
 def show_cmd(
     spec: Annotated[str, typer.Argument(help="A norm spec, e.g. 'gn(groups=8)+pn'.")],
-    channels: Annotated[int, typer.Option("--channels", "-c", min=1, max=MAX_CHANNELS,
-                                                      help="Channel count to build for.")] = 64,
+    channels: Annotated[int, typer.Option("--channels", "-c", min=1,
+                                          help="Channel count to build for (normkit's limit: 2**24).")] = 64,
     tokens: Annotated[bool, typer.Option("--tokens", help="Channels-last tokens (N,*,C) instead of N,C,*.")] = False,
     activation: Annotated[str | None, typer.Option(help="Activation that follows the norm in the model.")] = None,
 ) -> None:

@@ -1,4 +1,4 @@
-"""A minimal normkit plugin: the `softclip` stage and the `scbn` norm (= bn+softclip).
+"""A minimal normkit plugin: the `softclip` stage and the `scbn` (= bn+softclip) and `scgn` norms.
 
 softclip bounds standardized values smoothly, `limit * tanh(h / limit)`, which tames outliers
 while staying the identity near zero. It works after any partition: `bn+softclip`,
@@ -7,13 +7,15 @@ while staying the identity near zero. It works after any partition: `bn+softclip
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
 from torch import Tensor
 
 import normkit
-from normkit.stages import BuildContext, Groups, Step
+from normkit.hookspecs import RegisterNorm, RegisterStage
+from normkit.stages import BuildContext, Groups, Partition, Pipeline, Standardize, Step, make_step
 
 
 class SoftClip(Step):
@@ -35,12 +37,20 @@ def softclip(ctx: BuildContext, limit: float = 3.0) -> SoftClip:
     return SoftClip(limit)
 
 
+def softclip_group_norm(groups: int = 8, limit: float = 3.0, eps: float = 1e-5) -> Pipeline:
+    """scgn: group norm then softclip as one pipeline. Its step factories are module-level and get
+    their arguments through make_step / functools.partial, never lambdas: layers must pickle."""
+    return Pipeline(Partition("group", groups),
+                    [make_step(Standardize, eps=eps), functools.partial(softclip, limit=limit)])
+
+
 @normkit.hookimpl
-def normkit_register_stages(register: Any) -> None:
+def normkit_register_stages(register: RegisterStage) -> None:
     register("softclip", softclip, kind="step", position="after",
              summary="smoothly clip standardized values to (-limit, limit)")
 
 
 @normkit.hookimpl
-def normkit_register_norms(register: Any) -> None:
+def normkit_register_norms(register: RegisterNorm) -> None:
     register("scbn", compose="bn+softclip", summary="batch norm with soft-clipped outputs")
+    register("scgn", pipeline=softclip_group_norm, summary="group norm with soft-clipped outputs")

@@ -8,10 +8,10 @@
 
 from normkit.build import available, build
 from normkit.convert import convert
-from normkit.errors import NormkitError, PluginError, SpecError
+from normkit.errors import NormkitError, NormShapeError, PluginError, SpecError, StepError
 from normkit.grammar import split_specs
-from normkit.hookspecs import hookimpl
-from normkit.layer import NormLayer, NormShapeError
+from normkit.hookspecs import RegisterItem, RegisterNorm, RegisterStage, hookimpl
+from normkit.layer import NormLayer
 from normkit.optim import param_groups
 from normkit.spec import Spec, parse
 from normkit.sync import convert_sync
@@ -23,8 +23,12 @@ __all__ = [
     "NormShapeError",
     "NormkitError",
     "PluginError",
+    "RegisterItem",
+    "RegisterNorm",
+    "RegisterStage",
     "Spec",
     "SpecError",
+    "StepError",
     "available",
     "build",
     "convert",

@@ -5,19 +5,22 @@ Third-party plugins add their own with `register(name, factory, kind="activation
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from torch import nn
 
-from normkit.hookspecs import hookimpl
+from normkit.hookspecs import RegisterStage, hookimpl
 from normkit.stages import BuildContext
 
 
-def _simple(cls: type[nn.Module]) -> Any:
-    def factory(ctx: BuildContext) -> nn.Module:
-        return cls()
+def _build(cls: type[nn.Module], ctx: BuildContext) -> nn.Module:
+    return cls()
 
-    return factory
+
+def _simple(cls: type[nn.Module]) -> Any:
+    """A picklable factory `(ctx) -> cls()` (functools.partial, not a closure)."""
+    return functools.partial(_build, cls)
 
 
 def _leaky_relu(ctx: BuildContext, negative_slope: float = 0.01) -> nn.Module:
@@ -46,6 +49,6 @@ _ACTIVATIONS: dict[str, tuple[Any, str]] = {
 
 
 @hookimpl
-def normkit_register_stages(register: Any) -> None:
+def normkit_register_stages(register: RegisterStage) -> None:
     for name, (factory, summary) in _ACTIVATIONS.items():
         register(name, factory, kind="activation", summary=f"activation: {summary}")

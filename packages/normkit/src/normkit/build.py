@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 from torch import nn
 
 from normkit import plugins
-from normkit.errors import SpecError
+from normkit.errors import PluginError, SpecError
 from normkit.layer import NormLayer
+from normkit.limits import check_num_channels
 from normkit.registry import Entry
 from normkit.spec import Part, Spec, params_of, parse, route
-from normkit.stages import BuildContext, Pipeline
+from normkit.stages import BuildContext, Pipeline, PostActivationStep, Step
 
 
 def _with_overrides(spec: Spec, overrides: dict[str, Any], norm_settings: dict[str, Any]) -> list[Part]:
@@ -33,11 +35,30 @@ def _with_overrides(spec: Spec, overrides: dict[str, Any], norm_settings: dict[s
     return parts
 
 
+class CheckedFactory:
+    """A stage factory whose result is checked: a broken plugin fails at build with a PluginError
+    naming the plugin and the registered name, not later inside forward."""
+
+    def __init__(self, entry: Entry, factory: Callable[[BuildContext], Any], kind: type) -> None:
+        self.entry, self.factory, self.kind = entry, factory, kind
+
+    def __call__(self, ctx: BuildContext) -> Any:
+        step = self.factory(ctx)
+        if not isinstance(step, self.kind):
+            raise PluginError(f"plugin {self.entry.plugin!r}: {self.entry.kind} {self.entry.name!r} returned "
+                              f"{type(step).__name__}, not a normkit {self.kind.__name__}")
+        return step
+
+
 def _activation_module(name: str, params: dict[str, Any], ctx: BuildContext) -> nn.Module:
     entry = plugins.registry().lookup(name)
     if entry.kind != "activation":
         raise SpecError(f"{name!r} is a {entry.kind}, not an activation")
-    return entry.factory(ctx, **params)
+    module = entry.factory(ctx, **params)
+    if not isinstance(module, nn.Module):
+        raise PluginError(f"plugin {entry.plugin!r}: activation {entry.name!r} returned "
+                          f"{type(module).__name__}, not a torch nn.Module")
+    return module
 
 
 def _place_stages(spec: Spec, pipeline: Pipeline, parts: list[Part], activation: str | None) -> None:
@@ -48,7 +69,7 @@ def _place_stages(spec: Spec, pipeline: Pipeline, parts: list[Part], activation:
             if pipeline.core is None:
                 raise SpecError(f"{spec.text}: {parts[0].name!r} has no normalizing step to place "
                                 f"{entry.name!r} {entry.position}")
-            factory = functools.partial(entry.factory, **params)
+            factory = CheckedFactory(entry, functools.partial(entry.factory, **params), Step)
             if entry.position == "before":
                 pipeline.steps.insert(pipeline.core, factory)
                 pipeline.core += 1
@@ -86,7 +107,7 @@ def _place_post(spec: Spec, pipeline: Pipeline, entry: Entry, params: dict[str, 
     if key is not None:
         params = {**params, key: current}
     pipeline.activation = current
-    pipeline.post = functools.partial(entry.factory, **params)
+    pipeline.post = CheckedFactory(entry, functools.partial(entry.factory, **params), PostActivationStep)
     pipeline.post_name = entry.name
 
 
@@ -112,6 +133,7 @@ def build_with_settings(spec: str | Spec, num_channels: int, *, channel_dim: int
                         overrides: dict[str, Any], norm_settings: dict[str, Any]) -> nn.Module:
     """`build`, plus settings that only the base norm takes when it declares them (see convert)."""
     parsed = parse(spec)
+    check_num_channels(num_channels, parsed.text)  # before any allocation, for factory norms too
     parts = _with_overrides(parsed, overrides, norm_settings)
     head = parts[0]
     if head.entry.factory is not None:
@@ -120,14 +142,19 @@ def build_with_settings(spec: str | Spec, num_channels: int, *, channel_dim: int
         if "channel_dim" in inspect.signature(factory).parameters:
             kwargs["channel_dim"] = channel_dim
         module = factory(num_channels, **kwargs)
+        if not isinstance(module, nn.Module):
+            raise PluginError(f"plugin {head.entry.plugin!r}: norm {head.name!r} (factory=) returned "
+                              f"{type(module).__name__}, not a torch nn.Module")
         if activation is not None:
             module = nn.Sequential(module, _activation_module(activation, {}, BuildContext(
                 num_channels, channel_dim, None, activation)))
         return module
     pipeline = head.entry.pipeline(**head.params)
     if not isinstance(pipeline, Pipeline):
-        raise SpecError(f"norm {head.name!r} (plugin {head.entry.plugin}) did not return a Pipeline")
+        raise PluginError(f"plugin {head.entry.plugin!r}: norm {head.name!r} (pipeline=) returned "
+                          f"{type(pipeline).__name__}, not a normkit Pipeline")
     pipeline = pipeline.copy()
+    pipeline.steps = [CheckedFactory(head.entry, f, Step) for f in pipeline.steps]
     _place_stages(parsed, pipeline, parts, activation)
     act = None
     if pipeline.activation is not None:

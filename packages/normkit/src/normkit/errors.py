@@ -18,6 +18,23 @@ class PluginError(NormkitError):
     """A plugin that failed to load or registered something invalid."""
 
 
+class NormShapeError(NormkitError, ValueError):
+    """An input whose shape the norm cannot take (e.g. batch of one in BN training)."""
+
+
+class StepError(NormShapeError):
+    """A step of a norm failed on its input; the message names the spec, the step and the shape.
+
+    The step's own exception is chained (`__cause__`) for debugging.
+    """
+
+
+def first_line(exc: BaseException) -> str:
+    """`Type: first line of the message`, for errors wrapped into one-line messages."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
 def close_matches(word: str, candidates: Iterable[str], n: int = 3) -> list[str]:
     """Closest valid names to `word`, for 'did you mean' hints."""
     return difflib.get_close_matches(word, sorted(set(candidates)), n=n, cutoff=0.5)

@@ -10,14 +10,17 @@ A `--norms` list splits on commas outside parentheses (`split_specs`).
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
 from normkit.errors import SpecError
 
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
-_INT = re.compile(r"[+-]?\d+")
-_FLOAT = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?|[+-]?(inf|nan)", re.I)
+# ASCII only: Python's \d and str.isdigit() also accept e.g. Arabic-Indic digits (int('\u0661') == 1).
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*", re.ASCII)
+_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_FLOAT = re.compile(r"[+-]?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(inf|nan)", re.I | re.ASCII)
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,19 @@ class RawPart:
 
     name: str
     params: dict[str, Any] = field(default_factory=dict)
+
+
+def check_ascii(text: str) -> None:
+    """Refuse any character outside printable ASCII, naming it and its position.
+
+    Look-alikes (Cyrillic 'а', fullwidth 'ｂ', Arabic-Indic digits) would otherwise read as a
+    different name or, through int(), as a digit nobody typed on purpose.
+    """
+    for i, ch in enumerate(text):
+        if not (" " <= ch <= "~" or ch in "\t\n\r"):
+            name = unicodedata.name(ch, "control character" if ord(ch) < 32 or ord(ch) == 127 else "?")
+            raise SpecError(f"character {ch!r} (U+{ord(ch):04X} {name}) at position {i} of {text!r} is not "
+                            "plain ASCII; type spec names, numbers and punctuation in ASCII")
 
 
 def canonical_name(name: str) -> str:
@@ -56,6 +72,7 @@ def _split_top_level(text: str, sep: str) -> list[str]:
 
 def split_specs(text: str) -> list[str]:
     """Split a comma list of specs, ignoring commas inside parentheses."""
+    check_ascii(text)
     items = _split_top_level(text, ",")
     if any(not item for item in items):
         raise SpecError(f"empty entry in norm list {text!r}; separate specs with single commas")
@@ -85,6 +102,7 @@ def parse_raw(spec: str) -> list[RawPart]:
     """Parse `spec` into parts; raises SpecError with the position of a syntax problem."""
     if not isinstance(spec, str) or not spec.strip():
         raise SpecError("empty norm spec; try 'bn' or see `normkit list`")
+    check_ascii(spec)
     parts: list[RawPart] = []
     for chunk in _split_plus(spec):
         parts.append(_parse_part(chunk, spec))
@@ -118,7 +136,7 @@ def _parse_part(chunk: str, spec: str) -> RawPart:
                     )
                 key, value = item.split("=", 1)
                 key = key.strip().replace("-", "_")  # as in names, '-' and '_' are the same
-                if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                if not _KEY.fullmatch(key):
                     raise SpecError(f"bad parameter name {key!r} in {name!r}")
                 if key.lower() in params:
                     raise SpecError(f"parameter {key!r} given twice in {name!r}")

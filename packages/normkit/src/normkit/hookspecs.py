@@ -6,13 +6,14 @@
         register("bnn", compose="bn+nn", summary="...")
         register("mynorm", factory=MyNorm)          # any (num_channels, **params) -> nn.Module
 
-See `normkit.registry.Registry` for the keyword arguments each `register` accepts.
+Each hook's `register` is typed by a Protocol below (`normkit.RegisterNorm`, ...), so editors
+complete and check its keyword arguments; annotate your hook's argument with it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, Protocol
 
 import pluggy
 
@@ -20,21 +21,57 @@ hookspec = pluggy.HookspecMarker("normkit")
 hookimpl = pluggy.HookimplMarker("normkit")
 
 
+class RegisterNorm(Protocol):
+    """`register` of `normkit_register_norms`: exactly one of pipeline=, compose=, factory=.
+
+    pipeline: `(**params) -> normkit.stages.Pipeline`; compose: a spec this name expands to
+    ("bn+nn"); factory: `(num_channels, **params) -> nn.Module`, which may also take a
+    `channel_dim` keyword (given by build, not a spec parameter). Parameters are keyword
+    arguments with defaults and bool/int/float/str/Literal hints.
+    """
+
+    def __call__(self, name: str, *, pipeline: Callable[..., Any] | None = None, compose: str | None = None,
+                 factory: Callable[..., Any] | None = None, aliases: Sequence[str] = (), summary: str = "",
+                 citation: str = "") -> None: ...
+
+
+class RegisterStage(Protocol):
+    """`register` of `normkit_register_stages`: `factory(ctx: BuildContext, **params)` returns a Step
+    (kind="step"), an nn.Module (kind="activation") or a PostActivationStep (kind="post_activation")."""
+
+    def __call__(self, name: str, factory: Callable[..., Any], *,
+                 kind: Literal["step", "activation", "post_activation"] = "step",
+                 position: Literal["before", "after"] = "after", activation_param: str | None = None,
+                 aliases: Sequence[str] = (), summary: str = "", citation: str = "") -> None: ...
+
+
+class RegisterItem(Protocol):
+    """`register` of `normkit_register_models` / `normkit_register_datasets`: `factory(ctx, **params)`;
+    `skip` positional arguments come first, extra keywords are kept as metadata."""
+
+    def __call__(self, name: str, factory: Callable[..., Any], *, aliases: Sequence[str] = (),
+                 summary: str = "", citation: str = "", skip: int = 0, **meta: Any) -> None: ...
+
+
+HOOK_NAMES = ("normkit_register_norms", "normkit_register_stages", "normkit_register_models",
+              "normkit_register_datasets")
+
+
 @hookspec
-def normkit_register_norms(register: Callable[..., Any]) -> None:
+def normkit_register_norms(register: RegisterNorm) -> None:
     """Register named norms: a pipeline builder, a composition of other names, or a factory."""
 
 
 @hookspec
-def normkit_register_stages(register: Callable[..., Any]) -> None:
+def normkit_register_stages(register: RegisterStage) -> None:
     """Register composable stages usable after '+': steps, activations, post-activation steps."""
 
 
 @hookspec
-def normkit_register_models(register: Callable[..., Any]) -> None:
+def normkit_register_models(register: RegisterItem) -> None:
     """Register model builders for experiments (used by normkit-lab)."""
 
 
 @hookspec
-def normkit_register_datasets(register: Callable[..., Any]) -> None:
+def normkit_register_datasets(register: RegisterItem) -> None:
     """Register datasets for experiments (used by normkit-lab)."""

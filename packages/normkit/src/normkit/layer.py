@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from normkit.errors import NormkitError, SpecError
+from normkit.errors import NormkitError, NormShapeError, PluginError, SpecError, StepError, first_line
+from normkit.limits import check_num_channels
 from normkit.stages import BuildContext, Pipeline, PostActivationStep, Step
 
 if TYPE_CHECKING:
@@ -17,9 +18,7 @@ if TYPE_CHECKING:
 
 Probe = Callable[["NormLayer", Tensor], "Tensor | None"]
 
-
-class NormShapeError(NormkitError, ValueError):
-    """An input whose shape the norm cannot take (e.g. batch of one in BN training)."""
+__all__ = ["NormLayer", "NormShapeError", "StepError"]
 
 
 class NormLayer(nn.Module):
@@ -34,8 +33,7 @@ class NormLayer(nn.Module):
     def __init__(self, pipeline: Pipeline, num_channels: int, *, channel_dim: int = 1,
                  spec: str = "", activation_module: nn.Module | None = None) -> None:
         super().__init__()
-        if not isinstance(num_channels, int) or isinstance(num_channels, bool) or num_channels < 1:
-            raise SpecError(f"{spec or 'norm'}: num_channels must be a positive int, got {num_channels!r}")
+        check_num_channels(num_channels, spec or "norm")
         if channel_dim not in (1, -1):
             raise SpecError(f"{spec or 'norm'}: channel_dim must be 1 (N,C,*) or -1 (N,*,C), got {channel_dim}")
         self.spec = spec
@@ -44,9 +42,14 @@ class NormLayer(nn.Module):
         self.partition = pipeline.partition
         if self.partition is not None:
             self.partition.check(num_channels, spec or "norm")
-        self.pipeline = pipeline
+        self.activation_name = pipeline.activation
+        self.post_name = pipeline.post_name
         ctx = BuildContext(num_channels, channel_dim, self.partition, pipeline.activation)
-        self.steps: list[Step] = [factory(ctx) for factory in pipeline.steps]
+        try:
+            self.steps: list[Step] = [factory(ctx) for factory in pipeline.steps]
+            post = pipeline.post(ctx) if pipeline.post else None
+        except SpecError as err:  # a step's own range check: say which spec it came from
+            raise SpecError(f"{spec}: {err}" if spec and not str(err).startswith(spec) else str(err)) from None
         self.recovery = pipeline.recovery
         if self.recovery in ("affine", "gain"):
             self.weight = nn.Parameter(torch.ones(num_channels))
@@ -57,11 +60,13 @@ class NormLayer(nn.Module):
         else:
             self.register_parameter("bias", None)
         for step in self.steps:
+            _check_step(step, spec)
             step.setup(self)
         self.act = activation_module if activation_module is not None else nn.Identity()
         self.has_activation = pipeline.activation is not None
-        self.post: PostActivationStep | None = pipeline.post(ctx) if pipeline.post else None
+        self.post: PostActivationStep | None = post
         if self.post is not None:
+            _check_step(self.post, spec, PostActivationStep)
             self.post.setup(self)
         self.sync: ProcessSync | None = None  # set by normkit.convert_sync
         self.probes: list[Probe] = []
@@ -88,6 +93,12 @@ class NormLayer(nn.Module):
 
     def shape_error(self, problem: str) -> NormShapeError:
         return NormShapeError(f"{self.spec or 'norm'}: {problem}")
+
+    def step_error(self, step: Step, x: Tensor, exc: Exception) -> StepError:
+        """The one-line error for a step that raised something other than a NormkitError."""
+        kind = "post-activation step" if step is self.post else "step"
+        return StepError(f"{self.spec or 'norm'}: {kind} {step.name} failed on input of shape "
+                         f"{tuple(x.shape)}: {first_line(exc)}")
 
     def record(self, key: str, value: Tensor | Callable[[], Tensor]) -> None:
         """Keep a detached copy of `value` for inspection, only while recording is on."""
@@ -129,7 +140,13 @@ class NormLayer(nn.Module):
         out = None
         if not self.probes and not self.recording and not self._syncing():
             for step in self.steps:
-                out = step.fused_forward(x if step.fused_input_dtype else xf, self)
+                inp = x if step.fused_input_dtype else xf
+                try:
+                    out = step.fused_forward(inp, self)
+                except NormkitError:
+                    raise
+                except Exception as exc:
+                    raise self.step_error(step, inp, exc) from exc
                 if out is not None:
                     break
         if out is None:
@@ -145,9 +162,9 @@ class NormLayer(nn.Module):
 
     def _to_ncs(self, x: Tensor) -> Tensor:
         n, c = x.shape[0], self.num_channels
-        if self.tokens:  # sizes spelled out: -1 is ambiguous for an empty batch
+        if self.tokens:
             return x.reshape(n, math.prod(x.shape[1:-1]), c).transpose(1, 2)
-        return x.reshape(n, c, math.prod(x.shape[2:]))
+        return x.reshape(n, c, math.prod(x.shape[2:]))  # explicit S: an empty batch has no -1 to infer
 
     def _from_ncs(self, y3: Tensor, like: Tensor) -> Tensor:
         if self.tokens:
@@ -161,7 +178,12 @@ class NormLayer(nn.Module):
             if self._syncing():
                 groups = self.sync.attach(groups, x3.device)
             for step in self.steps:
-                g = step.forward(g, groups, self)
+                try:
+                    g = step.forward(g, groups, self)
+                except NormkitError:
+                    raise
+                except Exception as exc:
+                    raise self.step_error(step, x, exc) from exc
             y3 = groups.ungroup(g)
         else:
             y3 = x3
@@ -175,7 +197,7 @@ class NormLayer(nn.Module):
 
     def _recover_and_activate(self, y3: Tensor) -> Tensor:
         if self.post is not None and self.post.owns_recovery:
-            return self.post.forward(y3, None, self)
+            return self._post(y3)
         weight, bias = self.recovery_params()
         if weight is not None:
             y3 = y3 * weight.view(1, -1, 1)
@@ -183,18 +205,26 @@ class NormLayer(nn.Module):
             y3 = y3 + bias.view(1, -1, 1)
         y3 = self.act(y3)
         if self.post is not None:
-            y3 = self.post.forward(y3, None, self)
+            y3 = self._post(y3)
         return y3
+
+    def _post(self, y3: Tensor) -> Tensor:
+        try:
+            return self.post.forward(y3, None, self)
+        except NormkitError:
+            raise
+        except Exception as exc:
+            raise self.step_error(self.post, y3, exc) from exc
 
     def _after_norm(self, out: Tensor, normalized_only: bool) -> Tensor:
         """Activation/post step after a fused path (which applied recovery unless owned)."""
         y3 = self._to_ncs(out)
         if normalized_only:
-            y3 = self.post.forward(y3, None, self)
+            y3 = self._post(y3)
         else:
             y3 = self.act(y3)
             if self.post is not None:
-                y3 = self.post.forward(y3, None, self)
+                y3 = self._post(y3)
         return self._from_ncs(y3, out)
 
     # -- description ------------------------------------------------------------------------
@@ -203,15 +233,15 @@ class NormLayer(nn.Module):
         """The stages of this layer, for `normkit show` and reports."""
         recovery = self.recovery
         if not self.applies_recovery:
-            recovery = f"none ({self.recovery} moved into {self.pipeline.post_name})"
+            recovery = f"none ({self.recovery} moved into {self.post_name})"
         return {
             "spec": self.spec,
             "partition": str(self.partition) if self.partition else "none",
             "layout": "N,*,C" if self.tokens else "N,C,*",
             "steps": [(s.name, s.describe()) for s in self.steps],
             "recovery": recovery,
-            "activation": self.pipeline.activation,
-            "post_activation": (self.pipeline.post_name, self.post.describe()) if self.post else None,
+            "activation": self.activation_name,
+            "post_activation": (self.post_name, self.post.describe()) if self.post else None,
             "parameters": {n: tuple(p.shape) for n, p in self.named_parameters()},
             "buffers": {n: tuple(b.shape) for n, b in self.named_buffers()},
             "learnable": sum(p.numel() for p in self.parameters()),
@@ -227,3 +257,10 @@ class NormLayer(nn.Module):
     def extra_repr(self) -> str:
         layout = "N,*,C" if self.tokens else "N,C,*"
         return f"{self.spec!r}, {self.num_channels}, layout={layout}"
+
+
+def _check_step(step: Any, spec: str, kind: type[Step] = Step) -> None:
+    """A stage factory must return a Step (a PostActivationStep after the activation)."""
+    if not isinstance(step, kind):
+        raise PluginError(f"{spec or 'norm'}: a stage factory returned {type(step).__name__}, not a "
+                          f"normkit {kind.__name__}; fix the plugin that registered it")

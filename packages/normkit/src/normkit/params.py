@@ -8,13 +8,14 @@ separate schema.
 from __future__ import annotations
 
 import inspect
+import math
 import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Union
 
-from normkit.errors import SpecError
+from normkit.errors import PluginError, SpecError
 
 _SCALARS = (bool, int, float, str)
 
@@ -33,13 +34,33 @@ class Param:
         return _type_name(self.type)
 
     def coerce(self, value: Any, owner: str) -> Any:
-        """Convert a parsed spec value (or a Python value) to this parameter's type."""
+        """Convert a parsed spec value (or a Python value) to this parameter's type.
+
+        A float that is NaN or infinite is refused for every parameter: no norm, stage, model
+        or dataset setting means anything at inf or nan, and `eps <= 0` style checks let NaN through.
+        """
+        if _non_finite(value):
+            raise SpecError(f"{owner}: parameter {self.name!r} must be a finite number, got {value!r}")
         ok, result = _coerce(value, self.type)
         if not ok:
             raise SpecError(
                 f"{owner}: parameter {self.name!r} expects {self.type_name}, got {value!r}"
             )
+        if _non_finite(result):
+            raise SpecError(f"{owner}: parameter {self.name!r} must be a finite number, got {value!r}")
         return result
+
+
+def _non_finite(value: Any) -> bool:
+    """True for float (or numpy/torch scalar) NaN and +-inf; False for everything else."""
+    if isinstance(value, bool) or isinstance(value, (str, type(None))):
+        return False
+    if isinstance(value, int):
+        return False
+    try:
+        return not math.isfinite(float(value))
+    except (TypeError, ValueError, OverflowError, RuntimeError):
+        return False
 
 
 def _type_name(tp: Any) -> str:
@@ -98,25 +119,63 @@ def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
     return True, value
 
 
-def signature_params(fn: Callable[..., Any], skip: int = 0) -> tuple[Param, ...]:
+def describe_callable(fn: Any) -> str:
+    """`module.qualname` of a function or class, never its repr (no memory addresses in messages)."""
+    target = getattr(fn, "func", fn)  # functools.partial
+    module = getattr(target, "__module__", None)
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or type(target).__name__
+    return f"{module}.{name}" if module else str(name)
+
+
+def supported_type(tp: Any) -> bool:
+    """Types a spec value can be coerced to: bool, int, float, str, None, Any, Literal of those,
+    and unions of these (`float | None`)."""
+    if tp is Any or tp is inspect.Parameter.empty or tp is type(None) or tp is None or tp in _SCALARS:
+        return True
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return all(isinstance(a, (*_SCALARS, type(None))) for a in typing.get_args(tp))
+    if origin in (Union, types.UnionType):
+        return all(supported_type(a) for a in typing.get_args(tp))
+    return False
+
+
+def signature_params(fn: Callable[..., Any], skip: int = 0, owner: str = "") -> tuple[Param, ...]:
     """Declared parameters of `fn`: its keyword arguments after the first `skip` positionals.
 
-    Every parameter must have a default (that is what a bare `gn` uses). The type comes
-    from the annotation, or from the default's type when there is none.
+    Every parameter must have a default (that is what a bare `gn` uses) and a type a spec value
+    can take (see `supported_type`). The type comes from the annotation, or from the default's type
+    when there is none. Problems raise PluginError naming `owner` (plugin and registered name).
     """
-    sig = inspect.signature(fn)
+    where = f"{owner} ({describe_callable(fn)})" if owner else describe_callable(fn)
+    if not callable(fn):
+        raise PluginError(f"{owner or 'register'}: expected a function or class, got {type(fn).__name__}")
     try:
-        hints = typing.get_type_hints(fn)
-    except Exception:
-        hints = {}
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError) as err:
+        raise PluginError(f"{where}: cannot read its signature ({err})") from None
+    try:
+        hints = typing.get_type_hints(fn.__init__ if inspect.isclass(fn) else getattr(fn, "func", fn))
+    except Exception as err:
+        raise PluginError(f"{where}: cannot resolve its type hints ({type(err).__name__}: {err}); "
+                          "import the names its annotations use at module level") from None
+    items = list(sig.parameters.items())
+    positional = [p for _, p in items if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    has_varargs = any(p.kind is p.VAR_POSITIONAL for _, p in items)
+    if skip and len(positional) < skip and not has_varargs:
+        raise PluginError(f"{where}: takes {len(positional)} positional argument(s) but normkit passes "
+                          f"{skip} first (e.g. `ctx` for a stage factory, `num_channels` for factory=)")
     params = []
-    for i, (name, p) in enumerate(sig.parameters.items()):
+    for i, (name, p) in enumerate(items):
         if i < skip or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
         if p.default is inspect.Parameter.empty:
-            raise TypeError(f"{fn!r}: parameter {name!r} needs a default value")
+            raise PluginError(f"{where}: parameter {name!r} needs a default value (what a bare spec uses)")
         tp = hints.get(name)
         if tp is None:
             tp = type(p.default) if p.default is not None else Any
+        if not supported_type(tp):
+            raise PluginError(f"{where}: parameter {name!r} has type {_type_name(tp)}, which a spec cannot "
+                              "give; use bool, int, float, str, a Literal, or an optional of these")
         params.append(Param(name, tp, p.default))
     return tuple(params)

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata as md
+import itertools
 import os
+import signal
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +21,7 @@ from typing import Any
 import pluggy
 
 from normkit import hookspecs
-from normkit.errors import PluginError
+from normkit.errors import PluginError, first_line
 from normkit.registry import Registry
 
 ENTRY_POINT_GROUP = "normkit"
@@ -38,6 +41,8 @@ class PluginInfo:
     registered: list[str] = field(default_factory=list)
     error: str | None = None
     disabled: bool = False  # skipped on purpose (NORMKIT_DISABLED_PLUGINS)
+    load_seconds: float = 0.0  # import plus hooks, wall clock
+    warnings: list[str] = field(default_factory=list)  # e.g. functions named like a hook that is not one
 
 
 @dataclass
@@ -66,25 +71,94 @@ def _new_manager() -> pluggy.PluginManager:
     return pm
 
 
-def _collect(state: PluginState, plugin: Any, info: PluginInfo) -> None:
-    """Run one plugin's hooks into the registry; roll back and record on failure."""
+class _CtrlC:
+    """Tells a real Ctrl-C apart from a KeyboardInterrupt a plugin raises itself.
+
+    While plugins load (in the main thread), SIGINT goes through a handler that notes it before
+    raising KeyboardInterrupt as Python's default does. A KeyboardInterrupt with no SIGINT behind it
+    came from the plugin's code and is recorded like any failure; a real Ctrl-C stops the program.
+    """
+
+    def __init__(self) -> None:
+        self.pressed = False
+        self._previous: Any = None
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        self.pressed = True
+        raise KeyboardInterrupt
+
+    def __enter__(self) -> _CtrlC:
+        if threading.current_thread() is threading.main_thread():
+            with contextlib.suppress(ValueError, TypeError):
+                if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+                    self._previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+    def check(self, exc: BaseException) -> None:
+        """Re-raise `exc` when it is the user's Ctrl-C (or the interpreter shutting down)."""
+        if isinstance(exc, KeyboardInterrupt) and self.pressed:
+            raise exc
+        if isinstance(exc, GeneratorExit):
+            raise exc
+
+
+def _fail(state: PluginState, info: PluginInfo, error: str, exc: BaseException, started: float,
+          what: str = "failed") -> None:
+    info.error = f"import failed: {error}" if what == "failed to import" else error
+    info.load_seconds = time.perf_counter() - started
+    state.plugins.append(info)
+    state.registry.failed_plugins.append(info.name)
+    if strict():
+        raise PluginError(f"plugin {info.name!r} ({info.distribution}) {what}: {error}") from exc
+
+
+def _describe(exc: BaseException, plugin: str) -> str:
+    """One line for a plugin's failure; a PluginError from `register` loses its repeated prefix."""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit: the plugin called sys.exit({exc.code!r})"
+    if isinstance(exc, PluginError):
+        return first_line(exc).removeprefix("PluginError: ").removeprefix(f"plugin {plugin!r}: ")
+    return first_line(exc)
+
+
+def _unknown_hooks(plugin: Any) -> list[str]:
+    """Names that look like normkit hooks (normkit_...) but are not one, e.g. a misspelling."""
+    names = [n for n in dir(plugin) if n.startswith("normkit_") and callable(getattr(plugin, n, None))]
+    return [n for n in names if n not in hookspecs.HOOK_NAMES]
+
+
+def _collect(state: PluginState, plugin: Any, info: PluginInfo, started: float | None = None,
+             manager_name: str | None = None, ctrl_c: _CtrlC | None = None) -> None:
+    """Run one plugin's hooks into the registry; roll back and record on failure (any exception,
+    SystemExit and a KeyboardInterrupt the plugin raised itself included)."""
+    started = time.perf_counter() if started is None else started
     registrars = state.registry.registrars(info.name)
     try:
-        state.manager.register(plugin, name=info.name)
+        unknown = _unknown_hooks(plugin)
+        if unknown:
+            verb = "is not a normkit hook" if len(unknown) == 1 else "are not normkit hooks"
+            message = f"{', '.join(unknown)} {verb} (hooks: {', '.join(hookspecs.HOOK_NAMES)})"
+            if strict():
+                raise PluginError(message)
+            info.warnings.append(message)
+        state.manager.register(plugin, name=manager_name or info.name)
         for hook_name, register in registrars.items():
             hook = getattr(plugin, hook_name, None)
             if hook is not None:
                 hook(register=register)
-    except Exception as exc:
+    except BaseException as exc:
+        (ctrl_c or _CtrlC()).check(exc)
         state.registry.remove_plugin(info.name)
         if state.manager.is_registered(plugin):
             state.manager.unregister(plugin)
-        info.error = f"{type(exc).__name__}: {exc}"
-        state.plugins.append(info)
-        if strict():
-            raise PluginError(f"plugin {info.name!r} failed: {info.error}") from exc
+        _fail(state, info, _describe(exc, info.name), exc, started)
         return
     info.registered = [e.name for e in state.registry.entries if e.plugin == info.name]
+    info.load_seconds = time.perf_counter() - started
     state.plugins.append(info)
 
 
@@ -95,29 +169,30 @@ def _load() -> PluginState:
     import normkit
 
     for module_name in BUILTIN_PLUGINS:
+        started = time.perf_counter()
         module = importlib.import_module(module_name)
-        _collect(state, module, PluginInfo(module_name, "normkit", normkit.__version__))
+        _collect(state, module, PluginInfo(module_name, "normkit", normkit.__version__), started)
     disabled = _disabled()
     def order(ep: md.EntryPoint) -> tuple[bool, str]:
         return (ep.dist is None or ep.dist.name not in FIRST_PARTY, ep.name)
 
     eps = sorted(md.entry_points(group=ENTRY_POINT_GROUP), key=order)
-    for ep in eps:
-        dist = ep.dist.name if ep.dist else "?"
-        version = ep.dist.version if ep.dist else "?"
-        if ep.name.lower() in disabled or dist.lower() in disabled:
-            state.plugins.append(PluginInfo(ep.name, dist, version, disabled=True))
-            continue
-        info = PluginInfo(ep.name, dist, version)
-        try:
-            plugin = ep.load()
-        except Exception as exc:
-            info.error = f"import failed: {type(exc).__name__}: {exc}"
-            state.plugins.append(info)
-            if strict():
-                raise PluginError(f"plugin {ep.name!r} ({dist}) failed to import: {exc}") from exc
-            continue
-        _collect(state, plugin, info)
+    with _CtrlC() as ctrl_c:
+        for ep in eps:
+            dist = ep.dist.name if ep.dist else "?"
+            version = ep.dist.version if ep.dist else "?"
+            if ep.name.lower() in disabled or dist.lower() in disabled:
+                state.plugins.append(PluginInfo(ep.name, dist, version, disabled=True))
+                continue
+            info = PluginInfo(ep.name, dist, version)
+            started = time.perf_counter()
+            try:
+                plugin = ep.load()
+            except BaseException as exc:
+                ctrl_c.check(exc)
+                _fail(state, info, _describe(exc, info.name), exc, started, "failed to import")
+                continue
+            _collect(state, plugin, info, started, ctrl_c=ctrl_c)
     return state
 
 
@@ -145,19 +220,35 @@ def reload() -> None:
         _state = None
 
 
+_temporary_ids = itertools.count(1)
+
+
 @contextlib.contextmanager
 def temporary_plugin(plugin: Any, name: str = "temporary") -> Iterator[PluginInfo]:
-    """Register an in-process plugin object for the duration of a `with` block (for tests)."""
-    st = state()
-    info = PluginInfo(name, "(in-process)", "0")
-    _collect(st, plugin, info)
+    """Register an in-process plugin object for the duration of a `with` block (for tests).
+
+    Installed plugins are left alone, one with the same name included: the temporary plugin gets
+    its own internal name, and on exit the registry and plugin list are restored exactly as they
+    were. A name that clashes with an installed norm fails with the usual PluginError.
+    """
+    with _lock:
+        st = state()
+        reg = st.registry
+        saved = (dict(reg.spec_names), dict(reg.models), dict(reg.datasets), list(reg.entries),
+                 list(reg.failed_plugins), list(st.plugins))
+        taken = {i.name for i in st.plugins}
+        label = name if name not in taken else f"{name} (temporary {next(_temporary_ids)})"
+        info = PluginInfo(label, "(in-process)", "0")
+        manager_name = f"normkit-temporary-{next(_temporary_ids)}"
     try:
+        with _lock:
+            _collect(st, plugin, info, manager_name=manager_name)
         if info.error:
             raise PluginError(f"plugin {name!r} failed: {info.error}")
         yield info
     finally:
-        st.registry.remove_plugin(name)
-        if st.manager.has_plugin(name):
-            st.manager.unregister(name=name)
-        if info in st.plugins:
-            st.plugins.remove(info)
+        with _lock:
+            if st.manager.has_plugin(manager_name):
+                st.manager.unregister(name=manager_name)
+            (reg.spec_names, reg.models, reg.datasets, reg.entries, reg.failed_plugins,
+             st.plugins[:]) = saved

@@ -16,6 +16,14 @@ from normkit.params import Param, signature_params
 
 Kind = Literal["norm", "step", "activation", "post_activation", "model", "dataset"]
 STAGE_KINDS = ("step", "activation", "post_activation")
+# Keyword arguments `normkit.build` passes to a factory= norm itself; never spec parameters.
+BUILD_ARGUMENTS = ("channel_dim",)
+
+
+def _owner(plugin: str, kind: str, name: Any) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise PluginError(f"plugin {plugin!r}: a {kind} registered with name {name!r}; names are non-empty strings")
+    return f"plugin {plugin!r}: {kind} {name!r}"
 
 
 @dataclass
@@ -57,6 +65,7 @@ class Registry:
         self.models: dict[str, Entry] = {}
         self.datasets: dict[str, Entry] = {}
         self.entries: list[Entry] = []
+        self.failed_plugins: list[str] = []  # set by the loader: named in "unknown name" errors
 
     # -- registration -----------------------------------------------------------------------
 
@@ -93,15 +102,18 @@ class Registry:
         def register_norm(name: str, *, pipeline: Callable[..., Any] | None = None,
                           compose: str | None = None, factory: Callable[..., Any] | None = None,
                           aliases: Sequence[str] = (), summary: str = "", citation: str = "") -> None:
+            owner = _owner(plugin, "norm", name)
             given = [x for x in (pipeline, compose, factory) if x is not None]
             if len(given) != 1:
-                raise PluginError(f"plugin {plugin!r}: norm {name!r} needs exactly one of "
-                                  "pipeline=, compose= or factory=")
+                raise PluginError(f"{owner} needs exactly one of pipeline=, compose= or factory=")
             if pipeline is not None:
-                params = signature_params(pipeline)
+                params = signature_params(pipeline, owner=owner)
             elif factory is not None:
-                params = signature_params(factory, skip=1)
+                params = tuple(p for p in signature_params(factory, skip=1, owner=owner)
+                               if p.name not in BUILD_ARGUMENTS)
             else:
+                if not isinstance(compose, str):
+                    raise PluginError(f"{owner}: compose= takes a spec string such as 'bn+nn'")
                 params = ()  # a composition's parameters are those of its parts
             self.add(Entry(name, "norm", plugin, summary, citation, tuple(aliases), params,
                            pipeline=pipeline, compose=compose, factory=factory))
@@ -111,14 +123,14 @@ class Registry:
                            position: Literal["before", "after"] = "after",
                            activation_param: str | None = None, aliases: Sequence[str] = (),
                            summary: str = "", citation: str = "") -> None:
+            owner = _owner(plugin, "stage", name)
             if kind not in STAGE_KINDS:
-                raise PluginError(f"plugin {plugin!r}: stage {name!r} has unknown kind {kind!r}; "
-                                  f"use one of {', '.join(STAGE_KINDS)}")
+                raise PluginError(f"{owner} has unknown kind {kind!r}; use one of {', '.join(STAGE_KINDS)}")
             if position not in ("before", "after"):
-                raise PluginError(f"plugin {plugin!r}: stage {name!r}: position must be 'before' or 'after'")
-            params = signature_params(factory, skip=1)
+                raise PluginError(f"{owner}: position must be 'before' or 'after'")
+            params = signature_params(factory, skip=1, owner=owner)
             if activation_param and activation_param not in {p.name for p in params}:
-                raise PluginError(f"plugin {plugin!r}: stage {name!r} has no parameter {activation_param!r}")
+                raise PluginError(f"{owner} has no parameter {activation_param!r}")
             self.add(Entry(name, kind, plugin, summary, citation, tuple(aliases), params,
                            factory=factory, position=position if kind == "step" else None,
                            activation_param=activation_param))
@@ -126,7 +138,7 @@ class Registry:
         def register_item(kind: Kind) -> Callable[..., None]:
             def register(name: str, factory: Callable[..., Any], *, aliases: Sequence[str] = (),
                          summary: str = "", citation: str = "", skip: int = 0, **meta: Any) -> None:
-                params = signature_params(factory, skip=skip)
+                params = signature_params(factory, skip=skip, owner=_owner(plugin, kind, name))
                 self.add(Entry(name, kind, plugin, summary, citation, tuple(aliases), params,
                                factory=factory, meta=meta))
 
@@ -146,7 +158,7 @@ class Registry:
         key = canonical_name(name)
         if key not in self.spec_names:
             raise SpecError(f"unknown norm or stage {name!r}{did_you_mean(key, self.spec_names)}"
-                            " (see `normkit list`)")
+                            f" (see `normkit list`){self._failed_note()}")
         return self.spec_names[key]
 
     def lookup_item(self, kind: Literal["model", "dataset"], name: str) -> Entry:
@@ -154,8 +166,16 @@ class Registry:
         key = canonical_name(name)
         if key not in table:
             known = ", ".join(sorted({e.name for e in table.values()})) or "none installed"
-            raise SpecError(f"unknown {kind} {name!r}{did_you_mean(key, table)} (available: {known})")
+            raise SpecError(f"unknown {kind} {name!r}{did_you_mean(key, table)} (available: {known})"
+                            f"{self._failed_note()}")
         return table[key]
+
+    def _failed_note(self) -> str:
+        if not self.failed_plugins:
+            return ""
+        names = ", ".join(repr(n) for n in self.failed_plugins)
+        noun = "plugin" if len(self.failed_plugins) == 1 else "plugins"
+        return f"; note: {noun} {names} failed to load (see `normkit plugins`)"
 
     def of_kind(self, *kinds: Kind) -> list[Entry]:
         return sorted((e for e in self.entries if e.kind in kinds), key=lambda e: (e.kind != "norm", e.name))

@@ -99,7 +99,8 @@ def route(key: str, value: Any, parts: list[tuple[Entry, dict[str, Any]]], owner
                         f"valid: {', '.join(valid) or 'none'}")
     for e, params in targets:
         if key not in params:
-            params[key] = {p.name: p for p in e.params}[key].coerce(value, e.name)
+            where = e.name if owner == repr(e.name) else f"{e.name} in {owner}"
+            params[key] = {p.name: p for p in e.params}[key].coerce(value, where)
 
 
 def _typed(entry: Entry, params: dict[str, Any]) -> dict[str, Any]:
@@ -153,7 +154,7 @@ def _check_composition(parts: list[Part], text: str) -> None:
     if head.entry.factory is not None and len(parts) > 1:
         raise SpecError(f"{head.name!r} is a ready-made module and takes no '+' stages")
     steps = [p.name for p in parts[1:] if p.entry.kind == "step"]
-    if steps and head.entry.pipeline(**head.params).core is None:
+    if steps and getattr(head.entry.pipeline(**head.params), "core", 0) is None:
         raise SpecError(f"{text!r}: {head.name!r} has no normalizing step to place {steps[0]!r} next to")
     seen_activation = seen_post = None
     for part in parts[1:]:

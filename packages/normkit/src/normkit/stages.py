@@ -8,18 +8,18 @@ recovery (NRR) is a per-channel affine or gain on `(N, C, S)`; an activation ste
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import torch
 from torch import Tensor
 
 from normkit.errors import SpecError
+from normkit.limits import check_positive
 from normkit.native import native_rms, native_standardize
-
-if TYPE_CHECKING:
-    from normkit.layer import NormLayer
 
 PartitionKind = Literal["batch", "layer", "instance", "group"]
 RecoveryKind = Literal["affine", "gain", "none"]
@@ -50,8 +50,7 @@ class Partition:
             if self.groups < 1:
                 raise SpecError(f"{owner}: groups must be >= 1, got {self.groups}")
             if num_channels % self.groups:
-                divisors = [d for d in range(1, num_channels + 1) if num_channels % d == 0]
-                near = sorted(divisors, key=lambda d: abs(d - self.groups))[:3]
+                near = sorted(_divisors(num_channels), key=lambda d: (abs(d - self.groups), d))[:3]
                 raise SpecError(
                     f"{owner}: {num_channels} channels are not divisible into {self.groups} groups;"
                     f" use groups={' or groups='.join(map(str, sorted(near)))}"
@@ -74,6 +73,12 @@ class Partition:
 
 # Sums a per-group statistic over the processes of a synced batch (see `normkit.convert_sync`).
 Reducer = Callable[[Tensor], Tensor]
+
+
+def _divisors(n: int) -> list[int]:
+    """All divisors of n, in O(sqrt(n)) steps (n is at most MAX_CHANNELS, so at most 4096 steps)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})
 
 
 @dataclass(frozen=True)
@@ -126,6 +131,38 @@ class Groups:
         return self.mean((t - mean) ** 2), mean
 
 
+class StepHost(Protocol):
+    """What a step sees of the layer that runs it (`normkit.NormLayer` is the one implementation).
+
+    The stage model is typed against this protocol, not against the layer, so `stages.py` does
+    not import the layer that uses it. Buffers and parameters a step registered in `setup`
+    (`running_mean`, ...) are plain attributes of the host.
+    """
+
+    spec: str
+    num_channels: int
+    channel_dim: int
+    partition: Partition | None
+    steps: list[Step]
+    training: bool
+    act: Any
+
+    @property
+    def tokens(self) -> bool: ...
+
+    def shape_error(self, problem: str) -> Exception: ...
+
+    def record(self, key: str, value: Tensor | Callable[[], Tensor]) -> None: ...
+
+    def recovery_params(self) -> tuple[Tensor | None, Tensor | None]: ...
+
+    def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None: ...
+
+    def register_parameter(self, name: str, param: Any) -> None: ...
+
+    def __getattr__(self, name: str) -> Any: ...
+
+
 @dataclass(frozen=True)
 class BuildContext:
     """What a stage factory knows when the layer is built."""
@@ -149,13 +186,13 @@ class Step:
     # read half the bytes) and must compute statistics in float32 itself; otherwise it gets float32.
     fused_input_dtype: bool = False
 
-    def setup(self, layer: NormLayer) -> None:
+    def setup(self, layer: StepHost) -> None:
         """Register this step's parameters and buffers on `layer`."""
 
-    def forward(self, x: Tensor, groups: Groups, layer: NormLayer) -> Tensor:
+    def forward(self, x: Tensor, groups: Groups, layer: StepHost) -> Tensor:
         raise NotImplementedError
 
-    def fused_forward(self, x: Tensor, layer: NormLayer) -> Tensor | None:
+    def fused_forward(self, x: Tensor, layer: StepHost) -> Tensor | None:
         """Optionally compute partition+steps+recovery on the raw input in one go."""
         return None
 
@@ -181,11 +218,25 @@ class PostActivationStep(Step):
 
     owns_recovery: bool = False
 
-    def forward(self, x: Tensor, groups: Groups, layer: NormLayer) -> Tensor:  # (N, C, S)
+    def forward(self, x: Tensor, groups: Groups, layer: StepHost) -> Tensor:  # (N, C, S)
         raise NotImplementedError
 
 
 StepFactory = Callable[[BuildContext], Step]
+
+
+def make_step(cls: type[Step], **kwargs: Any) -> StepFactory:
+    """A picklable step factory that builds `cls(**kwargs)` whatever the BuildContext.
+
+    Use it in pipelines instead of `lambda ctx: Standardize(eps)`: lambdas and closures do not
+    pickle. A factory that needs the context is a module-level function `f(ctx, ...)`, given its
+    arguments with `functools.partial(f, ...)`.
+    """
+    return functools.partial(_construct, cls, **kwargs)
+
+
+def _construct(cls: type[Step], ctx: BuildContext, **kwargs: Any) -> Step:
+    return cls(**kwargs)
 
 
 @dataclass
@@ -224,15 +275,14 @@ class Standardize(Step):
 
     def __init__(self, eps: float = 1e-5, momentum: float | None = 0.1,
                  track_running_stats: bool = True) -> None:
-        if eps <= 0:
-            raise SpecError(f"eps must be > 0, got {eps}")
-        if momentum is not None and not 0.0 <= momentum <= 1.0:
-            raise SpecError(f"momentum must be in [0, 1] or none, got {momentum}")
+        check_positive(eps, self.name, "eps")
+        if momentum is not None and not (math.isfinite(momentum) and 0.0 <= momentum <= 1.0):
+            raise SpecError(f"{self.name}: momentum must be in [0, 1] or none, got {momentum}")
         self.eps = eps
         self.momentum = momentum
         self.track_running_stats = track_running_stats
 
-    def setup(self, layer: NormLayer) -> None:
+    def setup(self, layer: StepHost) -> None:
         self._batch = layer.partition.uses_batch
         if self._batch and self.track_running_stats:
             c = layer.num_channels
@@ -245,10 +295,10 @@ class Standardize(Step):
             return {"eps": self.eps}  # momentum and running stats only mean something for batch statistics
         return {"eps": self.eps, "momentum": self.momentum, "track_running_stats": self.track_running_stats}
 
-    def uses_running_stats(self, layer: NormLayer) -> bool:
+    def uses_running_stats(self, layer: StepHost) -> bool:
         return layer.partition.uses_batch and self.track_running_stats and not layer.training
 
-    def update_factor(self, layer: NormLayer) -> float | None:
+    def update_factor(self, layer: StepHost) -> float | None:
         """Bump num_batches_tracked and return the EMA factor, or None when not updating."""
         if not (layer.training and layer.partition.uses_batch and self.track_running_stats):
             return None
@@ -257,13 +307,16 @@ class Standardize(Step):
             return 1.0 / float(layer.num_batches_tracked)
         return self.momentum
 
-    def statistics(self, x: Tensor, groups: Groups, layer: NormLayer) -> tuple[Tensor, Tensor]:
+    def statistics(self, x: Tensor, groups: Groups, layer: StepHost) -> tuple[Tensor, Tensor]:
         """Mean and biased variance used to normalize `x` (updates running stats when training)."""
         if self.uses_running_stats(layer):
             return (groups.per_channel(layer.running_mean.to(x.dtype)),
                     groups.per_channel(layer.running_var.to(x.dtype)))
         if groups.count < 2 and layer.partition.uses_batch and layer.training:
             raise layer.shape_error("needs more than 1 value per channel when training")
+        if x.numel() == 0:  # an empty batch in eval: nothing to normalize (var_mean would warn)
+            zero = x.sum(dim=groups.dims, keepdim=True)
+            return zero, zero
         var, mean = groups.var_mean(x)
         factor = self.update_factor(layer)
         if factor is not None:
@@ -274,15 +327,35 @@ class Standardize(Step):
                 layer.running_var.lerp_(unbiased.to(layer.running_var), factor)
         return mean, var
 
-    def forward(self, x: Tensor, groups: Groups, layer: NormLayer) -> Tensor:
+    def forward(self, x: Tensor, groups: Groups, layer: StepHost) -> Tensor:
         mean, var = self.statistics(x, groups, layer)
         return (x - mean) * torch.rsqrt(var + self.eps)
 
-    def fused_forward(self, x: Tensor, layer: NormLayer) -> Tensor | None:
+    def fused_forward(self, x: Tensor, layer: StepHost) -> Tensor | None:
         """Dispatch a plain standardize+recovery pipeline to torch's native kernels."""
         if len(layer.steps) != 1:
             return None
-        return native_standardize(self, x, layer)
+        partition = layer.partition
+        if partition.kind in ("instance", "group") and _group_size(x, layer) < 2:
+            return None  # one value per group: torch's kernel refuses it; the generic path gives 0 + bias
+        weight, bias = layer.recovery_params()
+        tracks = partition.uses_batch and self.track_running_stats
+        if partition.uses_batch and layer.training and x.numel() // layer.num_channels < 2:
+            raise layer.shape_error("needs more than 1 value per channel when training")
+        factor = (self.update_factor(layer) or 0.0) if tracks else 0.0
+        return native_standardize(
+            x, kind=partition.kind, tokens=layer.tokens, num_channels=layer.num_channels,
+            groups=partition.groups, weight=weight, bias=bias, eps=self.eps,
+            running_mean=layer.running_mean if tracks else None,
+            running_var=layer.running_var if tracks else None,
+            use_batch_stats=layer.training or not tracks, factor=factor)
+
+
+def _group_size(x: Tensor, layer: StepHost) -> int:
+    """Values per (sample, group) of an instance/group partition: C/groups times the spatial size."""
+    spatial = math.prod(x.shape[1:-1]) if layer.tokens else math.prod(x.shape[2:])
+    groups = layer.num_channels if layer.partition.kind == "instance" else layer.partition.groups
+    return layer.num_channels // groups * spatial
 
 
 class Centre(Step):
@@ -290,7 +363,7 @@ class Centre(Step):
 
     name = "centre"
 
-    def forward(self, x: Tensor, groups: Groups, layer: NormLayer) -> Tensor:
+    def forward(self, x: Tensor, groups: Groups, layer: StepHost) -> Tensor:
         return x - groups.mean(x)
 
 
@@ -300,15 +373,15 @@ class RMSScale(Step):
     name = "rms-scale"
 
     def __init__(self, eps: float = 1e-6) -> None:
-        if eps <= 0:
-            raise SpecError(f"eps must be > 0, got {eps}")
+        check_positive(eps, self.name, "eps")
         self.eps = eps
 
-    def forward(self, x: Tensor, groups: Groups, layer: NormLayer) -> Tensor:
+    def forward(self, x: Tensor, groups: Groups, layer: StepHost) -> Tensor:
         return x * torch.rsqrt(groups.mean(x * x) + self.eps)
 
-    def fused_forward(self, x: Tensor, layer: NormLayer) -> Tensor | None:
+    def fused_forward(self, x: Tensor, layer: StepHost) -> Tensor | None:
         if len(layer.steps) != 1 or not layer.tokens or layer.partition.kind != "layer":
             return None
-        return native_rms(self, x, layer)
+        weight, bias = layer.recovery_params()
+        return native_rms(x, num_channels=layer.num_channels, weight=weight, bias=bias, eps=self.eps)
 

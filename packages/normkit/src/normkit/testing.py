@@ -11,6 +11,8 @@ small CPU tensors (a second or two per spec); `skip=("channels_last",)` leaves c
 from __future__ import annotations
 
 import copy
+import io
+import pickle
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,8 +20,9 @@ import torch
 from torch import Tensor, nn
 
 from normkit.build import build
-from normkit.layer import NormShapeError
+from normkit.errors import NormShapeError, first_line
 from normkit.plugins import temporary_plugin
+from normkit.spec import parse
 
 __all__ = ["CHECKS", "check_norm", "temporary_plugin"]
 
@@ -238,6 +241,80 @@ def check_determinism(case: _Case) -> None:
     _close(case, "determinism", a(x), b(x), "eval output", 0, 0)
 
 
+def check_empty_batch(case: _Case) -> None:
+    """An empty batch (N=0) in eval gives an empty output of the same shape and dtype, and backward
+    runs; in training it either works the same way or raises NormShapeError (batch statistics of
+    no values are undefined)."""
+    for shape in case.shapes:
+        empty = (0, *shape[1:])
+        for mode in (False, True):
+            layer = case.build()
+            for _ in range(2):
+                _run(layer, case.input(shape, seed=6))
+            layer.train(mode)
+            x = torch.zeros(empty, requires_grad=True)
+            try:
+                y = _run(layer, x)
+            except NormShapeError:
+                if not mode:
+                    raise case.fail("empty_batch", f"an empty batch {empty} fails in eval mode") from None
+                continue
+            if y.shape != x.shape or y.dtype != x.dtype:
+                raise case.fail("empty_batch", f"input {empty} gave {tuple(y.shape)} {y.dtype}")
+            if y.requires_grad:
+                y.sum().backward()
+
+
+def check_pickle(case: _Case) -> None:
+    """The whole module survives torch.save/torch.load, pickle and copy.deepcopy, outputs unchanged
+    (so it can be checkpointed whole and sent to worker processes)."""
+    layer = case.build()
+    for i in range(2):
+        _run(layer, case.input(seed=20 + i))
+    layer.eval()
+    x = case.input()
+    ref = layer(x)
+    buffer = io.BytesIO()
+    try:
+        torch.save(layer, buffer)
+        buffer.seek(0)
+        copies = {"torch.save/load": torch.load(buffer, weights_only=False),
+                  "pickle": pickle.loads(pickle.dumps(layer)), "deepcopy": copy.deepcopy(layer)}
+    except Exception as exc:
+        raise case.fail("pickle", f"the module does not pickle ({first_line(exc)}); keep lambdas and "
+                                  "closures out of modules: use module-level functions and "
+                                  "functools.partial") from None
+    for how, other in copies.items():
+        _close(case, "pickle", other(x), ref, f"eval output after {how}", 0, 0)
+
+
+def check_compile(case: _Case) -> None:
+    """torch.compile (backend aot_eager: dynamo + autograd functionalization, no codegen) matches
+    eager in training and eval, forward and backward, with the same seed."""
+    import torch._dynamo
+
+    shape = case.shapes[0]
+    for mode in (True, False):
+        torch._dynamo.reset()
+        eager, compiled_layer = case.build(), case.build()
+        eager.train(mode)
+        compiled_layer.train(mode)
+        compiled = torch.compile(compiled_layer, backend="aot_eager")
+        x = case.input(shape)
+        xe, xc = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+        what = "train" if mode else "eval"
+        try:
+            yc = _run(compiled, xc, seed=5)
+            yc.square().sum().backward()
+        except Exception as exc:
+            raise case.fail("compile", f"torch.compile fails in {what} mode: {first_line(exc)}") from None
+        ye = _run(eager, xe, seed=5)
+        ye.square().sum().backward()
+        _close(case, "compile", yc, ye, f"{what} output", rtol=1e-4, atol=1e-5)
+        _close(case, "compile", xc.grad, xe.grad, f"{what} input gradient", rtol=1e-4, atol=1e-4)
+    torch._dynamo.reset()
+
+
 CHECKS: dict[str, Callable[[_Case], None]] = {
     "shapes": check_shapes,
     "train_eval": check_train_eval,
@@ -247,6 +324,9 @@ CHECKS: dict[str, Callable[[_Case], None]] = {
     "channels_last": check_channels_last,
     "edge_cases": check_edge_cases,
     "determinism": check_determinism,
+    "empty_batch": check_empty_batch,
+    "pickle": check_pickle,
+    "compile": check_compile,
 }
 
 
@@ -266,8 +346,14 @@ def check_norm(spec: str, num_channels: int = 8, *, channel_dim: int = 1, activa
     unknown = (set(skip) | set(only or ())) - set(CHECKS)
     if unknown:
         raise ValueError(f"unknown checks {sorted(unknown)}; known: {', '.join(CHECKS)}")
+    parse(spec)  # a spec that does not parse is the caller's SpecError, not a failed check
     case = _Case(spec, num_channels, channel_dim, activation, build_kwargs, shapes, gradcheck_overrides)
     for name, check in CHECKS.items():
         if name in skip or (only is not None and name not in only):
             continue
-        check(case)
+        try:
+            check(case)
+        except AssertionError:
+            raise
+        except Exception as exc:  # a norm that raises is a failed check, named like the others
+            raise case.fail(name, f"raised {first_line(exc)}") from exc

@@ -9,9 +9,9 @@ The formulas are normkit's reading (the authors' code is unreleased); see compre
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import normkit
+from normkit.hookspecs import RegisterNorm, RegisterStage
 from normkit.stages import BuildContext
 from normkit_ibnorm.compression import COMPRESSIONS, Compression
 from normkit_ibnorm.step import IBCompress
@@ -23,29 +23,38 @@ _SHAPES = {"s": "softsign-type", "l": "signed log", "t": "tanh"}
 __all__ = ["CITATION", "COMPRESSIONS", "Compression", "IBCompress"]
 
 
-def _stage_factory(variant: str) -> Callable[..., IBCompress]:
-    default_lam = COMPRESSIONS[variant].default_lam
+def ib_s(ctx: BuildContext, *, lam: float = COMPRESSIONS["s"].default_lam, centre: bool | None = None) -> IBCompress:
+    """ib-s: softsign-type compression c / (1 + |c| / lam), before standardization."""
+    return IBCompress("s", lam, centre)
 
-    def factory(ctx: BuildContext, *, lam: float = default_lam, centre: bool | None = None) -> IBCompress:
-        return IBCompress(variant, lam, centre)
 
-    factory.__name__ = f"ib_{variant}"
-    factory.__doc__ = f"ib-{variant}: {COMPRESSIONS[variant].formula}, before standardization."
-    return factory
+def ib_l(ctx: BuildContext, *, lam: float = COMPRESSIONS["l"].default_lam, centre: bool | None = None) -> IBCompress:
+    """ib-l: signed log compression sign(c) * lam * log1p(|c| / lam), before standardization."""
+    return IBCompress("l", lam, centre)
+
+
+def ib_t(ctx: BuildContext, *, lam: float = COMPRESSIONS["t"].default_lam, centre: bool | None = None) -> IBCompress:
+    """ib-t: tanh compression lam * tanh(c / lam), before standardization."""
+    return IBCompress("t", lam, centre)
+
+
+# Module-level factories (no closures): layers built from them pickle.
+STAGE_FACTORIES: dict[str, Callable[..., IBCompress]] = {"s": ib_s, "l": ib_l, "t": ib_t}
 
 
 @normkit.hookimpl
-def normkit_register_stages(register: Any) -> None:
-    for variant, compression in COMPRESSIONS.items():
-        register(f"ib-{variant}", _stage_factory(variant), kind="step", position="before",
+def normkit_register_stages(register: RegisterStage) -> None:
+    for variant, factory in STAGE_FACTORIES.items():
+        compression = COMPRESSIONS[variant]
+        register(f"ib-{variant}", factory, kind="step", position="before",
                  citation=CITATION,
                  summary=f"IBNorm-{variant.upper()} compression ({_SHAPES.get(variant, 'custom')}: "
                          f"{compression.formula}) of centred values, before standardization")
 
 
 @normkit.hookimpl
-def normkit_register_norms(register: Any) -> None:
-    for variant in COMPRESSIONS:
+def normkit_register_norms(register: RegisterNorm) -> None:
+    for variant in STAGE_FACTORIES:
         register(f"ibn-{variant}", compose=f"bn+ib-{variant}", citation=CITATION,
                  summary=f"IBNorm-{variant.upper()} on batch norm (= bn+ib-{variant})")
         register(f"ibln-{variant}", compose=f"ln+ib-{variant}", citation=CITATION,

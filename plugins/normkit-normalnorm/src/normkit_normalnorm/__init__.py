@@ -5,9 +5,8 @@ Registered through the public plugin API only (entry point `normalnorm` in group
 
 from __future__ import annotations
 
-from typing import Any
-
 import normkit
+from normkit.hookspecs import RegisterNorm, RegisterStage
 
 from normkit_normalnorm.functional import normality_norm
 from normkit_normalnorm.stage import NormalityStep, normality_stage
@@ -19,7 +18,7 @@ __all__ = ["CITATION", "NormalityStep", "normality_norm", "normality_stage"]
 
 
 @normkit.hookimpl
-def normkit_register_stages(register: Any) -> None:
+def normkit_register_stages(register: RegisterStage) -> None:
     register("nn", normality_stage, kind="step", position="after", aliases=("normality",),
              citation=CITATION,
              summary="normality normalization step: Yeo-Johnson power transform (one-Newton-step lambda) "
@@ -27,7 +26,7 @@ def normkit_register_stages(register: Any) -> None:
 
 
 @normkit.hookimpl
-def normkit_register_norms(register: Any) -> None:
+def normkit_register_norms(register: RegisterNorm) -> None:
     register("bnn", compose="bn+nn", citation=CITATION,
              summary="batch normality norm: bn + power transform + noise (xi 0.4), running lambda for eval")
     register("lnn", compose="ln+nn", citation=CITATION,

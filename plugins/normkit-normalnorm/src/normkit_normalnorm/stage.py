@@ -115,10 +115,14 @@ class NormalityStep(Step):
         if tracks and std.momentum != self.momentum:
             return None
         kernel = self._kernel_for(x)
+        if kernel is normality_norm and torch.compiler.is_compiling():
+            # The fused CPU path writes into `out=` views of scratch buffers, which inductor cannot
+            # functionalize; under torch.compile the reference path (same function) is traced.
+            return None
         if kernel is normality_norm and x.dtype in (torch.float16, torch.bfloat16):
             x = x.float()  # the PyTorch path computes in float32; the Triton kernel reads x as it is
         n, c = x.shape[0], layer.num_channels
-        s = math.prod(x.shape[1:-1]) if layer.tokens else math.prod(x.shape[2:])  # -1 is ambiguous at n=0
+        s = math.prod(x.shape[1:-1]) if layer.tokens else math.prod(x.shape[2:])  # explicit: N may be 0
         x3 = x.reshape(n, s, c).transpose(1, 2) if layer.tokens else x.reshape(n, c, s)
         batch = layer.partition.uses_batch
         if batch and layer.training and x3.shape[0] * x3.shape[2] < 2:
@@ -136,7 +140,7 @@ class NormalityStep(Step):
         return y3.transpose(1, 2).reshape(x.shape) if layer.tokens else y3.reshape(x.shape)
 
     def _kernel_for(self, x: Tensor) -> Callable[..., Tensor]:
-        if self.kernel == "torch":
+        if self.kernel == "torch" or x.numel() == 0:  # an empty batch has nothing to launch a kernel on
             return normality_norm
         if self.kernel == "auto" and not x.is_cuda:
             return normality_norm

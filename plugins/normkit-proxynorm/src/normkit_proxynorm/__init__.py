@@ -6,9 +6,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import normkit
+from normkit.hookspecs import RegisterStage
 from normkit.stages import BuildContext
 from normkit_proxynorm.proxy import ProxyNorm, proxy_quantiles
 
@@ -25,7 +24,7 @@ def proxy_normalization(ctx: BuildContext, *, act: str = "relu", eps: float = 0.
 
 
 @normkit.hookimpl
-def normkit_register_stages(register: Any) -> None:
+def normkit_register_stages(register: RegisterStage) -> None:
     register("pn", proxy_normalization, kind="post_activation", activation_param="act",
              aliases=("proxynorm", "proxy-norm"), citation=CITATION,
              summary="proxy norm: affine -> activation -> normalize by a Gaussian proxy's statistics "

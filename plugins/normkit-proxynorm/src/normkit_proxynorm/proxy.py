@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from normkit.layer import NormLayer
 
 PROXY_PARAMS = ("proxy_beta", "proxy_gamma")
+# The proxy's statistics cost samples x channels per forward; past this the estimate is exact to
+# float32 anyway (200 already is), so a larger value is a typo that would allocate gigabytes.
+MAX_SAMPLES = 100_000
 
 
 def proxy_quantiles(samples: int, *, device: torch.device | None = None,
@@ -45,8 +48,9 @@ class ProxyNorm(PostActivationStep):
     def __init__(self, act: str, eps: float, samples: int, proxy_params: bool, scale: bool) -> None:
         if not (eps > 0 and math.isfinite(eps)):
             raise SpecError(f"pn: eps must be a positive finite number (the paper uses 0.03), got {eps}")
-        if samples < 2:
-            raise SpecError(f"pn: samples must be >= 2 (the paper uses 200), got {samples}")
+        if not 2 <= samples <= MAX_SAMPLES:
+            raise SpecError(f"pn: samples must be in [2, {MAX_SAMPLES}] (the paper uses 200; the proxy "
+                            f"holds samples x channels values), got {samples}")
         self.act = act
         self.eps = eps
         self.samples = samples

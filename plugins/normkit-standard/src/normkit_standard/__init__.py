@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import normkit
-from normkit.stages import Partition, Pipeline, RMSScale, Standardize
+from normkit.hookspecs import RegisterNorm
+from normkit.stages import Partition, Pipeline, RMSScale, Standardize, make_step
 
 _BN = ("Ioffe & Szegedy, Batch Normalization: Accelerating Deep Network Training by Reducing "
        "Internal Covariate Shift, ICML 2015, arXiv:1502.03167")
@@ -23,28 +24,29 @@ def _recovery(affine: bool) -> Any:
 def batch_norm(eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
                track_running_stats: bool = True) -> Pipeline:
     """Per channel over batch and spatial dims; running mean/var for eval."""
-    return Pipeline(Partition("batch"), [lambda ctx: Standardize(eps, momentum, track_running_stats)],
+    return Pipeline(Partition("batch"), [make_step(Standardize, eps=eps, momentum=momentum,
+                                                             track_running_stats=track_running_stats)],
                     _recovery(affine))
 
 
 def layer_norm(eps: float = 1e-5, affine: bool = True) -> Pipeline:
     """Per sample over channels and spatial dims (per token over channels for N,*,C)."""
-    return Pipeline(Partition("layer"), [lambda ctx: Standardize(eps)], _recovery(affine))
+    return Pipeline(Partition("layer"), [make_step(Standardize, eps=eps)], _recovery(affine))
 
 
 def instance_norm(eps: float = 1e-5, affine: bool = True) -> Pipeline:
     """Per sample and channel over spatial dims."""
-    return Pipeline(Partition("instance"), [lambda ctx: Standardize(eps)], _recovery(affine))
+    return Pipeline(Partition("instance"), [make_step(Standardize, eps=eps)], _recovery(affine))
 
 
 def group_norm(groups: int = 32, eps: float = 1e-5, affine: bool = True) -> Pipeline:
     """Per sample and group of C/groups channels."""
-    return Pipeline(Partition("group", groups), [lambda ctx: Standardize(eps)], _recovery(affine))
+    return Pipeline(Partition("group", groups), [make_step(Standardize, eps=eps)], _recovery(affine))
 
 
 def rms_norm(eps: float = 1e-6, affine: bool = True) -> Pipeline:
     """Divide by the root mean square over the layer partition; gain only."""
-    return Pipeline(Partition("layer"), [lambda ctx: RMSScale(eps)], "gain" if affine else "none")
+    return Pipeline(Partition("layer"), [make_step(RMSScale, eps=eps)], "gain" if affine else "none")
 
 
 def no_norm() -> Pipeline:
@@ -53,7 +55,7 @@ def no_norm() -> Pipeline:
 
 
 @normkit.hookimpl
-def normkit_register_norms(register: Any) -> None:
+def normkit_register_norms(register: RegisterNorm) -> None:
     register("bn", pipeline=batch_norm, aliases=("batchnorm",), citation=_BN,
              summary="batch norm: standardize per channel over batch+spatial, running stats for eval")
     register("ln", pipeline=layer_norm, aliases=("layernorm",), citation=_LN,
