@@ -7,14 +7,13 @@
 """
 
 from normkit.build import available, build
-from normkit.convert import convert
+from normkit.convert import convert, convert_sync
 from normkit.errors import NormkitError, NormShapeError, PluginError, SpecError, StepError
 from normkit.grammar import split_specs
 from normkit.hookspecs import RegisterItem, RegisterNorm, RegisterStage, hookimpl
 from normkit.layer import NormLayer
 from normkit.optim import param_groups
 from normkit.spec import Spec, parse
-from normkit.sync import convert_sync
 
 __version__ = "0.1.0"
 

@@ -10,7 +10,9 @@ from torch import nn
 
 from normkit.build import build_with_settings
 from normkit.errors import SpecError
+from normkit.layer import NormLayer
 from normkit.spec import Spec, parse
+from normkit.sync import ProcessSync
 
 _TORCH_NORMS = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm,
                 nn.modules.instancenorm._InstanceNorm)
@@ -162,3 +164,16 @@ def _copy_state(old: nn.Module, new: nn.Module) -> list[str]:
                 dst.copy_(src)
                 copied.append(key)
     return copied
+
+
+def convert_sync(model: nn.Module, process_group: Any = None) -> nn.Module:
+    """Make every batch-statistics normkit layer in `model` reduce its statistics across processes.
+
+    In place, returns `model`. Layers whose partition does not pool over the batch (ln, gn, in,
+    rms, ...) need no communication and are left alone. torch's own BatchNorm layers are torch's
+    to convert (`nn.SyncBatchNorm.convert_sync_batchnorm`).
+    """
+    for module in model.modules():
+        if isinstance(module, NormLayer) and module.partition is not None and module.partition.uses_batch:
+            module.sync = ProcessSync(process_group)
+    return model

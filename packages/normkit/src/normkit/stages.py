@@ -314,7 +314,8 @@ class Standardize(Step):
                     groups.per_channel(layer.running_var.to(x.dtype)))
         if groups.count < 2 and layer.partition.uses_batch and layer.training:
             raise layer.shape_error("needs more than 1 value per channel when training")
-        if x.numel() == 0:  # an empty batch in eval: nothing to normalize (var_mean would warn)
+        if x.numel() == 0 and not groups.synced:  # an empty local batch: nothing to normalize (var_mean
+            # would warn); a synced one still takes part in the reductions of the other processes
             zero = x.sum(dim=groups.dims, keepdim=True)
             return zero, zero
         var, mean = groups.var_mean(x)

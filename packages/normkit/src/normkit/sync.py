@@ -1,9 +1,9 @@
-"""Batch statistics synced across processes, the counterpart of torch's SyncBatchNorm.
+"""Batch statistics synced across processes (`ProcessSync`), the counterpart of torch's SyncBatchNorm.
 
     model = normkit.convert_sync(model)            # before wrapping in DistributedDataParallel
     model = DistributedDataParallel(model, ...)
 
-`convert_sync` marks every normkit layer whose statistics pool over the batch (bn, bnn, any
+`normkit.convert_sync` (in convert.py) marks every normkit layer whose statistics pool over the batch (bn, bnn, any
 batch-partition pipeline). In training such a layer takes its reference path and computes every
 group statistic through `Groups.mean` / `Groups.var_mean`, which then sum partial sums and
 counts over the process group: K processes compute what one process computes on their
@@ -18,9 +18,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import Tensor, nn
-
-from normkit.layer import NormLayer
+from torch import Tensor
 
 if TYPE_CHECKING:
     from normkit.stages import Groups
@@ -49,9 +47,7 @@ class ProcessSync:
 
     def reduce(self, t: Tensor) -> Tensor:
         """Sum of `t` over the process group, differentiable (the backward sums the gradients too)."""
-        from torch.distributed.nn.functional import all_reduce
-
-        return all_reduce(t, group=self.process_group)
+        return _SumOverProcesses.apply(t, self.process_group)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"process_group": None}  # process groups do not pickle; a loaded copy syncs over the world
@@ -60,14 +56,23 @@ class ProcessSync:
         return "ProcessSync(world)" if self.process_group is None else "ProcessSync(group)"
 
 
-def convert_sync(model: nn.Module, process_group: Any = None) -> nn.Module:
-    """Make every batch-statistics normkit layer in `model` reduce its statistics across processes.
+class _SumOverProcesses(torch.autograd.Function):
+    """all_reduce(SUM) with its adjoint: every process's output is the same sum, so the gradient of
+    the total loss with respect to one process's input is the sum of all processes' output gradients."""
 
-    In place, returns `model`. Layers whose partition does not pool over the batch (ln, gn, in,
-    rms, ...) need no communication and are left alone. torch's own BatchNorm layers are torch's
-    to convert (`nn.SyncBatchNorm.convert_sync_batchnorm`).
-    """
-    for module in model.modules():
-        if isinstance(module, NormLayer) and module.partition is not None and module.partition.uses_batch:
-            module.sync = ProcessSync(process_group)
-    return model
+    @staticmethod
+    def forward(ctx: Any, t: Tensor, group: Any) -> Tensor:
+        import torch.distributed as dist
+
+        ctx.group = group
+        out = t.clone()
+        dist.all_reduce(out, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+        import torch.distributed as dist
+
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, group=ctx.group)
+        return grad, None
