@@ -1,7 +1,9 @@
 """A comparison's results directory: what is written, how, and how it is read back.
 
     config.yaml       the resolved config (loadable with --config / --resume)
-    runs.jsonl        one row per (norm, seed, epoch), long format, with environment columns
+    runs.jsonl        one row per run and epoch, long format: the run's identity (norm, seed, phase,
+                      cell, tuned), status, params, threads, the epoch's metrics, environment columns
+    tuning.json       with --tune: every candidate's mean val accuracy per (cell, norm), and the choice
     summary.csv/json  one row per norm (a view of runs.jsonl, rewritten after every run)
     environment.json  versions, device, CPU, threads, git commit
 
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from normkit_lab.errors import ConfigError
+from normkit_lab.plan import RunId
 from normkit_lab.training import EpochRecord, RunResult
 
 CONFIG_FILE = "config.yaml"
@@ -34,6 +37,7 @@ RUNS_FILE = "runs.jsonl"
 SUMMARY_CSV = "summary.csv"
 SUMMARY_JSON = "summary.json"
 ENVIRONMENT_FILE = "environment.json"
+TUNING_FILE = "tuning.json"
 
 
 @contextlib.contextmanager
@@ -94,7 +98,8 @@ def epoch_fields() -> list[str]:
 
 def run_rows(result: RunResult, env: dict[str, Any]) -> list[dict[str, Any]]:
     """The runs.jsonl rows of one finished run (the last carries the callbacks' extras, if any)."""
-    head = {"norm": result.norm, "seed": result.seed, "status": result.status, "params": result.params}
+    head = {**RunId.of_run(result).fields(), "status": result.status, "params": result.params,
+            "threads": result.threads}
     records = [dataclasses.asdict(r) for r in result.epochs] or [dict.fromkeys(epoch_fields())]
     rows = [{**head, **record, **env} for record in records]
     if result.extras:
@@ -103,20 +108,21 @@ def run_rows(result: RunResult, env: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def rows_to_runs(rows: Iterable[dict[str, Any]]) -> list[RunResult]:
-    """Group runs.jsonl rows back into RunResults, in the order runs finished."""
+    """Group runs.jsonl rows back into RunResults (by run identity), in the order runs finished."""
     fields = epoch_fields()
-    grouped: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    grouped: dict[RunId, list[dict[str, Any]]] = {}
     for row in rows:
-        grouped.setdefault((row["norm"], row["seed"]), []).append(row)
+        grouped.setdefault(RunId.of_row(row), []).append(row)
     runs = []
-    for (norm, seed), group in grouped.items():
+    for run_id, group in grouped.items():
         epochs = [EpochRecord(**{k: row.get(k) for k in fields})
                   for row in group if row.get("epoch") is not None]
         extras: dict[str, Any] = {}
         for row in group:
             extras.update(row.get("extras") or {})
-        runs.append(RunResult(norm=norm, seed=seed, status=group[-1]["status"], epochs=epochs,
-                              params=group[-1]["params"], extras=extras))
+        runs.append(RunResult(norm=run_id.norm, seed=run_id.seed, status=group[-1]["status"], epochs=epochs,
+                              params=group[-1]["params"], extras=extras, threads=group[-1].get("threads"),
+                              phase=run_id.phase, cell=dict(run_id.cell), tuned=dict(run_id.tuned)))
     return runs
 
 
@@ -191,8 +197,13 @@ class ResultsDir:
     def runs(self) -> list[RunResult]:
         return rows_to_runs(self.rows())
 
-    def finished(self) -> set[tuple[str, int]]:
-        return {(run.norm, run.seed) for run in self.runs()}
+    def finished(self) -> set[RunId]:
+        """The identities of the runs saved here (resume skips them)."""
+        return {RunId.of_row(row) for row in self.rows()}
+
+    def write_tuning(self, table: list[dict[str, Any]]) -> None:
+        """tuning.json: one row per (cell, norm, candidate) with its mean val accuracy and the choice."""
+        atomic_write_text(self.path / TUNING_FILE, json_text(table))
 
     def write_summary(self, rows: list[dict[str, Any]]) -> None:
         """summary.json (list of per-norm rows) and summary.csv (same rows, flat)."""

@@ -50,7 +50,8 @@ class TrainConfig:
     lr and weight_decay None mean the optimizer's default (sgd: 0.1 and 5e-4, adamw: 1e-3 and
     0.05). norm_weight_decay None means weight_decay: under weight_decay_policy "uniform" every
     norm parameter (affines and e.g. proxy norm's extra parameters) of every norm decays by it,
-    so arms differ only in the norm; "plugin" applies what each norm declares instead. amp (bf16 where supported, else fp16) and channels_last need a CUDA device.
+    so arms differ only in the norm; "plugin" applies what each norm declares instead.
+    amp (bf16 where supported, else fp16) and channels_last need a CUDA device.
     cpu_threads: torch's CPU threads during a run; None = 1 for models under a million
     parameters on CPU (much faster for small-cnn), torch's default otherwise.
     """
@@ -102,8 +103,8 @@ class EpochRecord:
     train_loss/train_acc: running means over the epoch's training batches (train mode, with
     label smoothing if set); val_loss/val_acc/val_top5: eval mode, plain cross-entropy, top-5
     only when there are more than 10 classes; test_loss/test_acc: the same on the test split,
-    recorded every epoch for reporting and never read by anything that selects. epoch_time_s: wall time of the training pass
-    (data loading, forward, backward, step; validation excluded); throughput: training samples/s
+    recorded every epoch for reporting and never read by anything that selects. epoch_time_s: wall
+    time of the training pass (data loading, forward, backward, step; evaluation excluded); throughput: training samples/s
     in that time; peak_mem_mb: CUDA max_memory_allocated during the epoch, or on CPU/MPS the
     process's peak RSS so far (getrusage); lr: the learning rate at the epoch's first step.
     """
@@ -259,6 +260,17 @@ def _check_hosting(cfg: TrainConfig, norm: str, data: DatasetBundle) -> None:
         raise
     except Exception:  # some plugin computes constants at init, which needs real tensors
         _build(cfg, norm, data)
+
+
+def resolved_threads(cfg: TrainConfig, norm: str) -> int:
+    """The CPU thread count runs of `norm` use (cfg.cpu_threads, or the automatic choice)."""
+    if cfg.cpu_threads is not None:
+        return cfg.cpu_threads
+    data = _dataset(cfg)
+    with torch.device("meta"):
+        params = sum(p.numel() for p in _build(cfg, norm, data).parameters())
+    with cpu_threads(_check_device(cfg), None, params) as threads:
+        return threads
 
 
 def check_config(cfg: TrainConfig, norms: list[str]) -> None:

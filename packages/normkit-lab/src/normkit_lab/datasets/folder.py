@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
