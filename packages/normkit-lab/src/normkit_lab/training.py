@@ -104,7 +104,8 @@ class EpochRecord:
     label smoothing if set); val_loss/val_acc/val_top5: eval mode, plain cross-entropy, top-5
     only when there are more than 10 classes; test_loss/test_acc: the same on the test split,
     recorded every epoch for reporting and never read by anything that selects. epoch_time_s: wall
-    time of the training pass (data loading, forward, backward, step; evaluation excluded); throughput: training samples/s
+    time of the training pass (data loading, forward, backward, step; evaluation excluded);
+    throughput: training samples/s
     in that time; peak_mem_mb: CUDA max_memory_allocated during the epoch, or on CPU/MPS the
     process's peak RSS so far (getrusage); lr: the learning rate at the epoch's first step.
     """
