@@ -195,11 +195,15 @@ def parse_grid(value: Any, what: str, *, numeric: bool) -> dict[str, list[Any]]:
 
 
 def _tune_seeds(value: Any, tune: dict[str, list[Any]], seeds: list[int]) -> list[int]:
-    """Tuning seeds, disjoint from the comparison's seeds (default: the next ones after them)."""
+    """Tuning seeds, disjoint from the comparison's seeds: a list or range, or a count N (default
+    DEFAULT_TUNE_SEEDS) meaning the N seeds after the comparison's seeds."""
     if not tune:
         return []
     if value is None:
-        return list(range(max(seeds) + 1, max(seeds) + 1 + DEFAULT_TUNE_SEEDS))
+        value = DEFAULT_TUNE_SEEDS
+    if isinstance(value, int) and not isinstance(value, bool) or isinstance(value, str) and value.strip().isdigit():
+        count = int(value)  # a count N: the N seeds after the comparison's seeds
+        return list(range(max(seeds) + 1, max(seeds) + 1 + count)) if count > 0 else []
     tune_seeds = parse_seeds(value) if not (isinstance(value, list) and not value) else []
     overlap = sorted(set(tune_seeds) & set(seeds))
     if overlap:
