@@ -201,7 +201,7 @@ def _tune_seeds(value: Any, tune: dict[str, list[Any]], seeds: list[int]) -> lis
         return []
     if value is None:
         value = DEFAULT_TUNE_SEEDS
-    if isinstance(value, int) and not isinstance(value, bool) or isinstance(value, str) and value.strip().isdigit():
+    if (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, str) and value.strip().isdigit()):
         count = int(value)  # a count N: the N seeds after the comparison's seeds
         return list(range(max(seeds) + 1, max(seeds) + 1 + count)) if count > 0 else []
     tune_seeds = parse_seeds(value) if not (isinstance(value, list) and not value) else []
