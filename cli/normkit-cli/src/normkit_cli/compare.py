@@ -90,7 +90,8 @@ def compare_cmd(
     tune: Annotated[list[str] | None, typer.Option(metavar="KEY=V1,V2,...", help="Tune a numeric training key "
                                                    "per norm on validation (repeatable), e.g. lr=0.03,0.1,0.3.",
                                                    rich_help_panel=EXPERIMENT)] = None,
-    tune_seeds: Annotated[str | None, typer.Option(help="Seeds of the tuning runs, disjoint from --seeds: a list 7,8, a range, or "
+    tune_seeds: Annotated[str | None, typer.Option(help="Seeds of the tuning runs, disjoint from --seeds: "
+                                                        "a list 7,8, a range, or "
                                                         "a count N = the N seeds after --seeds (default 2).",
                                                    rich_help_panel=EXPERIMENT)] = None,
     sweep: Annotated[list[str] | None, typer.Option(metavar="KEY=V1,V2,...", help="Compare the norms at each "
