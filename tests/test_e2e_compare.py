@@ -204,3 +204,12 @@ def test_overlapping_tune_seeds_are_one_line_errors(tmp_path):
                     "--out", tmp_path / "x")
     assert result.exit_code == 2 and "tune_seeds 2 are also comparison seeds" in result.output
     assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
+
+
+def test_report_reads_a_swept_comparison_again(tmp_path):
+    out = tmp_path / "swept"
+    result = invoke("compare", "--norms", "bn,ln", "--epochs", "1", "--seeds", "2", "--model-param", "depth=2",
+                    "--sweep", "batch_size=64,128", "--out", out)
+    assert result.exit_code == 0, result.output
+    again = invoke("report", out)
+    assert again.exit_code == 0, again.output

@@ -19,6 +19,7 @@ from normkit_lab import plots
 from normkit_lab.config import RUNTIME_KEYS
 from normkit_lab.diagnostics.report import write_report as write_diagnostics
 from normkit_lab.errors import ConfigError
+from normkit_lab.plan import RunId
 from normkit_lab.results import ENVIRONMENT_FILE, ResultsDir
 from normkit_lab.summary import NormSummary, summarize, summary_rows
 from normkit_lab.training import RunResult
@@ -57,7 +58,7 @@ def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 
 
 def load_results(dirs: Sequence[str | Path], baseline: str | None = None) -> Results:
-    """Load and merge results directories; refuse different configs and duplicate (norm, seed) runs."""
+    """Load and merge results directories; refuse different configs and duplicate runs (same identity)."""
     if not dirs:
         raise ConfigError("give at least one results directory")
     stores = [ResultsDir.open(d) for d in dirs]
@@ -67,15 +68,15 @@ def load_results(dirs: Sequence[str | Path], baseline: str | None = None) -> Res
     first = configs[0]
     norms: list[str] = []
     runs: list[RunResult] = []
-    seen: dict[tuple[str, int], Path] = {}
+    seen: dict[RunId, Path] = {}
     for store, cfg in zip(stores, configs, strict=True):
         diff = _differences(first, cfg)
         if diff:
             raise ConfigError(f"cannot merge {str(store.path)!r} with {str(stores[0].path)!r}: their configs "
                               f"differ ({'; '.join(diff)}); merge only runs of the same configuration")
         norms += [n for n in cfg["norms"] if n not in norms]
-        for run in store.runs():
-            key = (run.norm, run.seed)
+        for run in (r for r in store.runs() if r.phase == "compare"):  # tuning runs are in tuning.json
+            key = RunId.of_run(run)
             if key in seen:
                 raise ConfigError(f"{run.norm} seed {run.seed} is in both {str(seen[key])!r} and "
                                   f"{str(store.path)!r}; merge directories that ran different seeds or norms")
