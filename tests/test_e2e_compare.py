@@ -186,3 +186,36 @@ def test_report_of_a_non_results_directory(tmp_path):
     result = invoke("report", tmp_path)
     assert result.exit_code == 2 and result.output.strip().splitlines() == [
         f"error: '{tmp_path}' has no config.yaml; give a directory written by `normkit compare`"]
+
+
+def test_compare_tunes_on_disjoint_seeds_and_sweeps_cells(tmp_path):
+    out = tmp_path / "tuned"
+    result = invoke("compare", "--norms", "bn,ln", "--epochs", "1", "--seeds", "2", "--model-param", "depth=2",
+                    "--tune", "lr=0.05,0.1", "--tune-seeds", "1", "--sweep", "batch_size=64,128", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert "8 tuning + 8 comparison runs" in result.output and "tuning (val accuracy" in result.output
+    rows = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    tune = [r for r in rows if r["phase"] == "tune"]
+    assert {r["seed"] for r in tune} == {2} and {r["seed"] for r in rows if r["phase"] == "compare"} == {0, 1}
+    assert {r["cell"]["batch_size"] for r in rows} == {64, 128} and all(r["test_acc"] is not None for r in rows)
+    table = json.loads((out / "tuning.json").read_text())
+    assert len(table) == 8 and sum(r["chosen"] for r in table) == 4
+    cfg = yaml.safe_load((out / "config.yaml").read_text())
+    assert cfg["tune"] == {"lr": [0.05, 0.1]} and cfg["tune_seeds"] == [2] and cfg["sweep"] == {
+        "batch_size": [64, 128]}
+
+
+def test_overlapping_tune_seeds_are_one_line_errors(tmp_path):
+    result = invoke("compare", "--norms", "bn", "--seeds", "0-2", "--tune", "lr=0.1,0.3", "--tune-seeds", "2,5",
+                    "--out", tmp_path / "x")
+    assert result.exit_code == 2 and "tune_seeds 2 are also comparison seeds" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
+
+
+def test_report_reads_a_swept_comparison_again(tmp_path):
+    out = tmp_path / "swept"
+    result = invoke("compare", "--norms", "bn,ln", "--epochs", "1", "--seeds", "2", "--model-param", "depth=2",
+                    "--sweep", "batch_size=64,128", "--out", out)
+    assert result.exit_code == 0, result.output
+    again = invoke("report", out)
+    assert again.exit_code == 0, again.output

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from normkit_lab import compare, config
+from normkit_lab.plan import RunId, compare_plan
 from normkit_lab.progress import PlainProgress
 from normkit_lab.results import SUMMARY_JSON
 from normkit_lab.training import EpochRecord, RunResult
@@ -45,7 +46,8 @@ def test_every_norm_runs_every_seed_and_divergence_does_not_stop(cfg, tmp_path, 
     monkeypatch.setattr(compare, "train_run", trainer)
     store = compare.create_store(cfg, tmp_path / "out")
     results = compare.run_compare(cfg, store, progress=PlainProgress())
-    assert trainer.calls == cfg.plan() == [("bn", 0), ("ln", 0), ("bn", 1), ("ln", 1), ("bn", 2), ("ln", 2)]
+    assert trainer.calls == [(r.norm, r.seed) for r in compare_plan(cfg)]
+    assert trainer.calls == [("bn", 0), ("ln", 0), ("bn", 1), ("ln", 1), ("bn", 2), ("ln", 2)]
     _, ln = results.summary().rows
     assert ln.diverged == 1 and ln.primary.n == 2 and ln.vs_baseline.n == 2
     assert ln.vs_baseline.mean == pytest.approx(5.0)
@@ -59,12 +61,12 @@ def test_interrupt_keeps_finished_runs_and_resume_runs_only_the_rest(cfg, tmp_pa
     store = compare.create_store(cfg, tmp_path / "out")
     with pytest.raises(KeyboardInterrupt):
         compare.run_compare(cfg, store)
-    assert store.finished() == {("bn", 0), ("ln", 0), ("bn", 1)}
+    assert store.finished() == {RunId.of("bn", 0), RunId.of("ln", 0), RunId.of("bn", 1)}
 
     again = FakeTrainer()
     monkeypatch.setattr(compare, "train_run", again)
     cfg2, store2 = compare.open_store(store.path)
-    assert cfg2 == cfg and store2.path == store.path
+    assert cfg2.to_dict() == cfg.to_dict() and store2.path == store.path
     results = compare.run_compare(cfg2, store2)
     assert again.calls == [("ln", 1), ("bn", 2), ("ln", 2)]
     assert len(results.runs) == 6

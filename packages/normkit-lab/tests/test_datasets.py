@@ -19,17 +19,18 @@ def _labels(dataset) -> list[int]:
     return [dataset[i][1] for i in range(len(dataset))]
 
 
-def test_digits_is_a_fixed_stratified_standardized_split():
+def test_digits_has_fixed_stratified_disjoint_train_val_and_test():
     data = load_dataset("digits", seed=0)
-    assert (len(data.train), len(data.val)) == (1437, 360)
+    assert len(data.train) + len(data.val) + len(data.test) == 1797
+    assert (len(data.train), len(data.val), len(data.test)) == (1151, 287, 359)
     assert (data.num_classes, data.in_channels, data.image_size) == (10, 1, 8)
     x, y = data.train[0]
     assert x.dtype == torch.float32 and x.shape == (1, 8, 8) and isinstance(y, int)
-    train_counts = collections.Counter(_labels(data.train))
-    val_counts = collections.Counter(_labels(data.val))
-    for cls in range(10):  # every class keeps its share (about 20%) in validation
-        share = val_counts[cls] / (train_counts[cls] + val_counts[cls])
-        assert abs(share - 0.2) < 0.02
+    counts = [collections.Counter(_labels(split)) for split in (data.train, data.val, data.test)]
+    for cls in range(10):  # every class keeps its share: test 20% of all, val 20% of the rest
+        total = sum(c[cls] for c in counts)
+        assert abs(counts[2][cls] / total - 0.2) < 0.02
+        assert abs(counts[1][cls] / (counts[0][cls] + counts[1][cls]) - 0.2) < 0.02
     train = torch.stack([data.train[i][0] for i in range(len(data.train))])
     assert abs(train.mean().item()) < 1e-4 and abs(train.std().item() - 1) < 1e-3
 
@@ -37,6 +38,18 @@ def test_digits_is_a_fixed_stratified_standardized_split():
 def test_digits_split_does_not_depend_on_the_seed():
     a, b = load_dataset("digits", seed=0), load_dataset("digits", seed=7)
     assert torch.equal(a.val.images, b.val.images) and torch.equal(a.train.labels, b.train.labels)
+    assert torch.equal(a.test.images, b.test.images)
+
+
+def test_train_val_test_indices_are_disjoint_and_cover_everything():
+    from normkit_lab.datasets.splits import train_val_test
+
+    labels = [i % 3 for i in range(60)]
+    train, val, test = train_val_test(labels, 0.25, 0.2)
+    assert sorted(train + val + test) == list(range(60))
+    assert [sum(labels[i] == c for i in test) for c in range(3)] == [4, 4, 4]
+    assert [sum(labels[i] == c for i in val) for c in range(3)] == [4, 4, 4]
+    assert train_val_test(labels, 0.25, 0.2) == (train, val, test)
 
 
 def test_digits_rejects_a_silly_validation_fraction():
@@ -49,6 +62,7 @@ def test_fake_data_has_the_requested_shape():
     x, y = data.train[0]
     assert x.shape == (1, 16, 16) and 0 <= y < 3
     assert (len(data.train), len(data.val), data.num_classes, data.in_channels) == (12, 3, 3, 1)
+    assert len(data.test) == 3 and not torch.equal(data.val.images, data.test.images)
     again = load_dataset("fake", size=12, image_size=16, num_classes=3, channels=1)
     assert torch.equal(data.train.images, again.train.images)
 
@@ -93,11 +107,11 @@ def test_mnist_on_disk_is_loaded_into_memory_and_standardized(tmp_path):
         _write_idx(raw / f"{prefix}-images-idx3-ubyte", 2051, rng.integers(0, 256, (n, 28, 28)))
         _write_idx(raw / f"{prefix}-labels-idx1-ubyte", 2049, np.arange(n) % 10)
     data = load_dataset("mnist", data_dir=str(tmp_path))
-    shape = (len(data.train), len(data.val), data.num_classes, data.in_channels, data.image_size)
-    assert shape == (6, 4, 10, 1, 28)
+    shape = (len(data.train), len(data.test), data.num_classes, data.in_channels, data.image_size)
+    assert shape == (6, 4, 10, 1, 28) and len(data.val) == 0  # one image per class: nothing to hold out
     train = torch.stack([data.train[i][0] for i in range(6)])
     assert train.shape == (6, 1, 28, 28) and abs(train.mean().item()) < 1e-4
-    assert _labels(data.val) == [0, 1, 2, 3]
+    assert _labels(data.test) == [0, 1, 2, 3]
 
 
 def test_dataset_missing_is_a_normkit_error():
@@ -129,7 +143,8 @@ def test_a_directory_is_loaded_as_an_image_folder_with_a_stratified_split(tmp_pa
     _write_images(tmp_path)
     data = load_dataset(str(tmp_path), image_size=8, val_fraction=0.4)
     assert (data.num_classes, data.in_channels, data.image_size) == (2, 3, 8)
-    assert sorted(_labels(data.val)) == [0, 0, 1, 1] and len(data.train) == 6
+    assert sorted(_labels(data.test)) == [0, 1]  # 20% of each class's 5 images
+    assert sorted(_labels(data.val)) == [0, 0, 1, 1] and len(data.train) == 4
     x, _ = data.train[0]
     assert x.shape == (3, 8, 8) and x.min() >= -1 and x.max() <= 1
 
@@ -138,7 +153,10 @@ def test_a_directory_with_train_and_val_uses_them(tmp_path):
     _write_images(tmp_path / "train", per_class=3)
     _write_images(tmp_path / "val", per_class=1)
     data = load_dataset(str(tmp_path), image_size=8)
-    assert (len(data.train), len(data.val)) == (6, 2)
+    assert (len(data.train), len(data.val), len(data.test)) == (4, 2, 2)  # val/ is the test split
+    _write_images(tmp_path / "test", per_class=2)
+    data = load_dataset(str(tmp_path), image_size=8)
+    assert (len(data.train), len(data.val), len(data.test)) == (6, 2, 4)
 
 
 def test_a_directory_without_class_folders_is_a_clear_error(tmp_path):

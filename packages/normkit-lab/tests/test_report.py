@@ -51,7 +51,7 @@ def test_merge_seeds_and_norms_of_the_same_configuration(tmp_path):
 def test_refuse_different_configurations(tmp_path):
     make_dir(tmp_path / "a", "bn", "1", [run("bn", 0, 0.8)])
     make_dir(tmp_path / "b", "bn", "1-1", [run("bn", 1, 0.8)], lr=0.05)
-    with pytest.raises(ConfigError, match=r"configs differ \(lr: None vs 0.05\)"):
+    with pytest.raises(ConfigError, match=r"configs differ \(lr: 0.1 vs 0.05\)"):
         load_results([tmp_path / "a", tmp_path / "b"])
 
 

@@ -8,6 +8,7 @@ import math
 import pytest
 
 from normkit_lab.errors import ConfigError
+from normkit_lab.plan import RunId
 from normkit_lab.results import (
     RUNS_FILE,
     ResultsDir,
@@ -71,7 +72,7 @@ def test_rows_round_trip_with_extras_and_a_run_diverged_before_any_epoch(tmp_pat
     assert rows[0]["host"] == "h" and rows[0]["epoch"] == 0 and "extras" not in rows[0]
     assert rows[2]["epoch"] is None and rows[2]["status"] == "diverged"
     assert store.runs() == runs
-    assert store.finished() == {("bn", 0), ("bnn", 0)}
+    assert store.finished() == {RunId.of("bn", 0), RunId.of("bnn", 0)}
 
 
 def test_run_rows_one_per_epoch():
@@ -85,9 +86,9 @@ def test_torn_last_line_is_ignored_then_cut_before_the_next_append(tmp_path):
     store.append_run(run("bn", 0, [0.5]), ENV)
     with (store.path / RUNS_FILE).open("a") as f:
         f.write('{"norm": "bn", "seed": 1, "sta')  # a crash in the middle of a write
-    assert store.finished() == {("bn", 0)}
+    assert store.finished() == {RunId.of("bn", 0)}
     store.append_run(run("bn", 1, [0.6]), ENV)
-    assert store.finished() == {("bn", 0), ("bn", 1)}
+    assert store.finished() == {RunId.of("bn", 0), RunId.of("bn", 1)}
     assert all(json.loads(line) for line in (store.path / RUNS_FILE).read_text().splitlines())
 
 

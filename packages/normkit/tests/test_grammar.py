@@ -77,3 +77,20 @@ def test_overrides_apply_unless_spec_sets_them() -> None:
 def test_parameter_keys_accept_dashes_and_text_is_typed() -> None:
     assert normkit.parse("bn(track-running-stats=false)").parts[0].params == {"track_running_stats": False}
     assert normkit.parse("gn(groups=8.0)").text == normkit.parse("gn(groups=8)").text == "gn(groups=8)"
+
+
+def test_value_lists_expand_into_one_spec_per_combination() -> None:
+    from normkit.grammar import expand_lists
+
+    assert normkit.split_specs("bn,bnn(noise=[0,0.4]),gn(groups=[2,8])+pn") == [
+        "bn", "bnn(noise=[0,0.4])", "gn(groups=[2,8])+pn"]
+    assert expand_lists("bnn(noise=[0,0.4,0.8])") == ["bnn(noise=0)", "bnn(noise=0.4)", "bnn(noise=0.8)"]
+    assert expand_lists("gn(groups=[2,8])+pn(eps=[1e-5,1e-3])") == [
+        "gn(groups=2)+pn(eps=1e-5)", "gn(groups=2)+pn(eps=1e-3)",
+        "gn(groups=8)+pn(eps=1e-5)", "gn(groups=8)+pn(eps=1e-3)"]
+    assert expand_lists("bn") == ["bn"]
+
+
+def test_parse_refuses_a_value_list_with_a_hint() -> None:
+    with pytest.raises(normkit.SpecError, match="only `normkit compare --norms` expands"):
+        normkit.parse("bnn(noise=[0,0.4])")

@@ -98,14 +98,26 @@ def test_post_activation_step_without_activation_fails(post_plugin) -> None:
         normkit.parse("gn+toy-post+needs-act")
 
 
-def test_param_groups_follow_declared_policies(post_plugin) -> None:
+def test_param_groups_decay_every_norm_parameter_alike_by_default(post_plugin) -> None:
     model = nn.Sequential(nn.Conv2d(3, 4, 3), normkit.build("gn(groups=2)+toy-post", 4), nn.Conv2d(4, 4, 1),
                           normkit.build("bn", 4))
-    groups = {g["weight_decay"]: {id(p) for p in g["params"]} for g in normkit.param_groups(model, 5e-4)}
+    groups = normkit.param_groups(model, 5e-4)
+    assert [g["weight_decay"] for g in groups] == [5e-4]  # the declared policy is not applied
+    assert {id(p) for p in groups[0]["params"]} == {id(p) for p in model.parameters()}
+    norm_groups = normkit.param_groups(model, 5e-4, norm_weight_decay=1e-5)
+    small = {id(p) for g in norm_groups if g["weight_decay"] == 1e-5 for p in g["params"]}
+    assert small == {id(p) for i in (1, 3) for p in model[i].parameters()}
+
+
+def test_param_groups_follow_declared_policies_when_asked(post_plugin) -> None:
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), normkit.build("gn(groups=2)+toy-post", 4), nn.Conv2d(4, 4, 1),
+                          normkit.build("bn", 4))
+    groups = {g["weight_decay"]: {id(p) for p in g["params"]}
+              for g in normkit.param_groups(model, 5e-4, plugin_policy=True)}
     assert id(model[1].toy_shift) in groups[5e-4]
     assert id(model[1].weight) in groups[0.0] and id(model[1].bias) in groups[0.0]
     assert id(model[0].weight) in groups[5e-4] and id(model[3].weight) in groups[5e-4]
-    no_norm_decay = normkit.param_groups(model, 5e-4, norm_weight_decay=0.0)
+    no_norm_decay = normkit.param_groups(model, 5e-4, norm_weight_decay=0.0, plugin_policy=True)
     zero = next(g for g in no_norm_decay if g["weight_decay"] == 0.0)
     assert any(p is model[3].weight for p in zero["params"])
     torch.optim.SGD(normkit.param_groups(model, 5e-4), lr=0.1, momentum=0.9)

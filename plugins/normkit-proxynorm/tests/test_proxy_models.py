@@ -52,9 +52,23 @@ def test_trains_without_nan_and_round_trips_state_dict(spec: str) -> None:
     assert {"1.proxy_beta", "1.proxy_gamma", "1.weight", "1.bias"} <= set(model.state_dict())
 
 
-def test_param_groups_decay_proxy_parameters_but_not_the_moved_affine() -> None:
-    model = block_net("gn(groups=8)+pn")
+def test_param_groups_decay_every_pn_parameter_by_default() -> None:
+    model = block_net("gn+pn")
     groups = normkit.param_groups(model, 5e-4)
+    assert [g["weight_decay"] for g in groups] == [5e-4]
+    assert len(groups[0]["params"]) == len(list(model.parameters()))
+
+
+def test_gn_plus_pn_defaults_to_few_groups_unless_given() -> None:
+    assert normkit.parse("gn+pn").expanded() == "gn(groups=8)+pn"
+    assert normkit.parse("gn+pn").text == "gn+pn"
+    assert normkit.parse("gn(groups=2)+pn").expanded() == "gn(groups=2)+pn"
+    assert normkit.parse("gn").expanded() == "gn" and normkit.parse("ln+pn").expanded() == "ln+pn"
+
+
+def test_plugin_policy_decays_proxy_parameters_but_not_the_moved_affine() -> None:
+    model = block_net("gn(groups=8)+pn")
+    groups = normkit.param_groups(model, 5e-4, plugin_policy=True)
     decay_of = {id(p): g["weight_decay"] for g in groups for p in g["params"]}
     moved_affine = {"1.weight", "1.bias", "3.weight", "3.bias"}
     for name, p in model.named_parameters():

@@ -6,6 +6,7 @@ Option values come from the command line, then `--config FILE.yaml`, then the de
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -40,7 +41,26 @@ def _given(ctx: typer.Context) -> dict[str, Any]:
     for option, key in (("model_param", "model_params"), ("dataset_param", "dataset_params")):
         if option in given:
             given[key] = parse_key_values(given.pop(option), f"--{option.replace('_', '-')}")
+    for key in ("tune", "sweep"):
+        if given.get(key) == []:
+            given.pop(key)
     return given
+
+
+def print_tuning(table: list[dict[str, Any]], console: Any) -> None:
+    """The tuning table: every candidate's mean val accuracy per (cell, norm), the choice marked."""
+    from rich.table import Table
+
+    out = Table(title="tuning (val accuracy, mean over tune seeds)")
+    for column in ("cell", "norm", "values", "val acc %", "chosen"):
+        out.add_column(column)
+    for row in table:
+        acc = row["val_acc"]
+        cell = ", ".join(f"{k}={v}" for k, v in row["cell"].items()) or "-"
+        values = ", ".join(f"{k}={v}" for k, v in row["values"].items())
+        out.add_row(cell, row["norm"], values, f"{100 * acc:.2f}" if acc > -1 else "diverged",
+                    "*" if row["chosen"] else "")
+    console.print(out)
 
 
 def _flags(keys: set[str]) -> str:
@@ -65,6 +85,22 @@ def compare_cmd(
     = str(len(D["seeds"])),
     baseline: Annotated[str | None, typer.Option(help="Norm the others are compared to (default: the first).",
                                                  rich_help_panel=EXPERIMENT)] = None,
+    select: Annotated[str, typer.Option(help="Epoch a run reports its test metric at: final, or best-val (the "
+                                             "epoch with the best validation accuracy). Never picked on test.",
+                                        rich_help_panel=EXPERIMENT)] = D["select"],
+    margin: Annotated[float | None, typer.Option(help="Equivalence margin in the primary metric's unit "
+                                                      "(default 0.5 points of accuracy).",
+                                                 rich_help_panel=EXPERIMENT)] = D["margin"],
+    tune: Annotated[list[str] | None, typer.Option(metavar="KEY=V1,V2,...", help="Tune a numeric training key "
+                                                   "per norm on validation (repeatable), e.g. lr=0.03,0.1,0.3.",
+                                                   rich_help_panel=EXPERIMENT)] = None,
+    tune_seeds: Annotated[str | None, typer.Option(help="Seeds of the tuning runs, disjoint from --seeds: "
+                                                        "a list 7,8, a range, or "
+                                                        "a count N = the N seeds after --seeds (default 2).",
+                                                   rich_help_panel=EXPERIMENT)] = None,
+    sweep: Annotated[list[str] | None, typer.Option(metavar="KEY=V1,V2,...", help="Compare the norms at each "
+                                                    "value of a training key (repeatable; a grid), e.g. "
+                                                    "batch_size=4,16,64.", rich_help_panel=EXPERIMENT)] = None,
     model_param: Annotated[list[str] | None, typer.Option(metavar="KEY=VALUE", help="A model parameter "
                                                           "(repeatable), e.g. width=64.",
                                                           rich_help_panel=EXPERIMENT)] = None,
@@ -76,9 +112,16 @@ def compare_cmd(
     lr: Annotated[float | None, typer.Option(help="Peak learning rate (default: the optimizer's: sgd 0.1, "
                                                   "adamw 1e-3).", rich_help_panel=TRAINING)] = D["lr"],
     optimizer: Annotated[str, typer.Option(help="sgd or adamw.", rich_help_panel=TRAINING)] = D["optimizer"],
-    weight_decay: Annotated[float | None, typer.Option(help="Weight decay (default: sgd 5e-4, adamw 0.05); "
-                                                              "norms may exempt parameters (pn).",
+    weight_decay: Annotated[float | None, typer.Option(help="Weight decay (default: sgd 5e-4, adamw 0.05), "
+                                                              "applied alike to every parameter of every arm, "
+                                                              "norm affines and pn's extras included.",
                                                 rich_help_panel=TRAINING)] = D["weight_decay"],
+    norm_weight_decay: Annotated[float | None, typer.Option(help="One weight decay for every norm parameter "
+                                                                 "in every arm (default: --weight-decay).",
+                                                            rich_help_panel=TRAINING)] = D["norm_weight_decay"],
+    weight_decay_policy: Annotated[str, typer.Option(help="uniform (every arm alike) or plugin (each norm's "
+                                                          "own declared policy, e.g. pn exempts its affines).",
+                                                     rich_help_panel=TRAINING)] = D["weight_decay_policy"],
     momentum: Annotated[float, typer.Option(help="SGD momentum.", rich_help_panel=TRAINING)] = D["momentum"],
     schedule: Annotated[str, typer.Option(help="cosine, step or none.", rich_help_panel=TRAINING)]
     = D["schedule"],
@@ -137,6 +180,7 @@ def compare_cmd(
     from normkit_lab import config as lab_config
     from normkit_lab.compare import check, create_store, open_store, run_compare
     from normkit_lab.diagnostics import callbacks_for as diagnostics_callbacks
+    from normkit_lab.plan import run_count
     from normkit_lab.progress import choose_progress
 
     given = _given(ctx)
@@ -155,16 +199,20 @@ def compare_cmd(
         store = create_store(cfg, out)
     console = make_console()
     train = cfg.train
+    n_tune, n_compare = run_count(cfg)
+    cost = (f"{plural(n_tune, 'tuning run')} + {plural(n_compare, 'comparison run')}" if n_tune
+            else plural(n_compare, "run"))
     console.print(f"compare {', '.join(cfg.norms)} on {train.model}/{train.dataset}, "
                   f"{plural(train.epochs, 'epoch')}, seeds {','.join(map(str, cfg.seeds))}: "
-                  f"{plural(len(cfg.plan()), 'run')} -> {store.path}", soft_wrap=True)
+                  f"{cost} -> {store.path}", soft_wrap=True)
     resume_hint = f"continue with: normkit compare --resume {store.path}"
     try:
         results = run_compare(cfg, store, progress=choose_progress(),
-                              callbacks=diagnostics_callbacks(cfg.diagnostics))
+                              callbacks=diagnostics_callbacks(cfg.diagnostics),
+                              on_tuned=functools.partial(print_tuning, console=console))
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (one_line_errors raises Terminated for it)
         saved = len(store.finished())
-        typer.echo(f"interrupted: {saved} of {plural(len(cfg.plan()), 'run')} are saved in {store.path}; "
+        typer.echo(f"interrupted: {saved} of {plural(n_tune + n_compare, 'run')} are saved in {store.path}; "
                    f"{resume_hint}", err=True)
         raise typer.Exit(interrupted_code(exc)) from None
     except Exception as exc:

@@ -9,6 +9,7 @@ keys are errors, so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -20,15 +21,19 @@ import yaml
 
 import normkit
 from normkit.errors import did_you_mean
+from normkit.grammar import expand_lists
 from normkit_lab import safe_yaml
 from normkit_lab.errors import ConfigError, short_repr
 from normkit_lab.limits import MAX_SEED, MAX_SEEDS
+from normkit_lab.plan import SELECTIONS
 from normkit_lab.training import TrainConfig
 
 # Defaults that make `normkit compare --norms bn,bnn,gn+pn` meaningful and finish in under three
 # minutes on two CPU cores (measured, see docs/experiments.md); other keys keep TrainConfig's defaults.
 TRAIN_DEFAULTS: dict[str, Any] = {"epochs": 5, "batch_size": 128}
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
+DEFAULT_MARGIN = 0.5  # accuracy points: differences smaller than this count as equivalent
+DEFAULT_TUNE_SEEDS = 2  # tuning seeds when tuning and none are given: the next ones after `seeds`
 
 # Keys that may differ between result directories that `normkit report` merges: they change where
 # or how fast runs execute, not what they compute.
@@ -37,30 +42,40 @@ RUNTIME_KEYS = frozenset({"device", "data_dir", "download", "num_workers", "diag
 
 @dataclass
 class CompareConfig:
-    """Everything a comparison needs; `train` is shared by every (norm, seed) run."""
+    """Everything a comparison needs; `train` is shared by every run, except the values of its
+    cell (`sweep`: training key -> values) and those chosen by tuning (`tune`, on `tune_seeds`).
+    `select`: which epoch a run reports (`final` or `best-val`); `margin`: the equivalence
+    margin in accuracy points (None = DEFAULT_MARGIN). The runs are listed by `normkit_lab.plan`."""
 
     norms: list[str]
     train: TrainConfig
     seeds: list[int] = field(default_factory=lambda: list(DEFAULT_SEEDS))
     baseline: str | None = None
     diagnostics: bool = False
+    select: str = "final"
+    margin: float | None = None
+    tune: dict[str, list[Any]] = field(default_factory=dict)
+    tune_seeds: list[int] = field(default_factory=list)
+    sweep: dict[str, list[Any]] = field(default_factory=dict)
 
     @property
     def baseline_norm(self) -> str:
         """The norm every other norm is compared to (the first one unless chosen)."""
         return self.baseline or self.norms[0]
 
-    def plan(self) -> list[tuple[str, int]]:
-        """Every (norm, seed) run, seed-major so an interrupted comparison already holds full pairs."""
-        return [(norm, seed) for seed in self.seeds for norm in self.norms]
-
     def to_dict(self) -> dict[str, Any]:
-        """The flat mapping saved as config.yaml (and accepted by `--config`)."""
-        return {"norms": list(self.norms), "seeds": list(self.seeds), "baseline": self.baseline,
-                "diagnostics": self.diagnostics, **dataclasses.asdict(self.train)}
+        """The flat mapping saved as config.yaml (and accepted by `--config`), every default resolved."""
+        train = dataclasses.asdict(self.train)
+        train.update(lr=self.train.resolved_lr, weight_decay=self.train.resolved_weight_decay,
+                     norm_weight_decay=self.train.resolved_norm_weight_decay)
+        return {"norms": list(self.norms), "seeds": list(self.seeds), "baseline": self.baseline_norm,
+                "diagnostics": self.diagnostics, "select": self.select,
+                "margin": DEFAULT_MARGIN if self.margin is None else self.margin,
+                "tune": {k: list(v) for k, v in self.tune.items()}, "tune_seeds": list(self.tune_seeds),
+                "sweep": {k: list(v) for k, v in self.sweep.items()}, **train}
 
 
-_COMPARE_KEYS = ("norms", "seeds", "baseline", "diagnostics")
+_COMPARE_KEYS = ("norms", "seeds", "baseline", "diagnostics", "select", "margin", "tune", "tune_seeds", "sweep")
 
 
 def known_keys() -> list[str]:
@@ -69,7 +84,8 @@ def known_keys() -> list[str]:
 
 def defaults() -> dict[str, Any]:
     """Default value of every key except `norms`, which has none."""
-    out: dict[str, Any] = {"seeds": list(DEFAULT_SEEDS), "baseline": None, "diagnostics": False}
+    out: dict[str, Any] = {"seeds": list(DEFAULT_SEEDS), "baseline": None, "diagnostics": False,
+                           "select": "final", "margin": None, "tune": {}, "tune_seeds": None, "sweep": {}}
     for f in dataclasses.fields(TrainConfig):
         if f.default is not dataclasses.MISSING:
             out[f.name] = f.default
@@ -124,14 +140,15 @@ def parse_seeds(value: Any) -> list[int]:
 
 
 def parse_norms(value: Any) -> list[str]:
-    """Norm specs from "bn,bnn,gn+pn" or a YAML list, validated and in canonical spelling."""
+    """Norm specs from "bn,bnn,gn+pn" or a YAML list, validated and in canonical spelling; a value
+    list in a spec (`bnn(noise=[0,0.4])`) expands into one norm per value."""
     if isinstance(value, str):
         items = normkit.split_specs(value)
     elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
         items = list(value)
     else:
         raise ConfigError(f"norms must be a comma list of specs like bn,bnn,gn+pn, not {short_repr(value)}")
-    norms = [normkit.parse(item).text for item in items]
+    norms = [normkit.parse(spec).text for item in items for spec in expand_lists(item)]
     repeated = sorted({n for n in norms if norms.count(n) > 1})
     if repeated:
         raise ConfigError(f"norm {repeated[0]!r} is listed twice in norms; list each spec once")
@@ -148,6 +165,75 @@ def parse_key_values(items: list[str], what: str) -> dict[str, Any]:
         name = key.strip().replace("-", "_")
         out[name] = safe_yaml.loads(raw, f"{what} {name}=...") if raw.strip() else ""
     return out
+
+
+def _scalar(text: str) -> Any:
+    """A typed value from text: YAML rules, plus numbers YAML 1.1 leaves as text (1e-3)."""
+    value = yaml.safe_load(text)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _grid_items(value: Any, what: str) -> dict[str, list[Any]]:
+    """key -> values from a YAML mapping, or from "KEY=V1,V2" strings (one or a list of them)."""
+    if isinstance(value, dict):
+        return {str(k).strip().replace("-", "_"): v if isinstance(v, list) else [v] for k, v in value.items()}
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+        raise ConfigError(f"{what} must be KEY=V1,V2,... (e.g. lr=0.03,0.1,0.3), not {value!r}")
+    out: dict[str, list[Any]] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        values = [_scalar(v) for v in raw.split(",") if v.strip()]
+        if not sep or not key.strip() or not values:
+            raise ConfigError(f"{what} {item!r} is not KEY=V1,V2,..., e.g. lr=0.03,0.1,0.3")
+        out[key.strip().replace("-", "_")] = values
+    return out
+
+
+_NOT_GRIDDABLE = RUNTIME_KEYS | {"model", "dataset", "model_params", "dataset_params", "cpu_threads"}
+
+
+def parse_grid(value: Any, what: str, *, numeric: bool) -> dict[str, list[Any]]:
+    """The values of `tune` or `sweep` (training key -> distinct values), typed and checked."""
+    hints = typing.get_type_hints(TrainConfig)
+    out = {}
+    for key, values in _grid_items(value, what).items():
+        if key not in hints or key in _NOT_GRIDDABLE:
+            valid = [k for k in hints if k not in _NOT_GRIDDABLE]
+            raise ConfigError(f"{what} key {key!r} is not a training key{did_you_mean(key, valid)}; "
+                              f"valid: {', '.join(valid)}")
+        if numeric and not any(h in (int, float) for h in _members(hints[key])):
+            raise ConfigError(f"{what} key {key!r} is not numeric; tune numbers such as lr or weight_decay")
+        typed = [_check_type(f"{what} value of {key}", v, hints[key]) for v in values]
+        if not typed or len(set(map(repr, typed))) != len(typed):
+            raise ConfigError(f"{what} {key}={values} must list distinct values, e.g. {key}=0.03,0.1,0.3")
+        out[key] = typed
+    return out
+
+
+def _tune_seeds(value: Any, tune: dict[str, list[Any]], seeds: list[int]) -> list[int]:
+    """Tuning seeds, disjoint from the comparison's seeds: a list or range, or a count N (default
+    DEFAULT_TUNE_SEEDS) meaning the N seeds after the comparison's seeds."""
+    if not tune:
+        return []
+    if value is None:
+        value = DEFAULT_TUNE_SEEDS
+    if (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, str) and value.strip().isdigit()):
+        count = int(value)  # a count N: the N seeds after the comparison's seeds
+        return list(range(max(seeds) + 1, max(seeds) + 1 + count)) if count > 0 else []
+    tune_seeds = parse_seeds(value) if not (isinstance(value, list) and not value) else []
+    overlap = sorted(set(tune_seeds) & set(seeds))
+    if overlap:
+        raise ConfigError(f"tune_seeds {','.join(map(str, overlap))} are also comparison seeds; tuning must "
+                          f"use other seeds, e.g. --tune-seeds {max(seeds) + 1},{max(seeds) + 2}")
+    if not tune_seeds:
+        raise ConfigError("tuning needs at least one tune seed, e.g. --tune-seeds 100")
+    return tune_seeds
 
 
 def _members(hint: Any) -> tuple[Any, ...]:
@@ -218,6 +304,18 @@ def build_config(values: dict[str, Any]) -> CompareConfig:
     seeds = parse_seeds(merged.pop("seeds"))
     baseline = _check_type("baseline", merged.pop("baseline"), str | None)
     diagnostics = _check_type("diagnostics", merged.pop("diagnostics"), bool)
+    select = merged.pop("select")
+    if select not in SELECTIONS:
+        raise ConfigError(f"select must be one of {', '.join(SELECTIONS)}, not {select!r}")
+    margin = _check_type("margin", merged.pop("margin"), float | None)
+    if margin is not None and not (math.isfinite(margin) and margin >= 0):
+        raise ConfigError(f"margin must be a finite number of accuracy points >= 0, not {margin!r}")
+    tune = parse_grid(merged.pop("tune"), "tune", numeric=True)
+    sweep = parse_grid(merged.pop("sweep"), "sweep", numeric=False)
+    both = sorted(set(tune) & set(sweep))
+    if both:
+        raise ConfigError(f"{both[0]!r} is both tuned and swept; use it in --tune or --sweep, not both")
+    tune_seeds = _tune_seeds(merged.pop("tune_seeds"), tune, seeds)
     if baseline is not None:
         baseline = normkit.parse(baseline).text
         if baseline not in norms:
@@ -229,7 +327,8 @@ def build_config(values: dict[str, Any]) -> CompareConfig:
         train = TrainConfig(**train_values)
     except TypeError as exc:
         raise ConfigError(f"incomplete training config: {exc}") from None
-    return CompareConfig(norms=norms, train=train, seeds=seeds, baseline=baseline, diagnostics=diagnostics)
+    return CompareConfig(norms=norms, train=train, seeds=seeds, baseline=baseline, diagnostics=diagnostics,
+                         select=select, margin=margin, tune=tune, tune_seeds=tune_seeds, sweep=sweep)
 
 
 def resolve(cli_values: dict[str, Any], config_file: str | Path | None = None) -> CompareConfig:

@@ -1,7 +1,9 @@
 """A comparison's results directory: what is written, how, and how it is read back.
 
     config.yaml       the resolved config (loadable with --config / --resume)
-    runs.jsonl        one row per (norm, seed, epoch), long format, with environment columns
+    runs.jsonl        one row per run and epoch, long format: the run's identity (norm, seed, phase,
+                      cell, tuned), status, params, threads, the epoch's metrics, environment columns
+    tuning.json       with --tune: every candidate's mean val accuracy per (cell, norm), and the choice
     summary.csv/json  one row per norm (a view of runs.jsonl, rewritten after every run)
     environment.json  versions, device, CPU, threads, git commit
 
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from normkit_lab.errors import ConfigError, short_repr
+from normkit_lab.plan import RunId
 from normkit_lab.training import EpochRecord, RunResult
 
 CONFIG_FILE = "config.yaml"
@@ -40,6 +43,7 @@ SUMMARY_CSV = "summary.csv"
 SUMMARY_JSON = "summary.json"
 ENVIRONMENT_FILE = "environment.json"
 STATUSES = ("ok", "diverged", "failed")
+TUNING_FILE = "tuning.json"
 
 
 @contextlib.contextmanager
@@ -101,7 +105,8 @@ def epoch_fields() -> list[str]:
 
 def run_rows(result: RunResult, env: dict[str, Any]) -> list[dict[str, Any]]:
     """The runs.jsonl rows of one finished run (the last carries the callbacks' extras, if any)."""
-    head = {"norm": result.norm, "seed": result.seed, "status": result.status, "params": result.params}
+    head = {**RunId.of_run(result).fields(), "status": result.status, "params": result.params,
+            "threads": result.threads}
     if result.error is not None:
         head["error"] = result.error
     records = [dataclasses.asdict(r) for r in result.epochs] or [dict.fromkeys(epoch_fields())]
@@ -137,6 +142,10 @@ def _row_problem(row: Any) -> str | None:
         ("params", row["params"] is None or (_is_int(row["params"]) and row["params"] >= 0),
          "null or an integer >= 0"),
         ("error", row.get("error") is None or isinstance(row["error"], str), "null or a text"),
+        ("phase", row.get("phase") in (None, "compare", "tune"), "null, compare or tune"),
+        *((key, row.get(key) is None or (isinstance(row[key], dict) and all(
+            isinstance(v, (int, float, str, bool)) or v is None for v in row[key].values())),
+           "null or an object of plain values") for key in ("cell", "tuned")),
         ("extras", row.get("extras") is None or (isinstance(row["extras"], dict)
                                                  and all(isinstance(v, dict) for v in row["extras"].values())),
          "null or an object of objects (one per callback)"),
@@ -163,11 +172,11 @@ def check_row(row: Any, where: str) -> dict[str, Any]:
     return row
 
 
-def _latest_attempts(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, int], list[dict[str, Any]]]:
-    """Rows grouped by (norm, seed), keeping each key's latest attempt (a retried failure is replaced)."""
-    grouped: dict[tuple[str, int], list[dict[str, Any]]] = {}
+def _latest_attempts(rows: Iterable[dict[str, Any]]) -> dict[RunId, list[dict[str, Any]]]:
+    """Rows grouped by run identity, keeping each run's latest attempt (a retried failure is replaced)."""
+    grouped: dict[RunId, list[dict[str, Any]]] = {}
     for row in rows:
-        key = (row["norm"], row["seed"])
+        key = RunId.of_row(row)
         group = grouped.setdefault(key, [])
         if group and (group[-1]["status"] == "failed" or row["status"] == "failed"):
             group.clear()  # a failed attempt is one row; the next attempt starts afresh
@@ -176,17 +185,19 @@ def _latest_attempts(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, int], li
 
 
 def rows_to_runs(rows: Iterable[dict[str, Any]]) -> list[RunResult]:
-    """Group runs.jsonl rows back into RunResults, in the order runs first appeared."""
+    """Group runs.jsonl rows back into RunResults (by run identity), in the order runs first appeared."""
     fields = epoch_fields()
     runs = []
-    for (norm, seed), group in _latest_attempts(rows).items():
+    for run_id, group in _latest_attempts(rows).items():
         epochs = [EpochRecord(**{k: row.get(k) for k in fields})
                   for row in group if row.get("epoch") is not None]
         extras: dict[str, Any] = {}
         for row in group:
             extras.update(row.get("extras") or {})
-        runs.append(RunResult(norm=norm, seed=seed, status=group[-1]["status"], epochs=epochs,
-                              params=group[-1]["params"], extras=extras, error=group[-1].get("error")))
+        runs.append(RunResult(norm=run_id.norm, seed=run_id.seed, status=group[-1]["status"], epochs=epochs,
+                              params=group[-1]["params"], extras=extras, error=group[-1].get("error"),
+                              threads=group[-1].get("threads"), phase=run_id.phase, cell=dict(run_id.cell),
+                              tuned=dict(run_id.tuned)))
     return runs
 
 
@@ -303,9 +314,13 @@ class ResultsDir:
     def runs(self) -> list[RunResult]:
         return rows_to_runs(self.rows())
 
-    def finished(self) -> set[tuple[str, int]]:
-        """(norm, seed) of runs that ended ok or diverged; failed runs are not finished (resume retries them)."""
-        return {(run.norm, run.seed) for run in self.runs() if run.status != "failed"}
+    def finished(self) -> set[RunId]:
+        """Identities of runs that ended ok or diverged; failed runs are not finished (resume retries them)."""
+        return {RunId.of_run(run) for run in self.runs() if run.status != "failed"}
+
+    def write_tuning(self, table: list[dict[str, Any]]) -> None:
+        """tuning.json: one row per (cell, norm, candidate) with its mean val accuracy and the choice."""
+        atomic_write_text(self.path / TUNING_FILE, json_text(table))
 
     def write_summary(self, rows: list[dict[str, Any]]) -> None:
         """summary.json (list of per-norm rows) and summary.csv (same rows, flat)."""

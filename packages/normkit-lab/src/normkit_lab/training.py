@@ -35,6 +35,9 @@ from normkit_lab.models import build_model, model_params
 from normkit_lab.schedule import SCHEDULES, lr_factor
 
 OPTIMIZERS = ("sgd", "adamw")
+# "uniform": every norm parameter of every arm decays by norm_weight_decay (default: weight_decay,
+# the proxy-norm paper's ResNet recipe); "plugin": the norms' own declared policies (normkit.param_groups).
+WEIGHT_DECAY_POLICIES = ("uniform", "plugin")
 DEFAULT_LR = {"sgd": 0.1, "adamw": 1e-3}  # ResNet/WRN and ViT recipes of the normality paper
 DEFAULT_WEIGHT_DECAY = {"sgd": 5e-4, "adamw": 0.05}
 EVAL_BATCH_SIZE = 512
@@ -46,7 +49,10 @@ class TrainConfig:
     """Everything about a run except the norm and the seed (shared by every run of a comparison).
 
     lr and weight_decay None mean the optimizer's default (sgd: 0.1 and 5e-4, adamw: 1e-3 and
-    0.05). amp (bf16 where supported, else fp16) and channels_last need a CUDA device.
+    0.05). norm_weight_decay None means weight_decay: under weight_decay_policy "uniform" every
+    norm parameter (affines and e.g. proxy norm's extra parameters) of every norm decays by it,
+    so arms differ only in the norm; "plugin" applies what each norm declares instead.
+    amp (bf16 where supported, else fp16) and channels_last need a CUDA device.
     cpu_threads: torch's CPU threads during a run; None = 1 for models under a million
     parameters on CPU (much faster for small-cnn), torch's default otherwise.
     """
@@ -63,6 +69,8 @@ class TrainConfig:
     optimizer: str = "sgd"
     momentum: float = 0.9
     weight_decay: float | None = None
+    norm_weight_decay: float | None = None
+    weight_decay_policy: str = "uniform"
     schedule: str = "cosine"
     warmup_epochs: int = 0
     step_size: int = 30
@@ -84,6 +92,10 @@ class TrainConfig:
     def resolved_weight_decay(self) -> float:
         return DEFAULT_WEIGHT_DECAY[self.optimizer] if self.weight_decay is None else self.weight_decay
 
+    @property
+    def resolved_norm_weight_decay(self) -> float:
+        return self.resolved_weight_decay if self.norm_weight_decay is None else self.norm_weight_decay
+
 
 @dataclass
 class EpochRecord:
@@ -91,8 +103,10 @@ class EpochRecord:
 
     train_loss/train_acc: running means over the epoch's training batches (train mode, with
     label smoothing if set); val_loss/val_acc/val_top5: eval mode, plain cross-entropy, top-5
-    only when there are more than 10 classes. epoch_time_s: wall time of the training pass
-    (data loading, forward, backward, step; validation excluded); throughput: training samples/s
+    only when there are more than 10 classes; test_loss/test_acc: the same on the test split,
+    recorded every epoch for reporting and never read by anything that selects. epoch_time_s: wall
+    time of the training pass (data loading, forward, backward, step; evaluation excluded);
+    throughput: training samples/s
     in that time; peak_mem_mb: CUDA max_memory_allocated during the epoch, or on CPU/MPS the
     process's peak RSS so far (getrusage); lr: the learning rate at the epoch's first step.
     """
@@ -107,6 +121,8 @@ class EpochRecord:
     throughput: float
     peak_mem_mb: float
     lr: float
+    test_loss: float | None = None
+    test_acc: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -117,7 +133,8 @@ class RunResult:
     """One run: status "ok", "diverged" (non-finite loss; `epochs` then holds the finished epochs
     and extras["diverged_at"] the epoch and step) or "failed" (an exception while building or
     training; `error` holds its one line, `epochs` is empty), parameter count (None when the
-    model was never built), callbacks' results by name."""
+    model was never built), callbacks' results by name, the CPU threads it ran with, and the rest
+    of its identity (see `normkit_lab.plan.RunId`)."""
 
     norm: str
     seed: int
@@ -126,6 +143,10 @@ class RunResult:
     params: int | None
     extras: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    threads: int | None = None
+    phase: str = "compare"
+    cell: dict[str, Any] = field(default_factory=dict)
+    tuned: dict[str, Any] = field(default_factory=dict)
 
 
 class Callback(Protocol):
@@ -171,6 +192,10 @@ def _check_numbers(cfg: TrainConfig) -> None:
         ("momentum", within(cfg.momentum, 0, 1), "in [0, 1)"),
         ("weight_decay", cfg.weight_decay is None or within(cfg.weight_decay, 0, math.inf),
          "a number >= 0"),
+        ("norm_weight_decay", cfg.norm_weight_decay is None or within(cfg.norm_weight_decay, 0, math.inf),
+         "a number >= 0 (or unset: the weight decay)"),
+        ("weight_decay_policy", cfg.weight_decay_policy in WEIGHT_DECAY_POLICIES,
+         f"one of {', '.join(WEIGHT_DECAY_POLICIES)}"),
         ("schedule", cfg.schedule in SCHEDULES, f"one of {', '.join(SCHEDULES)}"),
         ("warmup_epochs", at_least(cfg.warmup_epochs, 0) and cfg.warmup_epochs <= cfg.epochs,
          f"an integer in [0, epochs={cfg.epochs}]"),
@@ -270,6 +295,17 @@ def _check_hosting(cfg: TrainConfig, norm: str, data: DatasetBundle) -> None:
             return
 
 
+def resolved_threads(cfg: TrainConfig, norm: str) -> int:
+    """The CPU thread count runs of `norm` use (cfg.cpu_threads, or the automatic choice)."""
+    if cfg.cpu_threads is not None:
+        return cfg.cpu_threads
+    data = _dataset(cfg)
+    with torch.device("meta"):
+        params = sum(p.numel() for p in _build(cfg, norm, data).parameters())
+    with cpu_threads(_check_device(cfg), None, params) as threads:
+        return threads
+
+
 def check_config(cfg: TrainConfig, norms: list[str]) -> None:
     """Validate a configuration and norms before any training; raises one-line NormkitErrors.
 
@@ -287,6 +323,9 @@ def check_config(cfg: TrainConfig, norms: list[str]) -> None:
     model_params(cfg.model, cfg.model_params)
     data = _dataset(cfg)
     _check_size(cfg, list(norms), data)
+    _require(len(data.val) > 0 and len(data.test) > 0,
+             f"dataset {cfg.dataset!r} leaves no validation or test images (too few per class); "
+             "use a larger dataset or a larger val_fraction")
     for norm in norms:
         _check_hosting(cfg, norm, data)
 
@@ -321,7 +360,8 @@ def seed_everything(seed: int) -> None:
 
 
 def _optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
-    groups = normkit.param_groups(model, cfg.resolved_weight_decay)
+    groups = normkit.param_groups(model, cfg.resolved_weight_decay, norm_weight_decay=cfg.resolved_norm_weight_decay,
+                                  plugin_policy=cfg.weight_decay_policy == "plugin")
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=cfg.resolved_lr, momentum=cfg.momentum, nesterov=False)
     return torch.optim.AdamW(groups, lr=cfg.resolved_lr)
@@ -410,15 +450,15 @@ def _evaluate(step: _Step, loader: DataLoader, top5: bool) -> tuple[float, float
 
 
 def _loaders(cfg: TrainConfig, data: DatasetBundle, seed: int,
-             device: torch.device) -> tuple[DataLoader, DataLoader]:
+             device: torch.device) -> tuple[DataLoader, DataLoader, DataLoader]:
     pin = device.type == "cuda"
     train = DataLoader(data.train, batch_size=cfg.batch_size, shuffle=True,
                        generator=torch.Generator().manual_seed(seed),
                        drop_last=len(data.train) > cfg.batch_size,  # a last batch of 1 breaks BN
                        num_workers=cfg.num_workers, pin_memory=pin, persistent_workers=cfg.num_workers > 0)
-    val = DataLoader(data.val, batch_size=max(cfg.batch_size, EVAL_BATCH_SIZE), shuffle=False,
-                     num_workers=cfg.num_workers, pin_memory=pin)
-    return train, val
+    val, test = (DataLoader(split, batch_size=max(cfg.batch_size, EVAL_BATCH_SIZE), shuffle=False,
+                            num_workers=cfg.num_workers, pin_memory=pin) for split in (data.val, data.test))
+    return train, val, test
 
 
 def train_run(cfg: TrainConfig, norm: str, seed: int, *,
@@ -437,14 +477,15 @@ def train_run(cfg: TrainConfig, norm: str, seed: int, *,
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
     result = RunResult(normkit.parse(norm).text, seed, "ok", [], sum(p.numel() for p in model.parameters()))
-    with cpu_threads(device, cfg.cpu_threads, result.params):
+    with cpu_threads(device, cfg.cpu_threads, result.params) as threads:
+        result.threads = threads
         _fit(cfg, model, data, device, result, on_epoch, callbacks)
     return result
 
 
 def _fit(cfg: TrainConfig, model: nn.Module, data: DatasetBundle, device: torch.device, result: RunResult,
          on_epoch: Callable[[EpochRecord], None] | None, callbacks: Sequence[Callback]) -> None:
-    train_loader, val_loader = _loaders(cfg, data, result.seed, device)
+    train_loader, val_loader, test_loader = _loaders(cfg, data, result.seed, device)
     optimizer = _optimizer(cfg, model)
     factor = lr_factor(cfg.schedule, epochs=cfg.epochs, steps_per_epoch=len(train_loader),
                        warmup_epochs=cfg.warmup_epochs, step_size=cfg.step_size, gamma=cfg.gamma)
@@ -475,8 +516,9 @@ def _fit(cfg: TrainConfig, model: nn.Module, data: DatasetBundle, device: torch.
         if not math.isfinite(val_loss):
             result.status, result.extras["diverged_at"] = "diverged", {"epoch": epoch, "step": None}
             break
+        test_loss, test_acc, _ = _evaluate(step, test_loader, top5=False)
         record = EpochRecord(epoch, train_loss, train_acc, val_loss, val_acc, val_top5, elapsed,
-                             seen / elapsed, peak_memory_mb(device), lr)
+                             seen / elapsed, peak_memory_mb(device), lr, test_loss=test_loss, test_acc=test_acc)
         result.epochs.append(record)
         if on_epoch is not None:
             on_epoch(record)

@@ -4,11 +4,14 @@
     part := name ['(' key=value {',' key=value} ')']
     value := int | float | true | false | none | name
 
-A `--norms` list splits on commas outside parentheses (`split_specs`).
+A `--norms` list splits on commas outside parentheses and brackets (`split_specs`). A value list
+`key=[a,b,c]` is a sweep: `expand_lists` turns one spec into one spec per combination (only
+`normkit compare` does that; `normkit.parse` refuses lists with a hint).
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 import unicodedata
 from dataclasses import dataclass, field
@@ -50,28 +53,28 @@ def canonical_name(name: str) -> str:
 
 
 def _split_top_level(text: str, sep: str) -> list[str]:
-    """Split on `sep` outside parentheses; raises on unbalanced parentheses."""
+    """Split on `sep` outside parentheses and brackets; raises on unbalanced ones."""
     items, depth, current = [], 0, []
     for ch in text:
-        if ch == "(":
+        if ch in "([":
             depth += 1
-        elif ch == ")":
+        elif ch in ")]":
             depth -= 1
             if depth < 0:
-                raise SpecError(f"unbalanced ')' in {text!r}")
+                raise SpecError(f"unbalanced {ch!r} in {text!r}")
         if ch == sep and depth == 0:
             items.append("".join(current).strip())
             current = []
         else:
             current.append(ch)
     if depth != 0:
-        raise SpecError(f"unbalanced '(' in {text!r}")
+        raise SpecError(f"unbalanced '(' or '[' in {text!r}")
     items.append("".join(current).strip())
     return items
 
 
 def split_specs(text: str) -> list[str]:
-    """Split a comma list of specs, ignoring commas inside parentheses."""
+    """Split a comma list of specs, ignoring commas inside parentheses and brackets."""
     check_ascii(text)
     items = _split_top_level(text, ",")
     if any(not item for item in items):
@@ -82,6 +85,9 @@ def split_specs(text: str) -> list[str]:
 def parse_value(text: str) -> Any:
     """A parameter value: int, float, true/false, none, or a bare name (kept as a string)."""
     t = text.strip()
+    if t.startswith("["):
+        raise SpecError(f"value list {t!r} sweeps values, which only `normkit compare --norms` expands "
+                        "into one arm per value; give one value here")
     low = t.lower()
     if low == "true":
         return True
@@ -129,7 +135,7 @@ def _parse_part(chunk: str, spec: str) -> RawPart:
             raise SpecError(f"expected '(key=value, ...)' after {name!r} in {spec!r}, got {rest!r}")
         body = rest[1:-1].strip()
         if body:
-            for item in body.split(","):
+            for item in _split_top_level(body, ","):
                 if "=" not in item:
                     raise SpecError(
                         f"parameter {item.strip()!r} of {name!r} needs the form key=value"
@@ -142,3 +148,29 @@ def _parse_part(chunk: str, spec: str) -> RawPart:
                     raise SpecError(f"parameter {key!r} given twice in {name!r}")
                 params[key.lower()] = parse_value(value)
     return RawPart(name, params)
+
+
+def expand_lists(spec: str) -> list[str]:
+    """One spec per combination of its value lists: `bnn(noise=[0,0.4])` -> `bnn(noise=0)`,
+    `bnn(noise=0.4)` (a spec without lists comes back unchanged, as the only item)."""
+    parts = []
+    for chunk in _split_plus(spec):
+        text = chunk.strip()
+        m = _NAME.match(text)
+        rest = text[m.end():].strip() if m else ""
+        if not (m and rest.startswith("(") and rest.endswith(")")):
+            parts.append([text])
+            continue
+        options = []
+        for item in _split_top_level(rest[1:-1], ","):
+            key, sep, value = item.partition("=")
+            value = value.strip()
+            if sep and value.startswith("[") and value.endswith("]"):
+                values = [v.strip() for v in _split_top_level(value[1:-1], ",")]
+                if not all(values):
+                    raise SpecError(f"empty value in list {value!r} of {spec!r}; write e.g. [0,0.4,0.8]")
+                options.append([f"{key.strip()}={v}" for v in values])
+            else:
+                options.append([item.strip()])
+        parts.append([f"{m.group(0)}({', '.join(combo)})" for combo in itertools.product(*options)])
+    return ["+".join(combo) for combo in itertools.product(*parts)]

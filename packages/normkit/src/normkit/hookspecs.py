@@ -42,7 +42,8 @@ class RegisterStage(Protocol):
     def __call__(self, name: str, factory: Callable[..., Any], *,
                  kind: Literal["step", "activation", "post_activation"] = "step",
                  position: Literal["before", "after"] = "after", activation_param: str | None = None,
-                 aliases: Sequence[str] = (), summary: str = "", citation: str = "") -> None: ...
+                 aliases: Sequence[str] = (), summary: str = "", citation: str = "",
+                 partition_defaults: dict[str, Any] | None = None) -> None: ...
 
 
 class RegisterItem(Protocol):

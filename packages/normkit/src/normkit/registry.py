@@ -122,7 +122,8 @@ class Registry:
                            kind: Literal["step", "activation", "post_activation"] = "step",
                            position: Literal["before", "after"] = "after",
                            activation_param: str | None = None, aliases: Sequence[str] = (),
-                           summary: str = "", citation: str = "") -> None:
+                           summary: str = "", citation: str = "",
+                           partition_defaults: dict[str, Any] | None = None) -> None:
             owner = _owner(plugin, "stage", name)
             if kind not in STAGE_KINDS:
                 raise PluginError(f"{owner} has unknown kind {kind!r}; use one of {', '.join(STAGE_KINDS)}")
@@ -133,7 +134,8 @@ class Registry:
                 raise PluginError(f"{owner} has no parameter {activation_param!r}")
             self.add(Entry(name, kind, plugin, summary, citation, tuple(aliases), params,
                            factory=factory, position=position if kind == "step" else None,
-                           activation_param=activation_param))
+                           activation_param=activation_param,
+                           meta={"partition_defaults": dict(partition_defaults)} if partition_defaults else {}))
 
         def register_item(kind: Kind) -> Callable[..., None]:
             def register(name: str, factory: Callable[..., Any], *, aliases: Sequence[str] = (),

@@ -128,7 +128,19 @@ def parse(spec: str | Spec, registry: Registry | None = None) -> Spec:
             parts.append(Part(entry, _typed(entry, params)))
     text = "+".join(str(_as_typed(r, reg)) for r in raws)
     _check_composition(parts, text)
-    return Spec(text, tuple(parts))
+    return Spec(text, tuple(_with_stage_defaults(parts)))
+
+
+def _with_stage_defaults(parts: list[Part]) -> list[Part]:
+    """Fill the norm's parameters that a later stage declares defaults for (`partition_defaults`,
+    e.g. pn: few groups) where the user did not set them; the spec text stays as written."""
+    head, declared = parts[0], {p.name: p for p in parts[0].entry.params}
+    extra = {}
+    for part in parts[1:]:
+        for key, value in part.entry.meta.get("partition_defaults", {}).items():
+            if key in declared and key not in head.params and key not in extra:
+                extra[key] = declared[key].coerce(value, head.name)
+    return [Part(head.entry, {**head.params, **extra}), *parts[1:]] if extra else parts
 
 
 def _as_typed(raw: RawPart, reg: Registry) -> Part:

@@ -14,7 +14,12 @@ from normkit_proxynorm.proxy import ProxyNorm, proxy_quantiles
 CITATION = ("Labatie, Masters, Eaton-Rosen & Luschi, Proxy-Normalizing Activations to Match Batch "
             "Normalization while Removing Batch Dependence, NeurIPS 2021, arXiv:2106.03743")
 
-__all__ = ["CITATION", "ProxyNorm", "proxy_normalization", "proxy_quantiles"]
+# The paper pairs PN with LN or GN with few groups (8 in its ResNet experiments, against GN's usual 32,
+# which on a small CNN makes the first layer an instance norm): `gn+pn` means gn(groups=8)+pn unless
+# the groups are given.
+PARTITION_DEFAULTS = {"groups": 8}
+
+__all__ = ["CITATION", "PARTITION_DEFAULTS", "ProxyNorm", "proxy_normalization", "proxy_quantiles"]
 
 
 def proxy_normalization(ctx: BuildContext, *, act: str = "relu", eps: float = 0.03, samples: int = 200,
@@ -26,6 +31,6 @@ def proxy_normalization(ctx: BuildContext, *, act: str = "relu", eps: float = 0.
 @normkit.hookimpl
 def normkit_register_stages(register: RegisterStage) -> None:
     register("pn", proxy_normalization, kind="post_activation", activation_param="act",
-             aliases=("proxynorm", "proxy-norm"), citation=CITATION,
+             aliases=("proxynorm", "proxy-norm"), citation=CITATION, partition_defaults=PARTITION_DEFAULTS,
              summary="proxy norm: affine -> activation -> normalize by a Gaussian proxy's statistics "
                      "(batch-independent; follow ln/gn)")

@@ -21,11 +21,16 @@ class DatasetContext:
 
 @dataclass
 class DatasetBundle:
-    """Train and validation splits yielding (float tensor C,H,W, int label), and their shape."""
+    """Train, validation and test splits yielding (float tensor C,H,W, int label), and their shape.
+
+    `val` is a fixed, stratified part of the training data (anything that selects reads it);
+    `test` is the dataset's own test split or a fixed held-out part, only ever reported.
+    """
 
     name: str
     train: Dataset
     val: Dataset
+    test: Dataset
     num_classes: int
     in_channels: int
     image_size: int

@@ -24,7 +24,7 @@ def _materialize(size: int, shape: tuple[int, int, int], num_classes: int, offse
 
 def fake(ctx: DatasetContext, size: int = 256, image_size: int = 32, num_classes: int = 10,
          channels: int = 3, augment: bool = False) -> DatasetBundle:
-    """`size` training and size/4 validation images (channels x image_size^2), deterministic per seed."""
+    """`size` training, size/4 validation and size/4 test images (channels x image_size^2), deterministic per seed."""
     if size < 2 or image_size < 1 or num_classes < 2 or channels not in (1, 3):
         raise SpecError(f"fake: need size >= 2, image_size >= 1, num_classes >= 2, channels 1 or 3; "
                         f"got size={size}, image_size={image_size}, num_classes={num_classes}, "
@@ -44,11 +44,14 @@ def fake(ctx: DatasetContext, size: int = 256, image_size: int = 32, num_classes
     shape = (channels, image_size, image_size)
     base = ctx.seed * 10 * size
     train_x, train_y = _materialize(size, shape, num_classes, base)
-    val_x, val_y = _materialize(max(size // 4, 1), shape, num_classes, base + size)
+    held = max(size // 4, 1)
+    val_x, val_y = _materialize(held, shape, num_classes, base + size)
+    test_x, test_y = _materialize(held, shape, num_classes, base + size + held)
     mean, std = channel_stats(train_x, 1 / 255)
     return DatasetBundle(
         "fake",
         ImageTensors(train_x, train_y, mean, std, scale=1 / 255, augment=augment),
         ImageTensors(val_x, val_y, mean, std, scale=1 / 255),
+        ImageTensors(test_x, test_y, mean, std, scale=1 / 255),
         num_classes=num_classes, in_channels=channels, image_size=image_size,
     )

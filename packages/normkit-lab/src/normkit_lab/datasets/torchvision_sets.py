@@ -2,7 +2,8 @@
 
 Never downloaded unless asked: a missing dataset raises DatasetMissing naming the directory and
 the `--download` flag. Images are kept as uint8 tensors and standardized per channel with
-statistics of the training split.
+statistics of the training split. The dataset's own test split is `test`; `val` is a fixed,
+stratified VAL_FRACTION of its training split (the rest trains).
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ import numpy as np
 import torch
 
 from normkit_lab.datasets.bundle import DatasetBundle, DatasetContext
+from normkit_lab.datasets.splits import stratified_split
 from normkit_lab.datasets.tensors import MIN_AUGMENT_SIZE, ImageTensors, channel_stats
 from normkit_lab.errors import DatasetMissing
 
 DATA_DIR_ENV = "NORMKIT_DATA_DIR"
+VAL_FRACTION = 0.1
 
 
 def data_root(ctx: DatasetContext) -> str:
@@ -80,13 +83,17 @@ def torchvision_loader(name: str, *, augmentable: bool) -> Callable[..., Dataset
 
     def load(ctx: DatasetContext, augment: bool = False) -> DatasetBundle:
         root = data_root(ctx)
-        train_x, train_y = _tensors(_open(spec, root, True, ctx.download))
-        val_x, val_y = _tensors(_open(spec, root, False, ctx.download))
+        all_x, all_y = _tensors(_open(spec, root, True, ctx.download))
+        test_x, test_y = _tensors(_open(spec, root, False, ctx.download))
+        train_idx, val_idx = (torch.as_tensor(i, dtype=torch.long)
+                              for i in stratified_split(all_y.tolist(), VAL_FRACTION))
+        train_x, train_y = all_x[train_idx], all_y[train_idx]
         mean, std = channel_stats(train_x, 1 / 255)
         return DatasetBundle(
             spec.name,
             ImageTensors(train_x, train_y, mean, std, scale=1 / 255, augment=augment),
-            ImageTensors(val_x, val_y, mean, std, scale=1 / 255),
+            ImageTensors(all_x[val_idx], all_y[val_idx], mean, std, scale=1 / 255),
+            ImageTensors(test_x, test_y, mean, std, scale=1 / 255),
             num_classes=spec.num_classes, in_channels=train_x.shape[1], image_size=train_x.shape[-1],
         )
 

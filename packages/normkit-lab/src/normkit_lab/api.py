@@ -1,0 +1,68 @@
+"""`compare_norms`: the comparison `normkit compare` runs, as one call for notebooks and scripts.
+
+    from normkit_lab import compare_norms
+    result = compare_norms("bn,gn+pn", epochs=1, seeds=3)
+    result.summary          # one dict per (cell, norm): accuracy, difference, verdict, ...
+    result.runs             # the runs.jsonl rows
+    result.tuning           # the tuning table (with tune=...), else []
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from normkit_lab import config as lab_config
+from normkit_lab.compare import check, create_store, run_compare
+from normkit_lab.progress import Progress
+from normkit_lab.results import SUMMARY_JSON, TUNING_FILE, ResultsDir
+
+
+@dataclass
+class ComparisonResult:
+    """What a comparison wrote, as plain Python data (no pandas needed).
+
+    `config`: the resolved config (as config.yaml); `summary`: the summary.json rows; `runs`:
+    the runs.jsonl rows (phase `tune` and `compare`); `tuning`: tuning.json's rows; `path`: the
+    results directory (open it with `normkit report`).
+    """
+
+    path: Path
+    config: dict[str, Any]
+    summary: list[dict[str, Any]]
+    runs: list[dict[str, Any]]
+    tuning: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def verdicts(self) -> list[dict[str, Any]]:
+        """(cell, norm, verdict) of every summary row; verdict None where the summary has none."""
+        return [{"cell": row.get("cell", {}), "norm": row["norm"], "verdict": row.get("verdict")}
+                for row in self.summary]
+
+
+def compare_norms(norms: str | list[str], *, out: str | Path | None = None, config: str | Path | None = None,
+                  progress: Progress | None = None, **options: Any) -> ComparisonResult:
+    """Run a comparison with the options of `normkit compare` (keys as in config.yaml, e.g.
+    `epochs=2, seeds=3, tune={"lr": [0.03, 0.1]}, sweep={"batch_size": [16, 64]}`).
+
+    Values come from `options`, then the YAML file `config`, then the defaults; bad input raises
+    a one-line `normkit.NormkitError` before any training. Results are saved under `out`
+    (default runs/<timestamp>-compare), exactly as the CLI saves them.
+    """
+    cfg = lab_config.resolve({"norms": norms, **options}, config)
+    check(cfg)
+    store = create_store(cfg, out)
+    run_compare(cfg, store, progress=progress)
+    return read_result(store)
+
+
+def read_result(store: ResultsDir) -> ComparisonResult:
+    """The ComparisonResult of a results directory written by a comparison."""
+    def load(name: str) -> list[dict[str, Any]]:
+        path = store.path / name
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+
+    return ComparisonResult(path=store.path, config=lab_config.load_yaml(store.config_path),
+                            summary=load(SUMMARY_JSON), runs=store.rows(), tuning=load(TUNING_FILE))
