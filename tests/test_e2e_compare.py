@@ -193,7 +193,7 @@ def test_compare_tunes_on_disjoint_seeds_and_sweeps_cells(tmp_path):
     result = invoke("compare", "--norms", "bn,ln", "--epochs", "1", "--seeds", "2", "--model-param", "depth=2",
                     "--tune", "lr=0.05,0.1", "--tune-seeds", "1", "--sweep", "batch_size=64,128", "--out", out)
     assert result.exit_code == 0, result.output
-    assert "8 tuning + 8 comparison runs" in result.output and "tuning (val accuracy" in result.output
+    assert "8 tuning runs + 8 comparison runs" in result.output and "tuning (val accuracy" in result.output
     rows = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
     tune = [r for r in rows if r["phase"] == "tune"]
     assert {r["seed"] for r in tune} == {2} and {r["seed"] for r in rows if r["phase"] == "compare"} == {0, 1}

@@ -138,4 +138,4 @@ def test_ctrl_c_is_not_a_failed_run(cfg, tmp_path, monkeypatch):
     store = compare.create_store(cfg, tmp_path / "out")
     with pytest.raises(KeyboardInterrupt):
         compare.run_compare(cfg, store)
-    assert store.finished() == {("bn", 0)} and len(store.rows()) == 2
+    assert store.finished() == {RunId.of("bn", 0)} and len(store.rows()) == 2

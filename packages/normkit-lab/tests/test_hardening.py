@@ -18,6 +18,7 @@ from normkit_lab.datasets import load_dataset
 from normkit_lab.errors import ConfigError, one_line
 from normkit_lab.limits import MAX_SEED, MAX_SEEDS, MAX_YAML_NODES
 from normkit_lab.models import model_params, preact_resnet
+from normkit_lab.plan import RunId
 from normkit_lab.results import RUNS_FILE, ResultsDir, check_row, rows_to_runs, run_rows
 from normkit_lab.training import EpochRecord, RunResult, TrainConfig, check_config, failed_run
 
@@ -298,12 +299,12 @@ def test_failed_run_is_one_row_naming_the_norm_and_resume_retries_it(store):
     store.append_run(failed, ENV)
     rows = store.rows()
     assert rows[-1]["status"] == "failed" and rows[-1]["epoch"] is None and rows[-1]["error"] == failed.error
-    assert ("gn(groups=8)", 0) not in store.finished() and ("bn", 0) in store.finished()
+    assert RunId.of("gn(groups=8)", 0) not in store.finished() and RunId.of("bn", 0) in store.finished()
     retry = RunResult("gn(groups=8)", 0, "ok", [RECORD], 12)
     store.append_run(retry, ENV)
     runs = {(r.norm, r.seed): r for r in store.runs()}
     assert runs[("gn(groups=8)", 0)] == dataclasses.replace(retry, extras={})
-    assert ("gn(groups=8)", 0) in store.finished()
+    assert RunId.of("gn(groups=8)", 0) in store.finished()
 
 
 def test_rows_to_runs_keeps_the_latest_attempt():

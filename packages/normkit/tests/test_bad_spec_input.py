@@ -195,7 +195,7 @@ def failing_plugin():
                                            r"\(4, 8, 3, 3\): RuntimeError: shape '\[4, 8, 25\]' is invalid"),
     ("bn+wrong-shape", (2, 8, 3), r"bn\+wrong-shape: step wrong-shape failed on input of shape \(2, 8, 3\)"),
     ("ln-plain+relu+failing-post", (4, 8), r"post-activation step failing-post failed on input of shape "
-                                           r"\(4, 8, 1\): IndexError: index 9 is out of bounds$"),
+                                           r"\(4, 8, 1\): IndexError: index 9 is out of bounds second line$"),
 ])
 def test_a_failing_step_names_spec_step_and_shape(failing_plugin, spec: str, shape, message: str) -> None:
     layer = normkit.build(spec, 8)

@@ -336,6 +336,7 @@ def check_config(cfg: TrainConfig, norms: list[str]) -> None:
 def failure_line(norm: str, exc: BaseException) -> str:
     """One line naming the norm and the error, e.g. "gn+pn failed: RuntimeError: shape mismatch"."""
     text = one_line(str(exc)) or "(no message)"
+    text = text.removeprefix(f"{norm}: ")  # a StepError already names the spec
     kind = "" if isinstance(exc, normkit.NormkitError) else f"{type(exc).__name__}: "
     return one_line(f"{norm} failed: {kind}{text}")
 

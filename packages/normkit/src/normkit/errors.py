@@ -29,10 +29,16 @@ class StepError(NormShapeError):
     """
 
 
+MAX_WRAPPED = 300  # characters of a wrapped error's message kept in a one-line message
+
+
 def first_line(exc: BaseException) -> str:
-    """`Type: first line of the message`, for errors wrapped into one-line messages."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    """`Type: message` on one line (whitespace collapsed, at most MAX_WRAPPED characters of the
+    message), for errors wrapped into one-line messages."""
+    text = " ".join(str(exc).split())
+    if len(text) > MAX_WRAPPED:
+        text = text[:MAX_WRAPPED - 1] + "…"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def close_matches(word: str, candidates: Iterable[str], n: int = 3) -> list[str]:
