@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from normkit.activation_drop import drop_activations
 from normkit.build import build_with_settings
 from normkit.errors import SpecError
 from normkit.spec import Spec, parse
@@ -43,6 +44,8 @@ class ConversionSummary:
         lines = [f"converted {len(self.replaced)} norm layers to {self.spec!r}"]
         for r in self.replaced:
             extra = f", owns {r.activation}" if r.activation else ""
+            if r.activation and r.activation.endswith(" dropped"):
+                extra = f", {r.activation}: the norm includes its activation"
             lines.append(f"  {r.path}: {r.old} -> {r.new} (copied {', '.join(r.copied) or 'nothing'}{extra})")
         return "\n".join(lines)
 
@@ -88,6 +91,7 @@ def _plan(model: nn.Module, spec: Spec) -> list[tuple[nn.Module, str, str, nn.Mo
     """Find every norm (parent, child name, path, module, activation name, activation child)."""
     plan = []
     needs_act = _needs_activation(spec)
+    includes_act = spec.norm.entry.includes_activation
 
     def visit(parent: nn.Module, prefix: str) -> None:
         children = list(parent.named_children())
@@ -106,6 +110,9 @@ def _plan(model: nn.Module, spec: Spec) -> list[tuple[nn.Module, str, str, nn.Mo
                             "follows it in an nn.Sequential, so there is no activation step to take "
                             "over; build the model from norm-activation blocks (docs/norms/proxy.md)"
                         )
+                if includes_act and isinstance(parent, nn.Sequential) and i + 1 < len(children):
+                    act_name = _activation_name(children[i + 1][1])
+                    act_child = children[i + 1][0] if act_name else None
                 plan.append((parent, name, path, child, act_name, act_child))
             else:
                 visit(child, path + ".")
@@ -136,15 +143,31 @@ def convert(model: nn.Module, spec: str | Spec) -> ConversionSummary:
         except SpecError as exc:
             raise SpecError(f"cannot convert {path} ({type(old).__name__}({channels})): {exc}") from exc
         copied = _copy_state(old, new)
+        owned = f"{act_name} dropped" if parsed.norm.entry.includes_activation and act_name else act_name
         built.append((parent, name, new, act_child, Replacement(path, type(old).__name__, parsed.text,
-                                                                copied, act_name)))
+                                                                copied, owned)))
     summary = ConversionSummary(parsed.text)
     for parent, name, new, act_child, record in built:
         setattr(parent, name, new)
         if act_child is not None:
             setattr(parent, act_child, nn.Identity())
         summary.replaced.append(record)
+    if parsed.norm.entry.includes_activation:
+        _drop_traced_activations(model, summary, built)
     return summary
+
+
+def _drop_traced_activations(model: nn.Module, summary: ConversionSummary, built: list) -> None:
+    """Outside nn.Sequential, drop the activation call after each norm that includes its own."""
+    by_parent: dict[str, list[str]] = {}
+    for parent, name, _, act_child, record in built:
+        if act_child is None and not isinstance(parent, nn.Sequential):
+            by_parent.setdefault(record.path.rpartition(".")[0], []).append(name)
+    records = {r.path: r for r in summary.replaced}
+    for drop in drop_activations(model, by_parent):
+        path = f"{drop.parent_path}.{drop.norm}" if drop.parent_path else drop.norm
+        records[path].activation = f"{drop.activation} dropped"
+
 
 
 def _copy_state(old: nn.Module, new: nn.Module) -> list[str]:
