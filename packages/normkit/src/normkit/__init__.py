@@ -8,6 +8,7 @@
 from normkit.build import available, build
 from normkit.convert import convert
 from normkit.errors import NormkitError, PluginError, SpecError
+from normkit.feeding_conv import prepare_feeding_convs
 from normkit.grammar import split_specs
 from normkit.hookspecs import hookimpl
 from normkit.layer import NormLayer, NormShapeError
@@ -29,5 +30,6 @@ __all__ = [
     "hookimpl",
     "param_groups",
     "parse",
+    "prepare_feeding_convs",
     "split_specs",
 ]

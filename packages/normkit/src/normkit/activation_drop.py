@@ -53,7 +53,8 @@ def _activation_user(graph: fx.Graph, parent: nn.Module, norm: str) -> tuple[fx.
     return None
 
 
-def _trace(parent: nn.Module) -> fx.Graph | None:
+def trace_children(parent: nn.Module) -> fx.Graph | None:
+    """The graph of `parent.forward` with every submodule call as one node; None if untraceable."""
     try:
         return _ChildrenAreLeaves().trace(parent)
     except Exception:  # forward not traceable (data-dependent control flow): leave it alone
@@ -70,7 +71,7 @@ def drop_activations(model: nn.Module, norms: dict[str, list[str]]) -> list[Drop
     drops = []
     for parent_path, names in norms.items():
         parent = model.get_submodule(parent_path)
-        graph = _trace(parent)
+        graph = trace_children(parent)
         if graph is None:
             continue
         rewritten = False

@@ -11,6 +11,7 @@ from torch import nn
 from normkit.activation_drop import drop_activations
 from normkit.build import build_with_settings
 from normkit.errors import SpecError
+from normkit.feeding_conv import prepare_feeding_convs
 from normkit.spec import Spec, parse
 
 _TORCH_NORMS = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm,
@@ -154,6 +155,7 @@ def convert(model: nn.Module, spec: str | Spec) -> ConversionSummary:
         summary.replaced.append(record)
     if parsed.norm.entry.includes_activation:
         _drop_traced_activations(model, summary, built)
+    prepare_feeding_convs(model)
     return summary
 
 

@@ -137,6 +137,14 @@ class Step:
         """Parameters shown by `normkit show`."""
         return {k: v for k, v in vars(self).items() if not k.startswith("_")}
 
+    # Steps that act on the conv feeding the norm (e.g. `ws`) set this and implement prepare_conv;
+    # normkit.convert and normkit-lab's models call it through normkit.prepare_feeding_convs.
+    needs_conv: bool = False
+
+    def prepare_conv(self, conv: Any) -> None:
+        """Change the conv module whose output this norm normalizes (called once per model)."""
+        raise NotImplementedError
+
     def decay(self) -> dict[str, bool]:
         """Weight-decay policy for parameters this step registered: name -> decayed?"""
         return {}

@@ -21,9 +21,10 @@ from normkit_zoo.evonorm import EvoB0, EvoS0
 from normkit_zoo.frn import TLU, tlu
 from normkit_zoo.ln2d import LayerNorm2d
 from normkit_zoo.switchable import SwitchableStandardize
+from normkit_zoo.ws import WeightStandardization, WSConv2d, ws
 
 __all__ = ["TLU", "BatchGroupStandardize", "BatchRenormalize", "DynamicTanh", "EvoB0", "EvoS0",
-           "LayerNorm2d", "SwitchableStandardize"]
+           "LayerNorm2d", "SwitchableStandardize", "WSConv2d", "WeightStandardization"]
 
 CITATIONS = {
     "brn": "Ioffe, Batch Renormalization: Towards Reducing Minibatch Dependence in Batch-Normalized "
@@ -36,6 +37,8 @@ CITATIONS = {
     "frn": "Singh & Krishnan, Filter Response Normalization Layer: Eliminating Batch Dependence in "
            "the Training of Deep Neural Networks, CVPR 2020, arXiv:1911.09737",
     "dyt": "Zhu, Chen, He, LeCun & Liu, Transformers without Normalization, CVPR 2025, arXiv:2503.10622",
+    "ws": "Qiao, Wang, Liu, Shen & Yuille, Micro-Batch Training with Batch-Channel Normalization and "
+          "Weight Standardization, arXiv:1903.10520, 2019",
     "ln2d": "Liu, Mao, Wu, Feichtenhofer, Darrell & Xie, A ConvNet for the 2020s, CVPR 2022, "
             "arXiv:2201.03545 (timm LayerNorm2d)",
 }
@@ -84,6 +87,8 @@ def _step(cls: type, ctx: Any, **params: Any) -> Any:
 def normkit_register_stages(register: Any) -> None:
     register("tlu", tlu, kind="activation", citation=CITATIONS["frn"],
              summary="activation: thresholded linear unit max(y, tau), tau learned per channel")
+    register("ws", ws, kind="step", citation=CITATIONS["ws"],
+             summary="weight standardization of the conv feeding the norm (applied by convert and lab models)")
 
 
 @normkit.hookimpl
