@@ -26,7 +26,7 @@ BUILTIN_PLUGINS = ("normkit.activations",)
 # normkit's own plugins load before third-party ones, so a third-party name clash rejects the
 # newcomer rather than knocking out the standard norms.
 FIRST_PARTY = ("normkit-standard", "normkit-normalnorm", "normkit-proxynorm", "normkit-ibnorm", "normkit-zoo",
-               "normkit-lab")
+               "normkit-whitening", "normkit-lab")
 
 
 @dataclass
