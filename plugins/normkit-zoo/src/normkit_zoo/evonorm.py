@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from normkit.stages import Groups, Standardize, Step
+from normkit_zoo.stats import biased_var_mean
 
 if TYPE_CHECKING:
     from normkit.layer import NormLayer
@@ -26,7 +27,7 @@ class EvoS0(Step):
         layer.register_parameter("v", nn.Parameter(torch.ones(layer.num_channels)))
 
     def forward(self, x: Tensor, groups: Groups, layer: NormLayer) -> Tensor:
-        var = torch.var(x, dim=groups.dims, unbiased=False, keepdim=True)
+        var = biased_var_mean(x, groups.dims)[0]
         v = groups.per_channel(layer.v.to(x.dtype))
         return x * torch.sigmoid(v * x) * torch.rsqrt(var + self.eps)
 
@@ -58,14 +59,14 @@ class EvoB0(Standardize):
         if layer.training:
             if n * s < 2:
                 raise layer.shape_error("needs more than 1 value per channel when training")
-            var = torch.var(x, dim=(0, 2), unbiased=False, keepdim=True)
+            var = biased_var_mean(x, (0, 2))[0]
             factor = self.update_factor(layer)
             with torch.no_grad():
                 unbiased = var.reshape(c) * (n * s / (n * s - 1))
                 layer.running_var.lerp_(unbiased.to(layer.running_var), factor)
         else:
             var = layer.running_var.to(x.dtype).view(1, c, 1)
-        instance_std = (torch.var(x, dim=2, unbiased=False, keepdim=True) + self.eps).sqrt()
+        instance_std = (biased_var_mean(x, 2)[0] + self.eps).sqrt()
         v = layer.v.to(x.dtype).view(1, c, 1)
         return x / torch.maximum((var + self.eps).sqrt(), v * x + instance_std)
 

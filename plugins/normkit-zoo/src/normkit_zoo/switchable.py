@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from normkit.stages import Groups, Standardize
+from normkit_zoo.stats import biased_var_mean
 
 if TYPE_CHECKING:
     from normkit.layer import NormLayer
@@ -44,7 +45,7 @@ class SwitchableStandardize(Standardize):
 
     def forward(self, x: Tensor, groups: Groups, layer: NormLayer) -> Tensor:
         n, c, s = x.shape
-        var_in, mean_in = torch.var_mean(x, dim=2, unbiased=False, keepdim=True)  # (N, C, 1)
+        var_in, mean_in = biased_var_mean(x, 2)  # (N, C, 1)
         square_in = var_in + mean_in * mean_in
         mean_ln = mean_in.mean(dim=1, keepdim=True)
         var_ln = square_in.mean(dim=1, keepdim=True) - mean_ln * mean_ln
