@@ -63,3 +63,12 @@ def test_a_norm_without_a_conv_before_it_is_refused() -> None:
     model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8))
     with pytest.raises(normkit.SpecError, match="no conv directly feeds this norm"):
         normkit.convert(model, "bn+ws")
+
+
+def test_a_refused_conversion_changes_nothing() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(), nn.Linear(8, 8),
+                          nn.BatchNorm1d(8))
+    before = [type(m) for m in model.modules()]
+    with pytest.raises(normkit.SpecError, match="5: no conv directly feeds this norm"):
+        normkit.convert(model, "bn+ws")
+    assert [type(m) for m in model.modules()] == before

@@ -11,7 +11,7 @@ from torch import nn
 from normkit.activation_drop import drop_activations
 from normkit.build import build_with_settings
 from normkit.errors import SpecError
-from normkit.feeding_conv import prepare_feeding_convs
+from normkit.feeding_conv import conv_steps, feeding_convs, prepare_feeding_convs
 from normkit.spec import Spec, parse
 
 _TORCH_NORMS = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm,
@@ -147,6 +147,7 @@ def convert(model: nn.Module, spec: str | Spec) -> ConversionSummary:
         owned = f"{act_name} dropped" if parsed.norm.entry.includes_activation and act_name else act_name
         built.append((parent, name, new, act_child, Replacement(path, type(old).__name__, parsed.text,
                                                                 copied, owned)))
+    _check_feeding_convs(model, built)  # before any change: a '+ws' norm needs a conv before it
     summary = ConversionSummary(parsed.text)
     for parent, name, new, act_child, record in built:
         setattr(parent, name, new)
@@ -157,6 +158,14 @@ def convert(model: nn.Module, spec: str | Spec) -> ConversionSummary:
         _drop_traced_activations(model, summary, built)
     prepare_feeding_convs(model)
     return summary
+
+
+def _check_feeding_convs(model: nn.Module, built: list) -> None:
+    wanting: dict[str, list[str]] = {}
+    for _, name, new, _, record in built:
+        if conv_steps(new):
+            wanting.setdefault(record.path.rpartition(".")[0], []).append(name)
+    feeding_convs(model, wanting)
 
 
 def _drop_traced_activations(model: nn.Module, summary: ConversionSummary, built: list) -> None:

@@ -18,7 +18,7 @@ from normkit.stages import Step
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
 
-def _conv_steps(module: nn.Module) -> list[Step]:
+def conv_steps(module: nn.Module) -> list[Step]:
     return [s for s in module.steps if s.needs_conv] if isinstance(module, NormLayer) else []
 
 
@@ -39,26 +39,34 @@ def _feeding(parent: nn.Module, names: list[str]) -> dict[str, str]:
     return found
 
 
-def prepare_feeding_convs(model: nn.Module) -> list[str]:
-    """Call `prepare_conv` of every step that needs the conv feeding its norm; returns conv paths.
+def feeding_convs(model: nn.Module, wanting: dict[str, list[str]]) -> list[tuple[str, str, str]]:
+    """(parent path, norm name, conv name) for each listed norm child; `wanting`: parent path -> names.
 
-    Raises SpecError (one line) when such a norm has no conv directly before it.
+    Raises SpecError (one line) when a listed norm has no conv directly before it.
     """
-    prepared = []
-    for parent_path, parent in list(model.named_modules()):
-        wanting = [name for name, child in parent.named_children() if _conv_steps(child)]
-        if not wanting:
-            continue
-        feeding = _feeding(parent, wanting)
-        for name in wanting:
-            path = f"{parent_path}.{name}" if parent_path else name
-            norm = parent.get_submodule(name)
+    found = []
+    for parent_path, names in wanting.items():
+        feeding = _feeding(model.get_submodule(parent_path), names)
+        for name in names:
             if name not in feeding:
-                steps = ", ".join(f"'+{s.name}'" for s in _conv_steps(norm))
-                raise SpecError(f"{norm.spec} at {path}: no conv directly feeds this norm, so {steps} "
-                                "has no conv weight to act on; use it only after convolutions")
-            conv = parent.get_submodule(feeding[name])
-            for step in _conv_steps(norm):
-                step.prepare_conv(conv)
-            prepared.append(f"{parent_path}.{feeding[name]}" if parent_path else feeding[name])
+                path = f"{parent_path}.{name}" if parent_path else name
+                raise SpecError(f"{path}: no conv directly feeds this norm, so its conv step (e.g. "
+                                "'+ws') has no conv weight to act on; use it only after convolutions")
+            found.append((parent_path, name, feeding[name]))
+    return found
+
+
+def prepare_feeding_convs(model: nn.Module) -> list[str]:
+    """Call `prepare_conv` of every step that needs the conv feeding its norm; returns conv paths."""
+    wanting: dict[str, list[str]] = {}
+    for parent_path, parent in model.named_modules():
+        names = [name for name, child in parent.named_children() if conv_steps(child)]
+        if names:
+            wanting[parent_path] = names
+    prepared = []
+    for parent_path, name, conv_name in feeding_convs(model, wanting):
+        parent = model.get_submodule(parent_path)
+        for step in conv_steps(parent.get_submodule(name)):
+            step.prepare_conv(parent.get_submodule(conv_name))
+        prepared.append(f"{parent_path}.{conv_name}" if parent_path else conv_name)
     return prepared
