@@ -84,3 +84,29 @@ def test_lab_models_do_not_double_the_activation(model_name: str) -> None:
     norms = [m for m in model.modules() if isinstance(m, normkit.NormLayer)]
     assert norms and all(m.pipeline.activation == "tlu" and isinstance(m.act, TLU) for m in norms)
     model(torch.randn(2, 1, 8, 8)).sum().backward()
+
+
+class _SharedReluAtRoot(nn.Module):
+    """The root's own forward uses one ReLU after the norm and after the add."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.relu = nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.relu(self.relu(self.bn(self.conv(x))) + x)
+
+
+def test_convert_refuses_a_shared_activation_in_the_roots_forward_and_changes_nothing() -> None:
+    model = _SharedReluAtRoot()
+    with pytest.raises(normkit.SpecError, match="shares it"):
+        normkit.convert(model, "frn")
+    assert isinstance(model.bn, nn.BatchNorm2d) and isinstance(model.relu, nn.ReLU)
+    wrapped = nn.Sequential(_SharedReluAtRoot())
+    normkit.convert(wrapped, "frn")
+    x = torch.randn(2, 4, 5, 5)
+    block = wrapped[0]
+    expected = torch.relu(block.bn(block.conv(x)) + x)  # TLU output, no ReLU, then add and ReLU
+    torch.testing.assert_close(wrapped(x), expected)

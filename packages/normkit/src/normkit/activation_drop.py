@@ -61,20 +61,27 @@ def trace_children(parent: nn.Module) -> fx.Graph | None:
         return None
 
 
-def drop_activations(model: nn.Module, norms: dict[str, list[str]]) -> list[Drop]:
-    """Remove the activation call right after each listed norm child; `norms`: parent path -> names.
+@dataclass
+class DropPlan:
+    """What `apply_drops` will change: activation children to swap, parents whose graph is rewritten."""
 
-    A module-level activation called once is swapped for nn.Identity; one called elsewhere too
-    (a shared ReLU) is removed from the traced graph and the parent becomes an fx.GraphModule
-    (same submodules and state_dict keys). Raises SpecError when the root itself would need that.
+    drops: list[Drop]
+    swaps: list[tuple[str, str]]  # (parent path, activation child) -> nn.Identity
+    graphs: dict[str, fx.Graph]  # parent path -> traced graph without the dropped calls
+
+
+def plan_drops(model: nn.Module, norms: dict[str, list[str]]) -> DropPlan:
+    """Find the activation call right after each listed norm child; `norms`: parent path -> names.
+
+    Changes nothing, so convert can refuse before touching the model: raises SpecError when the
+    root's own forward shares the activation (its class cannot be rewritten in place).
     """
-    drops = []
+    plan = DropPlan([], [], {})
     for parent_path, names in norms.items():
         parent = model.get_submodule(parent_path)
         graph = trace_children(parent)
         if graph is None:
             continue
-        rewritten = False
         for norm in names:
             found = _activation_user(graph, parent, norm)
             if found is None:
@@ -82,17 +89,30 @@ def drop_activations(model: nn.Module, norms: dict[str, list[str]]) -> list[Drop
             node, user, what = found
             calls = [n for n in graph.nodes if n.op == "call_module" and n.target == user.target]
             if user.op == "call_module" and len(calls) == 1 and "." not in str(user.target):
-                setattr(parent, str(user.target), nn.Identity())
+                plan.swaps.append((parent_path, str(user.target)))
             else:
+                if not parent_path:
+                    raise SpecError(f"cannot drop the activation after {norm}: the model's own forward "
+                                    "shares it; wrap the model or build it from norm-activation blocks")
                 user.replace_all_uses_with(node)
                 graph.erase_node(user)
-                rewritten = True
-            drops.append(Drop(parent_path, norm, what))
-        if rewritten:
-            if not parent_path:
-                raise SpecError(f"cannot drop the activation after {names[0]}: the model's own forward "
-                                "shares it; wrap the model or build it from norm-activation blocks")
-            module = fx.GraphModule(parent, graph, class_name=type(parent).__name__)
-            owner_path, _, child = parent_path.rpartition(".")
-            setattr(model.get_submodule(owner_path), child, module)
-    return drops
+                plan.graphs[parent_path] = graph
+            plan.drops.append(Drop(parent_path, norm, what))
+    return plan
+
+
+def apply_drops(model: nn.Module, plan: DropPlan) -> list[Drop]:
+    """Swap single-use activations for nn.Identity; rebuild parents with a shared one as GraphModules.
+
+    A rebuilt parent keeps its submodules (taken by name at this point, so after the norms were
+    replaced), parameters and state_dict keys, and pickles.
+    """
+    for parent_path, child in plan.swaps:
+        setattr(model.get_submodule(parent_path), child, nn.Identity())
+    for parent_path, graph in plan.graphs.items():
+        parent = model.get_submodule(parent_path)
+        module = fx.GraphModule(parent, graph, class_name=type(parent).__name__)
+        module.train(parent.training)
+        owner_path, _, child = parent_path.rpartition(".")
+        setattr(model.get_submodule(owner_path), child, module)
+    return plan.drops

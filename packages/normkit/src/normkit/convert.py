@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from normkit.activation_drop import drop_activations
+from normkit.activation_drop import DropPlan, apply_drops, plan_drops
 from normkit.build import build_with_settings
 from normkit.errors import SpecError
 from normkit.feeding_conv import conv_steps, feeding_convs, prepare_feeding_convs
@@ -128,8 +128,10 @@ def convert(model: nn.Module, spec: str | Spec) -> ConversionSummary:
     Channel count and layout come from each layer; affine parameters, running statistics and
     settings (eps, momentum, groups, affine) are copied where the new layer has them. Specs with
     an activation or post-activation step take over the activation module that directly follows
-    the norm in an nn.Sequential (replaced by nn.Identity). Nothing is changed when any layer
-    cannot be converted. Returns a summary of what was replaced.
+    the norm in an nn.Sequential (replaced by nn.Identity). Norms that include their activation
+    (frn, evonorm) drop the activation that directly follows them (activation_drop.py); steps that
+    act on the conv feeding the norm (`+ws`) get it (feeding_conv.py). Nothing is changed when
+    any layer cannot be converted. Returns a summary of what was replaced.
     """
     parsed = parse(spec)
     if isinstance(model, _TORCH_NORMS):
@@ -148,14 +150,18 @@ def convert(model: nn.Module, spec: str | Spec) -> ConversionSummary:
         built.append((parent, name, new, act_child, Replacement(path, type(old).__name__, parsed.text,
                                                                 copied, owned)))
     _check_feeding_convs(model, built)  # before any change: a '+ws' norm needs a conv before it
+    drops = _plan_traced_drops(model, built) if parsed.norm.entry.includes_activation else None
     summary = ConversionSummary(parsed.text)
     for parent, name, new, act_child, record in built:
         setattr(parent, name, new)
         if act_child is not None:
             setattr(parent, act_child, nn.Identity())
         summary.replaced.append(record)
-    if parsed.norm.entry.includes_activation:
-        _drop_traced_activations(model, summary, built)
+    if drops is not None:
+        records = {r.path: r for r in summary.replaced}
+        for drop in apply_drops(model, drops):
+            path = f"{drop.parent_path}.{drop.norm}" if drop.parent_path else drop.norm
+            records[path].activation = f"{drop.activation} dropped"
     prepare_feeding_convs(model)
     return summary
 
@@ -168,17 +174,13 @@ def _check_feeding_convs(model: nn.Module, built: list) -> None:
     feeding_convs(model, wanting)
 
 
-def _drop_traced_activations(model: nn.Module, summary: ConversionSummary, built: list) -> None:
-    """Outside nn.Sequential, drop the activation call after each norm that includes its own."""
+def _plan_traced_drops(model: nn.Module, built: list) -> DropPlan:
+    """Outside nn.Sequential, the activation call after each norm that includes its own."""
     by_parent: dict[str, list[str]] = {}
     for parent, name, _, act_child, record in built:
         if act_child is None and not isinstance(parent, nn.Sequential):
             by_parent.setdefault(record.path.rpartition(".")[0], []).append(name)
-    records = {r.path: r for r in summary.replaced}
-    for drop in drop_activations(model, by_parent):
-        path = f"{drop.parent_path}.{drop.norm}" if drop.parent_path else drop.norm
-        records[path].activation = f"{drop.activation} dropped"
-
+    return plan_drops(model, by_parent)
 
 
 def _copy_state(old: nn.Module, new: nn.Module) -> list[str]:
