@@ -72,3 +72,11 @@ def test_a_refused_conversion_changes_nothing() -> None:
     with pytest.raises(normkit.SpecError, match="5: no conv directly feeds this norm"):
         normkit.convert(model, "bn+ws")
     assert [type(m) for m in model.modules()] == before
+
+
+def test_gn_ws_keeps_the_native_kernel_and_gn_values() -> None:
+    gn, gn_ws = normkit.build("gn(groups=4)", 8), normkit.build("gn(groups=4)+ws", 8)
+    gn_ws.load_state_dict(gn.state_dict())
+    x = torch.randn(2, 8, 4, 4)
+    assert gn_ws.steps[0].fused_forward(x, gn_ws) is not None
+    torch.testing.assert_close(gn_ws(x), gn(x), rtol=0, atol=0)

@@ -261,8 +261,12 @@ class Standardize(Step):
         return (x - mean) * torch.rsqrt(var + self.eps)
 
     def fused_forward(self, x: Tensor, layer: NormLayer) -> Tensor | None:
-        """Dispatch a plain standardize+recovery pipeline to torch's native kernels."""
-        if len(layer.steps) != 1:
+        """Dispatch a plain standardize+recovery pipeline to torch's native kernels.
+
+        Steps that only act on the conv feeding the norm (`needs_conv`, e.g. `ws`) are identities
+        on the values, so `gn+ws` still takes the native kernel.
+        """
+        if sum(not s.needs_conv for s in layer.steps) != 1:
             return None
         return native_standardize(self, x, layer)
 
