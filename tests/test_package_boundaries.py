@@ -17,7 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = sorted(p.parent for p in ROOT.glob("*/*/pyproject.toml") if p.parent.parent.name != "examples")
 IMPORT_NAME = {"scikit-learn": "sklearn", "pyyaml": "yaml", "normkit-lab": "normkit_lab"}
-PLUGIN_MODULES = {"normkit_standard", "normkit_normalnorm", "normkit_proxynorm", "normkit_ibnorm"}
+PLUGIN_MODULES = {"normkit_standard", "normkit_normalnorm", "normkit_proxynorm", "normkit_ibnorm", "normkit_zoo",
+                  "normkit_whitening"}
 
 
 def _requirement_names(reqs: list[str]) -> set[str]:

@@ -83,6 +83,14 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _included_note(parsed: normkit.Spec, activation: str | None) -> str:
+    """For norms that include their nonlinearity: say the model's activation after it is dropped."""
+    if not parsed.norm.entry.includes_activation:
+        return ""
+    dropped = f"--activation {activation} dropped" if activation else "a following activation is dropped"
+    return f"included in {parsed.norm.name}; {dropped} (convert, normkit-lab models)"
+
+
 @one_line_errors
 def show_cmd(
     spec: Annotated[str, typer.Argument(help="A norm spec, e.g. 'gn(groups=8)+pn'.")],
@@ -113,7 +121,9 @@ def show_cmd(
         table.add_row(f"step {i} (NOP)", name, _fmt(params))
     table.add_row("recovery (NRR)", d["recovery"], "")
     if d["activation"]:
-        table.add_row("activation", d["activation"], "")
+        table.add_row("activation", d["activation"], _included_note(parsed, activation))
+    elif parsed.norm.entry.includes_activation:
+        table.add_row("activation", "in the step", _included_note(parsed, activation))
     if d["post_activation"]:
         name, params = d["post_activation"]
         table.add_row("post-activation", name, _fmt(params))

@@ -9,6 +9,7 @@
 from normkit.build import available, build
 from normkit.convert import convert, convert_sync
 from normkit.errors import NormkitError, NormShapeError, PluginError, SpecError, StepError
+from normkit.feeding_conv import prepare_feeding_convs
 from normkit.grammar import split_specs
 from normkit.hookspecs import RegisterItem, RegisterNorm, RegisterStage, hookimpl
 from normkit.layer import NormLayer
@@ -35,5 +36,6 @@ __all__ = [
     "hookimpl",
     "param_groups",
     "parse",
+    "prepare_feeding_convs",
     "split_specs",
 ]

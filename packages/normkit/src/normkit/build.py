@@ -111,6 +111,21 @@ def _place_post(spec: Spec, pipeline: Pipeline, entry: Entry, params: dict[str, 
     pipeline.post_name = entry.name
 
 
+def activation_kept(spec: Spec, activation: str | None) -> str | None:
+    """The model activation a layer of `spec` owns: None when the norm includes its nonlinearity.
+
+    Such a norm (FRN+TLU, EvoNorm) replaces norm *and* activation, so the activation that follows
+    it in the model is dropped, and '+relu' / '+pn' stages on it are refused.
+    """
+    if not spec.norm.entry.includes_activation:
+        return activation
+    extra = [p.name for p in spec.stages if p.entry.kind in ("activation", "post_activation")]
+    if extra:
+        raise SpecError(f"{spec.text}: {spec.norm.name!r} includes its own activation, so "
+                        f"'+{extra[0]}' would add a second one; drop '+{extra[0]}'")
+    return None
+
+
 def _canon(name: str) -> str:
     return plugins.registry().lookup(name).name
 
@@ -134,6 +149,7 @@ def build_with_settings(spec: str | Spec, num_channels: int, *, channel_dim: int
     """`build`, plus settings that only the base norm takes when it declares them (see convert)."""
     parsed = parse(spec)
     check_num_channels(num_channels, parsed.text)  # before any allocation, for factory norms too
+    activation = activation_kept(parsed, activation)
     parts = _with_overrides(parsed, overrides, norm_settings)
     head = parts[0]
     if head.entry.factory is not None:

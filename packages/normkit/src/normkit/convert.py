@@ -8,8 +8,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from normkit.activation_drop import DropPlan, apply_drops, plan_drops
 from normkit.build import build_with_settings
 from normkit.errors import SpecError
+from normkit.feeding_conv import conv_steps, feeding_convs, prepare_feeding_convs
 from normkit.layer import NormLayer
 from normkit.spec import Spec, parse
 from normkit.sync import ProcessSync
@@ -45,6 +47,8 @@ class ConversionSummary:
         lines = [f"converted {len(self.replaced)} norm layers to {self.spec!r}"]
         for r in self.replaced:
             extra = f", owns {r.activation}" if r.activation else ""
+            if r.activation and r.activation.endswith(" dropped"):
+                extra = f", {r.activation}: the norm includes its activation"
             lines.append(f"  {r.path}: {r.old} -> {r.new} (copied {', '.join(r.copied) or 'nothing'}{extra})")
         return "\n".join(lines)
 
@@ -90,6 +94,7 @@ def _plan(model: nn.Module, spec: Spec) -> list[tuple[nn.Module, str, str, nn.Mo
     """Find every norm (parent, child name, path, module, activation name, activation child)."""
     plan = []
     needs_act = _needs_activation(spec)
+    includes_act = spec.norm.entry.includes_activation
 
     def visit(parent: nn.Module, prefix: str) -> None:
         children = list(parent.named_children())
@@ -108,6 +113,9 @@ def _plan(model: nn.Module, spec: Spec) -> list[tuple[nn.Module, str, str, nn.Mo
                             "follows it in an nn.Sequential, so there is no activation step to take "
                             "over; build the model from norm-activation blocks (docs/norms/proxy.md)"
                         )
+                if includes_act and isinstance(parent, nn.Sequential) and i + 1 < len(children):
+                    act_name = _activation_name(children[i + 1][1])
+                    act_child = children[i + 1][0] if act_name else None
                 plan.append((parent, name, path, child, act_name, act_child))
             else:
                 visit(child, path + ".")
@@ -122,8 +130,10 @@ def convert(model: nn.Module, spec: str | Spec) -> ConversionSummary:
     Channel count and layout come from each layer; affine parameters, running statistics and
     settings (eps, momentum, groups, affine) are copied where the new layer has them. Specs with
     an activation or post-activation step take over the activation module that directly follows
-    the norm in an nn.Sequential (replaced by nn.Identity). Nothing is changed when any layer
-    cannot be converted. Returns a summary of what was replaced.
+    the norm in an nn.Sequential (replaced by nn.Identity). Norms that include their activation
+    (frn, evonorm) drop the activation that directly follows them (activation_drop.py); steps that
+    act on the conv feeding the norm (`+ws`) get it (feeding_conv.py). Nothing is changed when
+    any layer cannot be converted. Returns a summary of what was replaced.
     """
     parsed = parse(spec)
     if isinstance(model, _TORCH_NORMS):
@@ -138,15 +148,41 @@ def convert(model: nn.Module, spec: str | Spec) -> ConversionSummary:
         except SpecError as exc:
             raise SpecError(f"cannot convert {path} ({type(old).__name__}({channels})): {exc}") from exc
         copied = _copy_state(old, new)
+        owned = f"{act_name} dropped" if parsed.norm.entry.includes_activation and act_name else act_name
         built.append((parent, name, new, act_child, Replacement(path, type(old).__name__, parsed.text,
-                                                                copied, act_name)))
+                                                                copied, owned)))
+    _check_feeding_convs(model, built)  # before any change: a '+ws' norm needs a conv before it
+    drops = _plan_traced_drops(model, built) if parsed.norm.entry.includes_activation else None
     summary = ConversionSummary(parsed.text)
     for parent, name, new, act_child, record in built:
         setattr(parent, name, new)
         if act_child is not None:
             setattr(parent, act_child, nn.Identity())
         summary.replaced.append(record)
+    if drops is not None:
+        records = {r.path: r for r in summary.replaced}
+        for drop in apply_drops(model, drops):
+            path = f"{drop.parent_path}.{drop.norm}" if drop.parent_path else drop.norm
+            records[path].activation = f"{drop.activation} dropped"
+    prepare_feeding_convs(model)
     return summary
+
+
+def _check_feeding_convs(model: nn.Module, built: list) -> None:
+    wanting: dict[str, list[str]] = {}
+    for _, name, new, _, record in built:
+        if conv_steps(new):
+            wanting.setdefault(record.path.rpartition(".")[0], []).append(name)
+    feeding_convs(model, wanting)
+
+
+def _plan_traced_drops(model: nn.Module, built: list) -> DropPlan:
+    """Outside nn.Sequential, the activation call after each norm that includes its own."""
+    by_parent: dict[str, list[str]] = {}
+    for parent, name, _, act_child, record in built:
+        if act_child is None and not isinstance(parent, nn.Sequential):
+            by_parent.setdefault(record.path.rpartition(".")[0], []).append(name)
+    return plan_drops(model, by_parent)
 
 
 def _copy_state(old: nn.Module, new: nn.Module) -> list[str]:

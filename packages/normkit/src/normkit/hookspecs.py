@@ -27,12 +27,13 @@ class RegisterNorm(Protocol):
     pipeline: `(**params) -> normkit.stages.Pipeline`; compose: a spec this name expands to
     ("bn+nn"); factory: `(num_channels, **params) -> nn.Module`, which may also take a
     `channel_dim` keyword (given by build, not a spec parameter). Parameters are keyword
-    arguments with defaults and bool/int/float/str/Literal hints.
+    arguments with defaults and bool/int/float/str/Literal hints. includes_activation: the norm
+    applies its own nonlinearity (FRN+TLU, EvoNorm), so models drop the activation after it.
     """
 
     def __call__(self, name: str, *, pipeline: Callable[..., Any] | None = None, compose: str | None = None,
                  factory: Callable[..., Any] | None = None, aliases: Sequence[str] = (), summary: str = "",
-                 citation: str = "") -> None: ...
+                 citation: str = "", includes_activation: bool = False) -> None: ...
 
 
 class RegisterStage(Protocol):

@@ -28,7 +28,8 @@ ENTRY_POINT_GROUP = "normkit"
 BUILTIN_PLUGINS = ("normkit.activations",)
 # normkit's own plugins load before third-party ones, so a third-party name clash rejects the
 # newcomer rather than knocking out the standard norms.
-FIRST_PARTY = ("normkit-standard", "normkit-normalnorm", "normkit-proxynorm", "normkit-ibnorm", "normkit-lab")
+FIRST_PARTY = ("normkit-standard", "normkit-normalnorm", "normkit-proxynorm", "normkit-ibnorm", "normkit-zoo",
+               "normkit-whitening", "normkit-lab")
 
 
 @dataclass

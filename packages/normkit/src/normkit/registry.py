@@ -42,6 +42,7 @@ class Entry:
     factory: Callable[..., Any] | None = None  # norms: (C, **p) -> Module; stages: (ctx, **p)
     position: Literal["before", "after"] | None = None  # steps: relative to the core step
     activation_param: str | None = None  # post-activation stages that bring their activation
+    includes_activation: bool = False  # norms whose output is already nonlinear (FRN+TLU, EvoNorm)
     meta: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -54,6 +55,7 @@ class Entry:
             "parameters": {p.name: {"type": p.type_name, "default": p.default} for p in self.params},
             "citation": self.citation,
             **({"expands_to": self.compose} if self.compose else {}),
+            **({"includes_activation": True} if self.includes_activation else {}),
         }
 
 
@@ -101,7 +103,8 @@ class Registry:
 
         def register_norm(name: str, *, pipeline: Callable[..., Any] | None = None,
                           compose: str | None = None, factory: Callable[..., Any] | None = None,
-                          aliases: Sequence[str] = (), summary: str = "", citation: str = "") -> None:
+                          aliases: Sequence[str] = (), summary: str = "", citation: str = "",
+                          includes_activation: bool = False) -> None:
             owner = _owner(plugin, "norm", name)
             given = [x for x in (pipeline, compose, factory) if x is not None]
             if len(given) != 1:
@@ -116,7 +119,8 @@ class Registry:
                     raise PluginError(f"{owner}: compose= takes a spec string such as 'bn+nn'")
                 params = ()  # a composition's parameters are those of its parts
             self.add(Entry(name, "norm", plugin, summary, citation, tuple(aliases), params,
-                           pipeline=pipeline, compose=compose, factory=factory))
+                           pipeline=pipeline, compose=compose, factory=factory,
+                           includes_activation=includes_activation))
 
         def register_stage(name: str, factory: Callable[..., Any], *,
                            kind: Literal["step", "activation", "post_activation"] = "step",

@@ -200,6 +200,14 @@ class Step:
         """Parameters shown by `normkit show`."""
         return {k: v for k, v in vars(self).items() if not k.startswith("_")}
 
+    # Steps that act on the conv feeding the norm (e.g. `ws`) set this and implement prepare_conv;
+    # normkit.convert and normkit-lab's models call it through normkit.prepare_feeding_convs.
+    needs_conv: bool = False
+
+    def prepare_conv(self, conv: Any) -> None:
+        """Change the conv module whose output this norm normalizes (called once per model)."""
+        raise NotImplementedError
+
     def decay(self) -> dict[str, bool]:
         """Weight-decay policy for parameters this step registered: name -> decayed?"""
         return {}
@@ -333,8 +341,12 @@ class Standardize(Step):
         return (x - mean) * torch.rsqrt(var + self.eps)
 
     def fused_forward(self, x: Tensor, layer: StepHost) -> Tensor | None:
-        """Dispatch a plain standardize+recovery pipeline to torch's native kernels."""
-        if len(layer.steps) != 1:
+        """Dispatch a plain standardize+recovery pipeline to torch's native kernels.
+
+        Steps that only act on the conv feeding the norm (`needs_conv`, e.g. `ws`) are identities
+        on the values, so `gn+ws` still takes the native kernel.
+        """
+        if sum(not s.needs_conv for s in layer.steps) != 1:
             return None
         partition = layer.partition
         if partition.kind in ("instance", "group") and _group_size(x, layer) < 2:

@@ -85,8 +85,10 @@ def build_model(name: str, norm: str, *, num_classes: int, in_channels: int, ima
     spec = normkit.parse(norm).text
     ctx = ModelContext(spec, num_classes, in_channels, image_size)
     try:
-        return entry.factory(ctx, **typed)
+        model = entry.factory(ctx, **typed)
     except NormHostError as exc:
         hint = entry.meta.get("host_hint") if isinstance(exc, MissingActivation) else None
         raise normkit.SpecError(f"model {entry.name!r} cannot host {spec!r}: {exc}"
                                 + (f"; {hint}" if hint else "")) from exc
+    normkit.prepare_feeding_convs(model)  # steps such as `ws` act on the conv feeding their norm
+    return model
