@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from normkit_cli.errors import one_line_errors
+
+if TYPE_CHECKING:
+    import normkit
 
 # normkit (and so torch) is imported inside each command: `normkit --help` must not load it.
 
