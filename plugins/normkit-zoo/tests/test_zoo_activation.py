@@ -82,7 +82,7 @@ def test_convert_torchvision_resnet18_with_bn_is_unchanged_in_structure() -> Non
 def test_lab_models_do_not_double_the_activation(model_name: str) -> None:
     model = build_model(model_name, "frn", num_classes=10, in_channels=1, image_size=8)
     norms = [m for m in model.modules() if isinstance(m, normkit.NormLayer)]
-    assert norms and all(m.pipeline.activation == "tlu" and isinstance(m.act, TLU) for m in norms)
+    assert norms and all(m.activation_name == "tlu" and isinstance(m.act, TLU) for m in norms)
     model(torch.randn(2, 1, 8, 8)).sum().backward()
 
 
