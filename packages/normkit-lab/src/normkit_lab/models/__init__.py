@@ -14,7 +14,7 @@ from torch import nn
 import normkit
 from normkit import plugins
 from normkit.errors import did_you_mean
-from normkit_lab.models import preact_resnet, resnet, small_cnn, torchvision_models, vit
+from normkit_lab.models import gpt, preact_resnet, resnet, small_cnn, torchvision_models, vit
 from normkit_lab.models.context import MissingActivation, ModelContext, NormHostError
 
 __all__ = ["MissingActivation", "ModelContext", "NormHostError", "build_model", "model_params",
@@ -22,6 +22,8 @@ __all__ = ["MissingActivation", "ModelContext", "NormHostError", "build_model", 
 
 _PREACT_HINT = ("use 'preact-resnet18', 'preact-resnet34' or 'wrn', where every norm is followed by an "
                 "activation")
+
+_GPT_HINT = "its norms feed attention and linear layers; use a per-token norm without post-activation steps"
 
 
 def register_builtin_models(register: Callable[..., Any]) -> None:
@@ -45,6 +47,12 @@ def register_builtin_models(register: Callable[..., Any]) -> None:
     register("vit-small", vit.vit_small, skip=1, citation=vit.CITATION,
              host_hint="its norms feed attention and linear layers; use a norm without post-activation steps",
              summary="CPU-sized ViT (patch 2, 2 layers, 4 heads, width 64, MLP 128)")
+    register("gpt", gpt.gpt, skip=1, citation=gpt.CITATION, host_hint=_GPT_HINT,
+             summary="decoder-only byte-level transformer (default width 64, 2 layers, 4 heads, context 128)")
+    register("gpt-tiny", gpt.gpt_tiny, skip=1, citation=gpt.CITATION, host_hint=_GPT_HINT,
+             summary="CPU-sized GPT (width 64, 2 layers, 4 heads, context 128): about a minute on 2 cores")
+    register("gpt2-small", gpt.gpt2_small, skip=1, citation=gpt.CITATION, host_hint=_GPT_HINT,
+             summary="GPT-2 small shape (width 768, 12 layers, 12 heads, context 1024) for a GPU")
     register("tv-resnet18", torchvision_models.tv_resnet18, skip=1, citation=torchvision_models.CITATION,
              host_hint=_PREACT_HINT, summary="torchvision resnet18, norms swapped by normkit.convert")
     register("tv-resnet50", torchvision_models.tv_resnet50, skip=1, citation=torchvision_models.CITATION,
