@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 import normkit
+from normkit import plugins
 from normkit.errors import did_you_mean
 from normkit_lab.errors import ConfigError
 from normkit_lab.training import TrainConfig
@@ -197,9 +198,26 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return normalize_keys(raw, str(path))
 
 
+def model_train_defaults(model: Any) -> dict[str, Any]:
+    """The training values a model registers as its defaults (`train_defaults=` at registration).
+
+    They sit between the global defaults and the user's values: e.g. the GPT models train with
+    AdamW at batch 32 unless the user says otherwise. An unknown model has none (check() names it).
+    """
+    if not isinstance(model, str):
+        return {}
+    try:
+        entry = plugins.registry().lookup_item("model", model)
+    except normkit.NormkitError:
+        return {}
+    return dict(entry.meta.get("train_defaults") or {})
+
+
 def build_config(values: dict[str, Any]) -> CompareConfig:
-    """A CompareConfig from a flat mapping of known keys (defaults fill what is missing)."""
-    merged = {**defaults(), **values}
+    """A CompareConfig from a flat mapping of known keys (model defaults, then global defaults
+    fill what is missing)."""
+    base = defaults()
+    merged = {**base, **model_train_defaults(values.get("model", base["model"])), **values}
     if merged.get("norms") is None:
         raise ConfigError("no norms to compare; pass --norms, e.g. --norms bn,bnn,gn+pn")
     norms = parse_norms(merged.pop("norms"))

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from torch.utils.data import Dataset
 
@@ -21,7 +22,13 @@ class DatasetContext:
 
 @dataclass
 class DatasetBundle:
-    """Train and validation splits yielding (float tensor C,H,W, int label), and their shape."""
+    """Train and validation splits yielding (float tensor C,H,W, int label), and their shape.
+
+    Token datasets (language models) yield (int64 ids (T,), int64 next ids (T,)) instead, with
+    num_classes the vocabulary, in_channels 0 (no channels: token ids) and image_size the
+    sequence length T. `test` is an optional held-out split; `metadata` holds JSON-able facts
+    the results should record (e.g. a corpus's content hash).
+    """
 
     name: str
     train: Dataset
@@ -29,3 +36,5 @@ class DatasetBundle:
     num_classes: int
     in_channels: int
     image_size: int
+    test: Dataset | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)

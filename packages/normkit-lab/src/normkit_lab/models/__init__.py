@@ -24,6 +24,10 @@ _PREACT_HINT = ("use 'preact-resnet18', 'preact-resnet34' or 'wrn', where every 
                 "activation")
 
 _GPT_HINT = "its norms feed attention and linear layers; use a per-token norm without post-activation steps"
+# Language models default to the offline byte corpus and AdamW at small batches (more steps for the
+# same tokens); the user's values win.
+_GPT_TRAIN = {"dataset": "pysrc", "optimizer": "adamw", "lr": 3e-3, "weight_decay": 0.1, "batch_size": 32}
+_GPT2_TRAIN = {"dataset": "pysrc", "optimizer": "adamw", "lr": 6e-4, "weight_decay": 0.1, "batch_size": 32}
 
 
 def register_builtin_models(register: Callable[..., Any]) -> None:
@@ -47,11 +51,13 @@ def register_builtin_models(register: Callable[..., Any]) -> None:
     register("vit-small", vit.vit_small, skip=1, citation=vit.CITATION,
              host_hint="its norms feed attention and linear layers; use a norm without post-activation steps",
              summary="CPU-sized ViT (patch 2, 2 layers, 4 heads, width 64, MLP 128)")
-    register("gpt", gpt.gpt, skip=1, citation=gpt.CITATION, host_hint=_GPT_HINT,
+    register("gpt", gpt.gpt, skip=1, citation=gpt.CITATION, host_hint=_GPT_HINT, train_defaults=_GPT_TRAIN,
              summary="decoder-only byte-level transformer (default width 64, 2 layers, 4 heads, context 128)")
     register("gpt-tiny", gpt.gpt_tiny, skip=1, citation=gpt.CITATION, host_hint=_GPT_HINT,
+             train_defaults=_GPT_TRAIN,
              summary="CPU-sized GPT (width 64, 2 layers, 4 heads, context 128): about a minute on 2 cores")
     register("gpt2-small", gpt.gpt2_small, skip=1, citation=gpt.CITATION, host_hint=_GPT_HINT,
+             train_defaults=_GPT2_TRAIN,
              summary="GPT-2 small shape (width 768, 12 layers, 12 heads, context 1024) for a GPU")
     register("tv-resnet18", torchvision_models.tv_resnet18, skip=1, citation=torchvision_models.CITATION,
              host_hint=_PREACT_HINT, summary="torchvision resnet18, norms swapped by normkit.convert")
