@@ -16,6 +16,7 @@ metadata: pysrc's content changes with the Python version, and so does its hash.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import platform
@@ -125,10 +126,11 @@ def stdlib_root() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
 
-def stdlib_files(root: Path) -> list[Path]:
-    """The standard library's .py files in sorted order (installed packages excluded)."""
-    return sorted(p for p in root.rglob("*.py")
-                  if p.is_file() and not SKIP_DIRS.intersection(p.relative_to(root).parts[:-1]))
+@functools.lru_cache(maxsize=4)
+def stdlib_files(root: Path) -> tuple[Path, ...]:
+    """The standard library's .py files in sorted order (installed packages excluded); listed once."""
+    return tuple(sorted(p for p in root.rglob("*.py")
+                        if p.is_file() and not SKIP_DIRS.intersection(p.relative_to(root).parts[:-1])))
 
 
 def pysrc(ctx: DatasetContext, seq_len: int = DEFAULT_SEQ_LEN, train_windows: int = DEFAULT_TRAIN_WINDOWS,
@@ -141,7 +143,7 @@ def pysrc(ctx: DatasetContext, seq_len: int = DEFAULT_SEQ_LEN, train_windows: in
     if max_files is not None and max_files < 10:
         raise SpecError(f"pysrc: max_files must be >= 10 (or unset for every file), got {max_files}")
     root = stdlib_root()
-    files = stdlib_files(root)[:max_files] if root.is_dir() else []
+    files = stdlib_files(root)[:max_files] if root.is_dir() else ()
     if not files:
         raise DatasetMissing(f"pysrc: no Python source files under {str(root)!r} (this Python ships "
                              f"without its standard library source); use --dataset text --dataset-param path=...")
