@@ -130,7 +130,7 @@ def test_every_norm_is_built_from_the_spec_on_channels_last_tokens(placement, co
 
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"image_size": 32}, "sequences have 32 tokens, more than context=16"),
-    ({"in_channels": 1}, "needs a token dataset"),
+    ({"in_channels": 1}, "model 'gpt-tiny' takes token sequences, but the dataset gives images; use a text"),
     ({"heads": 3}, "not divisible by heads"),
     ({"placement": "middle"}, "placement must be one of pre, post, sandwich"),
     ({"mlp_ratio": 0.0}, "mlp_ratio must be"),
@@ -180,3 +180,9 @@ def test_diagnostics_run_on_the_gpt(norm):
         assert all(row["source"] == "estimated" and math.isfinite(row["mean"]) for row in diag["lambda"][0]["layers"])
     else:
         assert diag["lambda"] == []
+
+
+def test_an_image_model_refuses_token_data():
+    with pytest.raises(normkit.SpecError, match="model 'small-cnn' takes images, but the dataset gives token "
+                                                 "sequences; use a language model"):
+        build_model("small-cnn", "bn", num_classes=256, in_channels=0, image_size=T)

@@ -51,12 +51,13 @@ def register_builtin_models(register: Callable[..., Any]) -> None:
     register("vit-small", vit.vit_small, skip=1, citation=vit.CITATION,
              host_hint="its norms feed attention and linear layers; use a norm without post-activation steps",
              summary="CPU-sized ViT (patch 2, 2 layers, 4 heads, width 64, MLP 128)")
-    register("gpt", gpt.gpt, skip=1, citation=gpt.CITATION, host_hint=_GPT_HINT, train_defaults=_GPT_TRAIN,
-             summary="decoder-only byte-level transformer (default width 64, 2 layers, 4 heads, context 128)")
-    register("gpt-tiny", gpt.gpt_tiny, skip=1, citation=gpt.CITATION, host_hint=_GPT_HINT,
+    register("gpt", gpt.gpt, skip=1, inputs="tokens", citation=gpt.CITATION, host_hint=_GPT_HINT,
              train_defaults=_GPT_TRAIN,
-             summary="CPU-sized GPT (width 64, 2 layers, 4 heads, context 128): about a minute on 2 cores")
-    register("gpt2-small", gpt.gpt2_small, skip=1, citation=gpt.CITATION, host_hint=_GPT_HINT,
+             summary="decoder-only byte-level transformer (default width 64, 2 layers, 4 heads, context 128)")
+    register("gpt-tiny", gpt.gpt_tiny, skip=1, inputs="tokens", citation=gpt.CITATION, host_hint=_GPT_HINT,
+             train_defaults=_GPT_TRAIN,
+             summary="CPU-sized GPT (width 64, 2 layers, 4 heads, context 128): seconds per run on 2 CPU cores")
+    register("gpt2-small", gpt.gpt2_small, skip=1, inputs="tokens", citation=gpt.CITATION, host_hint=_GPT_HINT,
              train_defaults=_GPT2_TRAIN,
              summary="GPT-2 small shape (width 768, 12 layers, 12 heads, context 1024) for a GPU")
     register("tv-resnet18", torchvision_models.tv_resnet18, skip=1, citation=torchvision_models.CITATION,
@@ -78,15 +79,31 @@ def model_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
     return typed
 
 
+def _check_inputs(name: str, takes: str, in_channels: int) -> None:
+    """A model registered with `inputs="tokens"` needs token data (in_channels 0), any other images."""
+    gives = "tokens" if in_channels == 0 else "images"
+    if takes == gives:
+        return
+    if takes == "tokens":
+        raise normkit.SpecError(f"model {name!r} takes token sequences, but the dataset gives images; "
+                                f"use a text dataset (pysrc, text, hf)")
+    raise normkit.SpecError(f"model {name!r} takes images, but the dataset gives token sequences; "
+                            f"use a language model (gpt-tiny, gpt, gpt2-small)")
+
+
 def build_model(name: str, norm: str, *, num_classes: int, in_channels: int, image_size: int,
                 **params: Any) -> nn.Module:
     """Build registered model `name` with every norm built from spec `norm`.
+
+    `in_channels` 0 means token data (a text dataset): only models registered with
+    `inputs="tokens"` take it, and they take nothing else.
 
     Raises normkit.SpecError with one line for an unknown model, bad parameters, or a norm the
     model cannot host (e.g. a post-activation spec at a norm that feeds a residual add).
     """
     entry = plugins.registry().lookup_item("model", name)
     typed = model_params(name, params)
+    _check_inputs(entry.name, entry.meta.get("inputs", "images"), in_channels)
     spec = normkit.parse(norm).text
     ctx = ModelContext(spec, num_classes, in_channels, image_size)
     try:

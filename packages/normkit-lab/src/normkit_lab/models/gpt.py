@@ -151,9 +151,6 @@ def build_gpt(name: str, ctx: ModelContext, width: int, depth: int, heads: int, 
         raise SpecError(f"{name}: width={width} is not divisible by heads={heads}")
     if placement not in PLACEMENTS:
         raise SpecError(f"{name}: placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
-    if ctx.in_channels != 0:
-        raise SpecError(f"{name} is a language model and needs a token dataset (pysrc, text, hf), "
-                        f"got images with {ctx.in_channels} channel(s)")
     if ctx.image_size > context:
         raise SpecError(f"{name}: the dataset's sequences have {ctx.image_size} tokens, more than "
                         f"context={context}; pass --model-param context={ctx.image_size} or a shorter "
