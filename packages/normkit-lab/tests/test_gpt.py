@@ -51,6 +51,8 @@ ALLOWED = _allowed_token_norms()
 def test_the_usual_token_norms_are_allowed():
     assert {"ln", "rms", "lnn", "none", "ln+ib-l"} <= set(ALLOWED)
     assert not set(POOLING) & set(ALLOWED)
+    registered = {e.name for e in plugins.registry().of_kind("norm")}
+    assert "dyt" not in registered or "dyt" in ALLOWED  # the refusal message recommends it
 
 
 def _outputs(model: nn.Module, x: torch.Tensor) -> torch.Tensor:

@@ -115,12 +115,14 @@ class GPT(nn.Module):
         self._init(depth)
 
     def _init(self, depth: int) -> None:
-        for name, p in self.named_parameters():
-            if name.endswith("bias") and p.dim() == 1 and ".norm" not in name:
-                nn.init.zeros_(p)
-            elif p.dim() >= 2:
-                std = INIT_STD / math.sqrt(2 * depth) if name.endswith("proj.weight") else INIT_STD
-                nn.init.normal_(p, std=std)
+        """GPT-2's: linear and embedding weights N(0, 0.02), the residual projections' (`proj`, the
+        last layer of each sublayer) scaled by 1/sqrt(2 depth), biases zero; norms keep their own."""
+        for name, module in self.named_modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)) and module is not self.head:  # head: tied
+                scale = 1 / math.sqrt(2 * depth) if name.endswith(".proj") else 1.0
+                nn.init.normal_(module.weight, std=INIT_STD * scale)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
 
     def forward(self, idx: Tensor) -> Tensor:
         if idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):
