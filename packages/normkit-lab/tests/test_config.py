@@ -91,3 +91,20 @@ def test_key_values():
         "width": 8, "depth": 2, "name": "abc", "on": True}
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         config.parse_key_values(["width"], "--model-param")
+
+
+def test_a_model_brings_its_training_defaults_and_typed_values_win(tmp_path):
+    gpt = config.resolve({"norms": "ln", "model": "gpt-tiny"}).train
+    assert (gpt.dataset, gpt.optimizer, gpt.lr, gpt.weight_decay, gpt.batch_size) == ("pysrc", "adamw", 3e-3, 0.1, 32)
+    typed = config.resolve({"norms": "ln", "model": "gpt-tiny", "lr": 0.01, "batch-size": 8}).train
+    assert (typed.lr, typed.batch_size, typed.optimizer) == (0.01, 8, "adamw")
+    path = tmp_path / "exp.yaml"
+    path.write_text("model: gpt-tiny\noptimizer: sgd\n")
+    assert config.resolve({"norms": "ln"}, path).train.optimizer == "sgd"  # the file beats model defaults
+    cnn = config.resolve({"norms": "bn"}).train
+    assert (cnn.optimizer, cnn.batch_size, cnn.dataset) == ("sgd", 128, "digits")
+
+
+def test_an_unknown_model_gets_no_defaults_and_is_named_by_the_check():
+    assert config.model_train_defaults("gpt-tiniest") == {}
+    assert config.model_train_defaults(3) == {}

@@ -88,8 +88,11 @@ def compare_cmd(
     select: Annotated[str, typer.Option(help="Epoch a run reports its test metric at: final, or best-val (the "
                                              "epoch with the best validation accuracy). Never picked on test.",
                                         rich_help_panel=EXPERIMENT)] = D["select"],
+    metric: Annotated[str, typer.Option(help="Primary metric: test_acc (image models), test_bpb (language "
+                                             "models' default), test_loss, ...; see docs/experiments.md.",
+                                        rich_help_panel=EXPERIMENT)] = D["metric"],
     margin: Annotated[float | None, typer.Option(help="Equivalence margin in the primary metric's unit "
-                                                      "(default 0.5 points of accuracy).",
+                                                      "(default: the metric's, 0.5 points of accuracy).",
                                                  rich_help_panel=EXPERIMENT)] = D["margin"],
     tune: Annotated[list[str] | None, typer.Option(metavar="KEY=V1,V2,...", help="Tune a numeric training key "
                                                    "per norm on validation (repeatable), e.g. lr=0.03,0.1,0.3.",

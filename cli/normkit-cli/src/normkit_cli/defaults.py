@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 DEFAULTS: dict[str, Any] = {
-    "seeds": [0, 1, 2, 3, 4], "baseline": None, "diagnostics": False, "select": "final", "margin": None,
+    "seeds": [0, 1, 2, 3, 4], "baseline": None, "diagnostics": False, "select": "final",
+    "metric": "test_acc", "margin": None,
     "tune": {}, "tune_seeds": None, "sweep": {},
     "model": "small-cnn", "model_params": {}, "dataset": "digits", "dataset_params": {},
     "data_dir": None, "download": False, "epochs": 5, "batch_size": 128, "lr": None, "optimizer": "sgd",
@@ -24,6 +25,6 @@ RUNTIME_KEYS = frozenset({"device", "data_dir", "download", "num_workers", "diag
 
 # The primary metrics and epoch selections `normkit report` offers (copies of normkit_lab.metrics', checked
 # by the same test).
-METRIC_NAMES = ("test_acc", "test_loss", "val_acc", "val_loss")
+METRIC_NAMES = ("test_acc", "test_loss", "val_acc", "val_loss", "test_bpb", "val_bpb")
 DEFAULT_METRIC = "test_acc"
 SELECTS = ("final", "best-val")

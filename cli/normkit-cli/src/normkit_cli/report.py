@@ -165,7 +165,8 @@ def report_cmd(
     dirs: Annotated[list[Path], typer.Argument(help="Results directories written by `normkit compare`.")],
     baseline: Annotated[str | None, typer.Option(help="Norm to compare against (default: the saved "
                                                       "baseline).")] = None,
-    metric: Annotated[str, typer.Option(help=f"Primary metric: {', '.join(METRIC_NAMES)}.")] = DEFAULT_METRIC,
+    metric: Annotated[str | None, typer.Option(help=f"Primary metric: {', '.join(METRIC_NAMES)} (default: the "
+                                                    f"comparison's, else {DEFAULT_METRIC}).")] = None,
     margin: Annotated[float | None, typer.Option(help="Equivalence margin in the metric's unit (default: the "
                                                       "saved one, else 0.5 points of accuracy).")] = None,
     select: Annotated[str | None, typer.Option(help=f"Epoch of each run: {' or '.join(SELECTS)} (default: the "

@@ -57,7 +57,7 @@ def results_of(cfg: CompareConfig, store: ResultsDir) -> Results:
     """The comparison-phase runs saved so far in `store` (tuning runs are in tuning.json)."""
     runs = [run for run in store.runs() if run.phase == "compare"]
     return Results(config=cfg.to_dict(), runs=runs, norms=list(cfg.norms), baseline=cfg.baseline_norm,
-                   sources=[store.path])
+                   sources=[store.path], metric=cfg.metric)
 
 
 def run_compare(cfg: CompareConfig, store: ResultsDir, *, progress: Progress | None = None,

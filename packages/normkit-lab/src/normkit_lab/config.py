@@ -20,11 +20,13 @@ from typing import Any
 import yaml
 
 import normkit
+from normkit import plugins
 from normkit.errors import did_you_mean
 from normkit.grammar import expand_lists
 from normkit_lab import safe_yaml
 from normkit_lab.errors import ConfigError, short_repr
 from normkit_lab.limits import MAX_SEED, MAX_SEEDS
+from normkit_lab.metrics import metric_named
 from normkit_lab.plan import SELECTIONS
 from normkit_lab.training import TrainConfig
 
@@ -32,7 +34,6 @@ from normkit_lab.training import TrainConfig
 # minutes on two CPU cores (measured, see docs/experiments.md); other keys keep TrainConfig's defaults.
 TRAIN_DEFAULTS: dict[str, Any] = {"epochs": 5, "batch_size": 128}
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
-DEFAULT_MARGIN = 0.5  # accuracy points: differences smaller than this count as equivalent
 DEFAULT_TUNE_SEEDS = 2  # tuning seeds when tuning and none are given: the next ones after `seeds`
 
 # Keys that may differ between result directories that `normkit report` merges: they change where
@@ -44,8 +45,10 @@ RUNTIME_KEYS = frozenset({"device", "data_dir", "download", "num_workers", "diag
 class CompareConfig:
     """Everything a comparison needs; `train` is shared by every run, except the values of its
     cell (`sweep`: training key -> values) and those chosen by tuning (`tune`, on `tune_seeds`).
-    `select`: which epoch a run reports (`final` or `best-val`); `margin`: the equivalence
-    margin in accuracy points (None = DEFAULT_MARGIN). The runs are listed by `normkit_lab.plan`."""
+    `select`: which epoch a run reports (`final` or `best-val`); `metric`: the primary metric
+    (`normkit_lab.metrics.METRICS`; test accuracy, test bits per byte for language models);
+    `margin`: the equivalence margin in the metric's unit (None = the metric's default, 0.5
+    points of accuracy). The runs are listed by `normkit_lab.plan`."""
 
     norms: list[str]
     train: TrainConfig
@@ -53,6 +56,7 @@ class CompareConfig:
     baseline: str | None = None
     diagnostics: bool = False
     select: str = "final"
+    metric: str = "test_acc"
     margin: float | None = None
     tune: dict[str, list[Any]] = field(default_factory=dict)
     tune_seeds: list[int] = field(default_factory=list)
@@ -69,13 +73,14 @@ class CompareConfig:
         train.update(lr=self.train.resolved_lr, weight_decay=self.train.resolved_weight_decay,
                      norm_weight_decay=self.train.resolved_norm_weight_decay)
         return {"norms": list(self.norms), "seeds": list(self.seeds), "baseline": self.baseline_norm,
-                "diagnostics": self.diagnostics, "select": self.select,
-                "margin": DEFAULT_MARGIN if self.margin is None else self.margin,
+                "diagnostics": self.diagnostics, "select": self.select, "metric": self.metric,
+                "margin": metric_named(self.metric).default_margin if self.margin is None else self.margin,
                 "tune": {k: list(v) for k, v in self.tune.items()}, "tune_seeds": list(self.tune_seeds),
                 "sweep": {k: list(v) for k, v in self.sweep.items()}, **train}
 
 
-_COMPARE_KEYS = ("norms", "seeds", "baseline", "diagnostics", "select", "margin", "tune", "tune_seeds", "sweep")
+_COMPARE_KEYS = ("norms", "seeds", "baseline", "diagnostics", "select", "metric", "margin", "tune", "tune_seeds",
+                 "sweep")
 
 
 def known_keys() -> list[str]:
@@ -85,7 +90,8 @@ def known_keys() -> list[str]:
 def defaults() -> dict[str, Any]:
     """Default value of every key except `norms`, which has none."""
     out: dict[str, Any] = {"seeds": list(DEFAULT_SEEDS), "baseline": None, "diagnostics": False,
-                           "select": "final", "margin": None, "tune": {}, "tune_seeds": None, "sweep": {}}
+                           "select": "final", "metric": "test_acc", "margin": None, "tune": {}, "tune_seeds": None,
+                           "sweep": {}}
     for f in dataclasses.fields(TrainConfig):
         if f.default is not dataclasses.MISSING:
             out[f.name] = f.default
@@ -295,9 +301,26 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return normalize_keys(raw, str(path))
 
 
+def model_train_defaults(model: Any) -> dict[str, Any]:
+    """The training values a model registers as its defaults (`train_defaults=` at registration).
+
+    They sit between the global defaults and the user's values: e.g. the GPT models train with
+    AdamW at batch 32 unless the user says otherwise. An unknown model has none (check() names it).
+    """
+    if not isinstance(model, str):
+        return {}
+    try:
+        entry = plugins.registry().lookup_item("model", model)
+    except normkit.NormkitError:
+        return {}
+    return dict(entry.meta.get("train_defaults") or {})
+
+
 def build_config(values: dict[str, Any]) -> CompareConfig:
-    """A CompareConfig from a flat mapping of known keys (defaults fill what is missing)."""
-    merged = {**defaults(), **values}
+    """A CompareConfig from a flat mapping of known keys (model defaults, then global defaults
+    fill what is missing)."""
+    base = defaults()
+    merged = {**base, **model_train_defaults(values.get("model", base["model"])), **values}
     if merged.get("norms") is None:
         raise ConfigError("no norms to compare; pass --norms, e.g. --norms bn,bnn,gn+pn")
     norms = parse_norms(merged.pop("norms"))
@@ -307,9 +330,10 @@ def build_config(values: dict[str, Any]) -> CompareConfig:
     select = merged.pop("select")
     if select not in SELECTIONS:
         raise ConfigError(f"select must be one of {', '.join(SELECTIONS)}, not {select!r}")
+    metric = metric_named(_check_type("metric", merged.pop("metric"), str)).field
     margin = _check_type("margin", merged.pop("margin"), float | None)
-    if margin is not None and not (math.isfinite(margin) and margin >= 0):
-        raise ConfigError(f"margin must be a finite number of accuracy points >= 0, not {margin!r}")
+    if margin is not None and not (math.isfinite(margin) and margin > 0):
+        raise ConfigError(f"margin must be a finite number > 0 in the metric's unit, not {margin!r}")
     tune = parse_grid(merged.pop("tune"), "tune", numeric=True)
     sweep = parse_grid(merged.pop("sweep"), "sweep", numeric=False)
     both = sorted(set(tune) & set(sweep))
@@ -328,7 +352,7 @@ def build_config(values: dict[str, Any]) -> CompareConfig:
     except TypeError as exc:
         raise ConfigError(f"incomplete training config: {exc}") from None
     return CompareConfig(norms=norms, train=train, seeds=seeds, baseline=baseline, diagnostics=diagnostics,
-                         select=select, margin=margin, tune=tune, tune_seeds=tune_seeds, sweep=sweep)
+                         select=select, metric=metric, margin=margin, tune=tune, tune_seeds=tune_seeds, sweep=sweep)
 
 
 def resolve(cli_values: dict[str, Any], config_file: str | Path | None = None) -> CompareConfig:

@@ -59,11 +59,18 @@ _ACC = {"unit": "%", "higher_is_better": True, "scale": 100.0, "low": 0.0, "high
 _LOSS = {"unit": "nats", "higher_is_better": False, "scale": 1.0, "low": 0.0, "high": None,
          "select_by": "val_loss", "default_margin": 0.01}
 
+# Bits per byte of a byte-level language model (lower is better); 0.02 bits/byte is about half a
+# percent of the ~4 bits/byte a small model reaches on source code.
+_BPB = {"unit": "bits/byte", "higher_is_better": False, "scale": 1.0, "low": 0.0, "high": None,
+        "select_by": "val_bpb", "default_margin": 0.02}
+
 METRICS: dict[str, Metric] = {
     "test_acc": Metric("test_acc", "test accuracy", fallback="val_acc", **_ACC),
     "test_loss": Metric("test_loss", "test loss", fallback="val_loss", **_LOSS),
     "val_acc": Metric("val_acc", "validation accuracy", fallback=None, **_ACC),
     "val_loss": Metric("val_loss", "validation loss", fallback=None, **_LOSS),
+    "test_bpb": Metric("test_bpb", "test bits per byte", fallback="val_bpb", **_BPB),
+    "val_bpb": Metric("val_bpb", "validation bits per byte", fallback=None, **_BPB),
 }
 DEFAULT_METRIC = "test_acc"
 

@@ -76,9 +76,14 @@ def _identity(run: Run) -> tuple[str, str, str, int]:
 
 
 def load_results(dirs: Sequence[str | Path], baseline: str | None = None,
-                 metric: str = DEFAULT_METRIC) -> Results:
-    """Load and merge results directories; refuse different configs and duplicate (norm, seed) runs."""
-    metric_named(metric)
+                 metric: str | None = None) -> Results:
+    """Load and merge results directories; refuse different configs and duplicate (norm, seed) runs.
+
+    `metric`: the primary metric (default: the one the comparison saved, else test accuracy); a
+    metric other than the saved one uses its own default margin, not the saved one's.
+    """
+    if metric is not None:
+        metric_named(metric)
     if not dirs:
         raise ConfigError("give at least one results directory")
     stores = [ResultsDir.open(d) for d in dirs]
@@ -108,8 +113,10 @@ def load_results(dirs: Sequence[str | Path], baseline: str | None = None,
     chosen = baseline or first.get("baseline") or first["norms"][0]
     if chosen not in norms:
         raise ConfigError(f"baseline {chosen!r} is not among the norms of these results ({', '.join(norms)})")
-    return Results(config=first, runs=runs, norms=norms, baseline=chosen, sources=[s.path for s in stores],
-                   metric=metric, rows=rows)
+    saved = first.get("metric") if isinstance(first.get("metric"), str) else DEFAULT_METRIC
+    config = first if metric in (None, saved) else {**first, "metric": metric, "margin": None}
+    return Results(config=config, runs=runs, norms=norms, baseline=chosen, sources=[s.path for s in stores],
+                   metric=metric or metric_named(saved).field, rows=rows)
 
 
 def command_line() -> str:

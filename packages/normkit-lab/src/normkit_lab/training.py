@@ -31,6 +31,7 @@ from normkit_lab.datasets import DatasetBundle, dataset_params, load_dataset
 from normkit_lab.device import cpu_threads, peak_memory_mb, reset_peak_memory, resolve_device, synchronize
 from normkit_lab.errors import ConfigError, one_line, short_repr
 from normkit_lab.limits import MAX_BATCH_SIZE, MAX_CPU_THREADS, MAX_EPOCHS, MAX_MODEL_PARAMS, MAX_NUM_WORKERS
+from normkit_lab.lm_metrics import bits_per_byte
 from normkit_lab.models import build_model, model_params
 from normkit_lab.schedule import SCHEDULES, lr_factor
 
@@ -104,11 +105,14 @@ class EpochRecord:
     train_loss/train_acc: running means over the epoch's training batches (train mode, with
     label smoothing if set); val_loss/val_acc/val_top5: eval mode, plain cross-entropy, top-5
     only when there are more than 10 classes; test_loss/test_acc: the same on the test split,
-    recorded every epoch for reporting and never read by anything that selects. epoch_time_s: wall
-    time of the training pass (data loading, forward, backward, step; evaluation excluded);
-    throughput: training samples/s
-    in that time; peak_mem_mb: CUDA max_memory_allocated during the epoch, or on CPU/MPS the
-    process's peak RSS so far (getrusage); lr: the learning rate at the epoch's first step.
+    recorded every epoch for reporting and never read by anything that selects. Sequence models
+    (logits N,T,V and targets N,T) count every token: losses and accuracies are per token.
+    epoch_time_s: wall time of the training pass (data loading, forward, backward, step;
+    evaluation excluded); throughput: training targets/s in that time (samples/s for
+    classifiers, tokens/s for sequence models); peak_mem_mb: CUDA max_memory_allocated during
+    the epoch, or on CPU/MPS the process's peak RSS so far (getrusage); lr: the learning rate at
+    the epoch's first step. val_bpb/test_bpb: bits per byte of the val/test loss, for datasets
+    that declare `bytes_per_token` in their metadata (byte-level text), else None.
     """
 
     epoch: int
@@ -123,6 +127,8 @@ class EpochRecord:
     lr: float
     test_loss: float | None = None
     test_acc: float | None = None
+    val_bpb: float | None = None
+    test_bpb: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -399,7 +405,7 @@ class _Step:
 
     def train(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         logits = self.forward(x)
-        loss = self.loss_fn(logits.float(), y)
+        loss = self.loss_fn(logits.float().flatten(0, -2), y.flatten())  # (N,T,V) sequences -> tokens
         self.optimizer.zero_grad(set_to_none=True)
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
@@ -422,9 +428,9 @@ def _train_epoch(step: _Step, loader: DataLoader) -> tuple[float, float, int, in
     for i, (x, y) in enumerate(loader):
         x, y = step.inputs(x, y)
         loss, logits = step.train(x, y)
-        loss_sum += loss * y.shape[0]
-        correct += (logits.argmax(dim=1) == y).sum()
-        seen += y.shape[0]
+        loss_sum += loss * y.numel()
+        correct += (logits.argmax(dim=-1) == y).sum()
+        seen += y.numel()
         if (i + 1) % check_every == 0 and not torch.isfinite(loss_sum):
             return math.nan, math.nan, seen, i
     if not torch.isfinite(loss_sum):
@@ -441,7 +447,7 @@ def _evaluate(step: _Step, loader: DataLoader, top5: bool) -> tuple[float, float
     seen = 0
     for x, y in loader:
         x, y = step.inputs(x, y)
-        logits = step.forward(x).float()
+        logits, y = step.forward(x).float().flatten(0, -2), y.flatten()  # sequences count per token
         loss_sum += nn.functional.cross_entropy(logits, y, reduction="sum")
         correct += (logits.argmax(dim=1) == y).sum()
         if top5:
@@ -478,10 +484,22 @@ def train_run(cfg: TrainConfig, norm: str, seed: int, *,
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
     result = RunResult(normkit.parse(norm).text, seed, "ok", [], sum(p.numel() for p in model.parameters()))
+    if data.metadata:
+        result.extras["dataset"] = data.metadata  # e.g. the corpus's content hash
     with cpu_threads(device, cfg.cpu_threads, result.params) as threads:
         result.threads = threads
         _fit(cfg, model, data, device, result, on_epoch, callbacks)
     return result
+
+
+def add_bits_per_byte(record: EpochRecord, data: DatasetBundle) -> None:
+    """Fill val_bpb (and test_bpb where the record has a test loss) for byte-level datasets."""
+    per_token = data.metadata.get("bytes_per_token")
+    if per_token is None:
+        return
+    record.val_bpb = bits_per_byte(record.val_loss, per_token)
+    if record.test_loss is not None:
+        record.test_bpb = bits_per_byte(record.test_loss, per_token)
 
 
 def _fit(cfg: TrainConfig, model: nn.Module, data: DatasetBundle, device: torch.device, result: RunResult,
@@ -520,6 +538,7 @@ def _fit(cfg: TrainConfig, model: nn.Module, data: DatasetBundle, device: torch.
         test_loss, test_acc, _ = _evaluate(step, test_loader, top5=False)
         record = EpochRecord(epoch, train_loss, train_acc, val_loss, val_acc, val_top5, elapsed,
                              seen / elapsed, peak_memory_mb(device), lr, test_loss=test_loss, test_acc=test_acc)
+        add_bits_per_byte(record, data)
         result.epochs.append(record)
         if on_epoch is not None:
             on_epoch(record)

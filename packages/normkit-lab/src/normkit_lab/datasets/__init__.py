@@ -18,6 +18,7 @@ from normkit_lab.datasets.bundle import DatasetBundle, DatasetContext
 from normkit_lab.datasets.digits import digits
 from normkit_lab.datasets.fake import fake
 from normkit_lab.datasets.folder import image_folder
+from normkit_lab.datasets.text import hf, pysrc, text
 from normkit_lab.datasets.torchvision_sets import torchvision_loader
 from normkit_lab.errors import one_line
 from normkit_lab.item_params import typed_params
@@ -41,6 +42,13 @@ def register_builtin_datasets(register: Callable[..., Any]) -> None:
              citation="UCI Optical Recognition of Handwritten Digits (scikit-learn load_digits)")
     register("fake", fake, skip=1, offline=True,
              summary="torchvision FakeData: random images and labels, for smoke tests")
+    register("pysrc", pysrc, skip=1, offline=True,
+             summary="bytes of the Python standard library's source, split by file; offline LM default "
+                     "(its hash changes with the Python version)")
+    register("text", text, skip=1, offline=True,
+             summary="bytes of a local text file or folder (--dataset-param path=...), split by 16 KiB chunk")
+    register("hf", hf, skip=1, offline=False,
+             summary="bytes of a Hugging Face corpus (optional 'datasets' package; --download), e.g. TinyStories")
     for name, citation in _TV_CITATIONS.items():
         augmentable = name not in ("mnist", "fashion-mnist")
         register(name, torchvision_loader(name, augmentable=augmentable), skip=1, offline=False,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from torch.utils.data import Dataset
 
@@ -25,6 +26,10 @@ class DatasetBundle:
 
     `val` is a fixed, stratified part of the training data (anything that selects reads it);
     `test` is the dataset's own test split or a fixed held-out part, only ever reported.
+    Token datasets (language models) yield (int64 ids (T,), int64 next ids (T,)) instead, with
+    num_classes the vocabulary, in_channels 0 (no channels: token ids) and image_size the
+    sequence length T. `metadata` holds JSON-able facts the results should record (e.g. a
+    corpus's content hash).
     """
 
     name: str
@@ -34,3 +39,4 @@ class DatasetBundle:
     num_classes: int
     in_channels: int
     image_size: int
+    metadata: dict[str, Any] = field(default_factory=dict)

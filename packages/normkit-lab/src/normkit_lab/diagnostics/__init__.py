@@ -12,7 +12,7 @@ See docs/diagnostics.md.
 """
 
 from normkit_lab.diagnostics.callback import DiagnosticsCallback, DiagnosticsSettings, callbacks_for
-from normkit_lab.diagnostics.lambdas import running_lambdas
+from normkit_lab.diagnostics.lambdas import estimated_lambdas, running_lambdas
 from normkit_lab.diagnostics.measures import measure_layers
 from normkit_lab.diagnostics.normality import qq_r2
 from normkit_lab.diagnostics.power import PowerAccumulator, power_shares
@@ -25,6 +25,7 @@ __all__ = [
     "DiagnosticsSettings",
     "PowerAccumulator",
     "callbacks_for",
+    "estimated_lambdas",
     "has_diagnostics",
     "measure_layers",
     "noise_robustness",

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from normkit_lab.diagnostics.lambdas import running_lambdas
+from normkit_lab.diagnostics.lambdas import estimated_lambdas, running_lambdas
 from normkit_lab.diagnostics.measures import QQ_BATCHES, QQ_CHANNELS, measure_layers
 from normkit_lab.diagnostics.robustness import DELTA, DRAWS, noise_robustness
 from normkit_lab.diagnostics.sampling import sample_batches
@@ -80,8 +80,9 @@ class DiagnosticsCallback:
         return result
 
     def _record_lambdas(self, model: nn.Module, epoch: int) -> None:
-        """Running lambdas after `epoch` (0-based; -1 is the initialization), when the model has any."""
-        layers = running_lambdas(model)
+        """Lambdas after `epoch` (0-based; -1 is the initialization), when the model has any: running
+        lambdas, and for per-sample/token layers (lnn) those estimated on the first sample batch."""
+        layers = running_lambdas(model) + estimated_lambdas(model, self._val[:1])
         if layers:
             self._result["lambda"].append({"epoch": epoch + 1, "layers": layers})
 

@@ -117,7 +117,7 @@ def lambda_figure(norms: dict[str, Any], path: Path) -> Path | None:
             ys = [e["layers"][i]["mean"] for e in epochs]
             ax.plot([e["epoch"] for e in epochs], ys, marker=".", label=f"{i + 1}: {layer['layer']}")
         ax.axhline(1.0, color="gray", linewidth=0.8, linestyle="--")
-        ax.set(xlabel="epoch (0 = init)", ylabel="running lambda (channel mean)", title=norm)
+        ax.set(xlabel="epoch (0 = init)", ylabel="lambda (mean)", title=norm)
         _integer_ticks(ax)
         ax.grid(alpha=0.3)
         ax.legend(fontsize="x-small")

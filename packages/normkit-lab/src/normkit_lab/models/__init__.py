@@ -15,7 +15,7 @@ from torch import nn
 import normkit
 from normkit import plugins
 from normkit_lab.item_params import typed_params
-from normkit_lab.models import preact_resnet, resnet, small_cnn, torchvision_models, vit
+from normkit_lab.models import gpt, preact_resnet, resnet, small_cnn, torchvision_models, vit
 from normkit_lab.models.context import MissingActivation, ModelContext, NormHostError
 
 __all__ = ["MissingActivation", "ModelContext", "NormHostError", "build_model", "model_params",
@@ -23,6 +23,13 @@ __all__ = ["MissingActivation", "ModelContext", "NormHostError", "build_model", 
 
 _PREACT_HINT = ("use 'preact-resnet18', 'preact-resnet34' or 'wrn', where every norm is followed by an "
                 "activation")
+
+_GPT_HINT = "its norms feed attention and linear layers; use a per-token norm without post-activation steps"
+# Language models default to the offline byte corpus, test bits per byte as the primary metric and
+# AdamW at small batches (more steps for the same tokens); the user's values win.
+_GPT_TRAIN = {"dataset": "pysrc", "metric": "test_bpb", "optimizer": "adamw", "lr": 3e-3, "weight_decay": 0.1,
+              "batch_size": 32}
+_GPT2_TRAIN = {**_GPT_TRAIN, "lr": 6e-4}
 
 
 def _defaults(factory: Callable[..., Any]) -> dict[str, Any]:
@@ -61,6 +68,15 @@ def register_builtin_models(register: Callable[..., Any]) -> None:
     register("vit-small", vit.vit_small, skip=1, citation=vit.CITATION,
              host_hint="its norms feed attention and linear layers; use a norm without post-activation steps",
              summary=f"CPU-sized ViT ({_vit_shape(vit.vit_small)})")
+    register("gpt", gpt.gpt, skip=1, inputs="tokens", citation=gpt.CITATION, host_hint=_GPT_HINT,
+             train_defaults=_GPT_TRAIN,
+             summary="decoder-only byte-level transformer (default width 64, 2 layers, 4 heads, context 128)")
+    register("gpt-tiny", gpt.gpt_tiny, skip=1, inputs="tokens", citation=gpt.CITATION, host_hint=_GPT_HINT,
+             train_defaults=_GPT_TRAIN,
+             summary="CPU-sized GPT (width 64, 2 layers, 4 heads, context 128): seconds per run on 2 CPU cores")
+    register("gpt2-small", gpt.gpt2_small, skip=1, inputs="tokens", citation=gpt.CITATION, host_hint=_GPT_HINT,
+             train_defaults=_GPT2_TRAIN,
+             summary="GPT-2 small shape (width 768, 12 layers, 12 heads, context 1024) for a GPU")
     register("tv-resnet18", torchvision_models.tv_resnet18, skip=1, citation=torchvision_models.CITATION,
              host_hint=_PREACT_HINT, summary="torchvision resnet18, norms swapped by normkit.convert")
     register("tv-resnet50", torchvision_models.tv_resnet50, skip=1, citation=torchvision_models.CITATION,
@@ -73,15 +89,31 @@ def model_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
     return typed_params(f"model {entry.name!r}", entry.params, params)
 
 
+def _check_inputs(name: str, takes: str, in_channels: int) -> None:
+    """A model registered with `inputs="tokens"` needs token data (in_channels 0), any other images."""
+    gives = "tokens" if in_channels == 0 else "images"
+    if takes == gives:
+        return
+    if takes == "tokens":
+        raise normkit.SpecError(f"model {name!r} takes token sequences, but the dataset gives images; "
+                                f"use a text dataset (pysrc, text, hf)")
+    raise normkit.SpecError(f"model {name!r} takes images, but the dataset gives token sequences; "
+                            f"use a language model (gpt-tiny, gpt, gpt2-small)")
+
+
 def build_model(name: str, norm: str, *, num_classes: int, in_channels: int, image_size: int,
                 **params: Any) -> nn.Module:
     """Build registered model `name` with every norm built from spec `norm`.
+
+    `in_channels` 0 means token data (a text dataset): only models registered with
+    `inputs="tokens"` take it, and they take nothing else.
 
     Raises normkit.SpecError with one line for an unknown model, bad parameters, or a norm the
     model cannot host (e.g. a post-activation spec at a norm that feeds a residual add).
     """
     entry = plugins.registry().lookup_item("model", name)
     typed = model_params(name, params)
+    _check_inputs(entry.name, entry.meta.get("inputs", "images"), in_channels)
     spec = normkit.parse(norm).text
     ctx = ModelContext(spec, num_classes, in_channels, image_size)
     try:
