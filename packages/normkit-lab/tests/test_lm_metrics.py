@@ -34,7 +34,7 @@ def test_epoch_records_get_bits_per_byte_only_for_byte_datasets():
     from normkit_lab.datasets import DatasetBundle
     from normkit_lab.training import add_bits_per_byte
 
-    text = DatasetBundle("t", [], [], 256, 0, 16, metadata={"bytes_per_token": 1.0})
+    text = DatasetBundle("t", [], [], [], 256, 0, 16, metadata={"bytes_per_token": 1.0})
     record = _record(math.log(256))
     add_bits_per_byte(record, text)
     assert record.val_bpb == pytest.approx(8.0) and record.test_bpb is None
@@ -42,5 +42,5 @@ def test_epoch_records_get_bits_per_byte_only_for_byte_datasets():
     add_bits_per_byte(record, text)
     assert record.test_bpb == pytest.approx(4.0)
     images = _record(1.0)
-    add_bits_per_byte(images, DatasetBundle("i", [], [], 10, 1, 8))
+    add_bits_per_byte(images, DatasetBundle("i", [], [], [], 10, 1, 8))
     assert images.val_bpb is None and images.test_bpb is None

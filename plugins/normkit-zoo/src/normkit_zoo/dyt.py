@@ -17,6 +17,8 @@ class DynamicTanh(nn.Module):
     `N, C, *` (channel_dim=1) or channels-last `N, *, C` (channel_dim=-1).
     """
 
+    per_token = True  # elementwise, no statistics: each token's output depends on that token only (causal models)
+
     def __init__(self, num_channels: int, alpha: float = 0.5, channel_dim: int = 1) -> None:
         super().__init__()
         if not (math.isfinite(alpha) and alpha > 0):
