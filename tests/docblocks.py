@@ -17,6 +17,7 @@ import sys
 import tempfile
 import tomllib
 import traceback
+import types
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -302,7 +303,12 @@ class FileState:
         self._tmp = tempfile.TemporaryDirectory(prefix="normkit-doc-")
         self.cwd = Path(self._tmp.name)
         (self.cwd / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
-        self.namespace: dict = {"__name__": "__main__"}
+        # The page's blocks run in a real, importable module, so what they define pickles by
+        # reference as it would from a user's own module (normkit's conformance suite pickles norms).
+        self.module_name = "normkit_docpage_" + re.sub(r"\W", "_", path) + f"_{id(self):x}"
+        module = types.ModuleType(self.module_name)
+        sys.modules[self.module_name] = module
+        self.namespace: dict = module.__dict__
         self.done: set[int] = set()
         self.broken: dict[int, str] = {}     # line of a Python block that raised -> its message
 
@@ -311,6 +317,7 @@ class FileState:
         for name, module in list(sys.modules.items()):
             if str(getattr(module, "__file__", None) or "").startswith(str(self.cwd)):
                 del sys.modules[name]
+        sys.modules.pop(self.module_name, None)
         self._tmp.cleanup()
 
 
