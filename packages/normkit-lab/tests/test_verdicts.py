@@ -63,6 +63,8 @@ def test_seeds_needed_is_capped_with_a_note():
 def test_readings_are_plain_sentences():
     better, _, equivalent, inconclusive = decide([CLEAR_GAIN, [-v for v in CLEAR_GAIN], TINY, NOISY], 0.5)
     assert reading(better, "bnn", "bn", "test accuracy", "%").startswith("bnn is better than bn on test accuracy")
+    assert "may still be smaller than the margin" in reading(better, "bnn", "bn", "test accuracy", "%", (0.2, 1.0))
+    assert "lies beyond the margin of 0.5%" in reading(better, "bnn", "bn", "test accuracy", "%", (0.6, 1.0))
     assert "smaller than the margin of 0.5%" in reading(equivalent, "ln", "bn", "test accuracy", "%")
     text = reading(inconclusive, "gn", "bn", "test accuracy", "%")
     assert f"about {inconclusive.seeds_needed} seeds" in text

@@ -92,7 +92,9 @@ def _readings(summary: Summary, many: bool) -> str:
     for s in summary.rows:
         if s.verdict is None:
             continue
-        text = reading(s.verdict, _name(s, many), summary.baseline, summary.label, summary.metric.unit)
+        d = s.vs_baseline
+        interval = (d.low, d.high) if d is not None and d.low is not None and d.high is not None else None
+        text = reading(s.verdict, _name(s, many), summary.baseline, summary.label, summary.metric.unit, interval)
         items.append(f'<li><span class="{_verdict_class(s.verdict.verdict)}">{_e(s.verdict.verdict)}</span>: '
                      f"{_e(text)}</li>")
     if not items:

@@ -89,8 +89,13 @@ def decide(differences: Sequence[Sequence[float]], margin: float, alpha: float =
     return out
 
 
-def reading(verdict: Verdict, norm: str, baseline: str, metric_label: str, unit: str) -> str:
-    """One plain-language sentence that says what the verdict means and what to do next."""
+def reading(verdict: Verdict, norm: str, baseline: str, metric_label: str, unit: str,
+            interval: tuple[float, float] | None = None) -> str:
+    """One plain-language sentence that says what the verdict means and what to do next.
+
+    `interval`: the 95% interval of the paired difference, which tells a difference larger than
+    the margin from one that may be smaller.
+    """
     m = f"{verdict.margin:g} {unit}".replace(" %", "%")
     if verdict.verdict == BASELINE:
         return f"{norm} is the baseline every other norm is compared to."
@@ -98,9 +103,11 @@ def reading(verdict: Verdict, norm: str, baseline: str, metric_label: str, unit:
         return (f"{norm} vs {baseline}: only {verdict.n} paired seed(s); at least {MIN_PAIRS} are needed "
                 f"for any verdict, so run more seeds.")
     if verdict.verdict in (BETTER, WORSE):
+        beyond = interval is not None and (interval[0] >= verdict.margin or interval[1] <= -verdict.margin)
+        size = (f"and its 95% interval lies beyond the margin of {m}" if beyond
+                else f"though it may still be smaller than the margin of {m}")
         return (f"{norm} is {verdict.verdict} than {baseline} on {metric_label} (Holm-adjusted p = "
-                f"{verdict.p_holm:.3g}): a real difference for this model, "
-                f"data and recipe, though it may still be smaller than the margin of {m}.")
+                f"{verdict.p_holm:.3g}): a real difference for this model, data and recipe, {size}.")
     if verdict.verdict == EQUIVALENT:
         return (f"{norm} and {baseline} are equivalent on {metric_label}: the difference is shown to be "
                 f"smaller than the margin of {m} (Holm-adjusted TOST p = {verdict.p_tost_holm:.3g}).")
