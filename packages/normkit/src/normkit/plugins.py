@@ -243,7 +243,10 @@ def temporary_plugin(plugin: Any, name: str = "temporary") -> Iterator[PluginInf
         manager_name = f"normkit-temporary-{next(_temporary_ids)}"
     try:
         with _lock:
-            _collect(st, plugin, info, manager_name=manager_name)
+            try:
+                _collect(st, plugin, info, manager_name=manager_name)
+            except PluginError as exc:  # strict mode raises inside _collect: the same message either way
+                raise PluginError(f"plugin {name!r} failed: {info.error or exc}") from exc
         if info.error:
             raise PluginError(f"plugin {name!r} failed: {info.error}")
         yield info
