@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from normkit.errors import SpecError
+from normkit_lab.models.attention import SelfAttention
 from normkit_lab.models.causality import token_pooling
 from normkit_lab.models.context import ModelContext
 
@@ -29,20 +30,6 @@ CITATION = ("Radford et al., Language Models are Unsupervised Multitask Learners
             "Vaswani et al., Attention Is All You Need, NeurIPS 2017, arXiv:1706.03762")
 PLACEMENTS = ("pre", "post", "sandwich")
 INIT_STD = 0.02
-
-
-class CausalSelfAttention(nn.Module):
-    def __init__(self, width: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.qkv = nn.Linear(width, 3 * width)
-        self.proj = nn.Linear(width, width)
-
-    def forward(self, x: Tensor) -> Tensor:
-        n, t, d = x.shape
-        q, k, v = self.qkv(x).reshape(n, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        out = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(out.transpose(1, 2).reshape(n, t, d))
 
 
 class MLP(nn.Module):
@@ -62,7 +49,7 @@ class DecoderBlock(nn.Module):
     def __init__(self, norm: NormFactory, width: int, heads: int, hidden: int, placement: str) -> None:
         super().__init__()
         self.placement = placement
-        self.attn = CausalSelfAttention(width, heads)
+        self.attn = SelfAttention(width, heads, causal=True)
         self.mlp = MLP(width, hidden)
         self.norm1 = norm(width)
         self.norm2 = norm(width)

@@ -12,24 +12,11 @@ from torch import Tensor, nn
 
 from normkit.errors import SpecError
 from normkit_lab.limits import MAX_MODEL_DEPTH
+from normkit_lab.models.attention import SelfAttention
 from normkit_lab.models.context import ModelContext
 
 CITATION = ("Dosovitskiy et al., An Image is Worth 16x16 Words: Transformers for Image Recognition at "
             "Scale, ICLR 2021, arXiv:2010.11929")
-
-
-class Attention(nn.Module):
-    def __init__(self, width: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.qkv = nn.Linear(width, 3 * width)
-        self.proj = nn.Linear(width, width)
-
-    def forward(self, x: Tensor) -> Tensor:
-        n, t, d = x.shape
-        q, k, v = self.qkv(x).reshape(n, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        out = nn.functional.scaled_dot_product_attention(q, k, v)
-        return self.proj(out.transpose(1, 2).reshape(n, t, d))
 
 
 class EncoderBlock(nn.Module):
@@ -38,7 +25,7 @@ class EncoderBlock(nn.Module):
     def __init__(self, ctx: ModelContext, width: int, heads: int, mlp_width: int) -> None:
         super().__init__()
         self.norm1 = ctx.norm_layer(width, channel_dim=-1)
-        self.attn = Attention(width, heads)
+        self.attn = SelfAttention(width, heads)
         self.norm2 = ctx.norm_layer(width, channel_dim=-1)
         self.mlp = nn.Sequential(nn.Linear(width, mlp_width), nn.GELU(), nn.Linear(mlp_width, width))
 
