@@ -24,9 +24,10 @@ from normkit_cli.errors import (
 )
 from normkit_cli.text import plural
 
-EXPERIMENT, TRAINING, DATA, OUTPUT = "Experiment", "Training", "Data and device", "Output"
-# Options that steer the command rather than name a config key.
-_CONTROL = ("config", "out", "resume")
+EXPERIMENT, TRAINING, DATA, OUTPUT, SCALE = "Experiment", "Training", "Data and device", "Output", "Scale out"
+# Options that steer the command rather than name a config key: they say where and how runs execute.
+_CONTROL = ("config", "out", "resume", "jobs", "jobs_per_gpu", "executor", "ray_address", "slurm_partition",
+            "slurm_time", "slurm_gpus_per_node", "slurm_cpus_per_task", "slurm_param", "keep_checkpoints", "log")
 
 
 def _given(ctx: typer.Context) -> dict[str, Any]:
@@ -167,6 +168,38 @@ def compare_cmd(
                                                    "decomposition, lambdas, noise robustness); see "
                                                    "docs/diagnostics.md.", rich_help_panel=OUTPUT)]
     = D["diagnostics"],
+    keep_checkpoints: Annotated[bool, typer.Option(help="Keep every run's final weights in checkpoints/ "
+                                                        "(each run's per-epoch checkpoint is always removed "
+                                                        "when it ends).", rich_help_panel=OUTPUT)] = False,
+    log: Annotated[list[str] | None, typer.Option(metavar="KIND", help="Also log per-step loss/lr and per-epoch "
+                                                  "metrics of every run: tensorboard (needs normkit-lab"
+                                                  "[tensorboard]). Per-epoch CSV in metrics/ is always written.",
+                                                  rich_help_panel=OUTPUT)] = None,
+    jobs: Annotated[int | None, typer.Option(help="Runs at once on this machine (default: one per GPU on CUDA, "
+                                                  "else 1); CPU cores are shared out between them.",
+                                             rich_help_panel=SCALE, show_default=False)] = None,
+    jobs_per_gpu: Annotated[int, typer.Option(help="Runs packed on each GPU (small models).",
+                                              rich_help_panel=SCALE)] = 1,
+    nproc_per_node: Annotated[int, typer.Option(help="Processes (GPUs) per run: above 1, each run is launched "
+                                                     "with torchrun as DistributedDataParallel with synced batch "
+                                                     "statistics; --batch-size stays the global batch.",
+                                                rich_help_panel=SCALE)] = D["nproc_per_node"],
+    executor: Annotated[str, typer.Option(help="Where runs train: local (this machine), ray (normkit-lab[ray]), "
+                                               "slurm (normkit-lab[slurm], submitit); see docs/scaling.md.",
+                                          rich_help_panel=SCALE)] = "local",
+    ray_address: Annotated[str | None, typer.Option(help="An existing Ray cluster (default: start a local "
+                                                         "instance).", rich_help_panel=SCALE)] = None,
+    slurm_partition: Annotated[str | None, typer.Option(help="SLURM partition.", rich_help_panel=SCALE)] = None,
+    slurm_time: Annotated[int, typer.Option(help="SLURM time limit per run, minutes.",
+                                            rich_help_panel=SCALE)] = 60,
+    slurm_gpus_per_node: Annotated[int, typer.Option(help="GPUs per SLURM job (default: --nproc-per-node on "
+                                                          "CUDA, else 0).", rich_help_panel=SCALE,
+                                                     show_default=False)] = -1,
+    slurm_cpus_per_task: Annotated[int | None, typer.Option(help="CPUs per SLURM job.", rich_help_panel=SCALE,
+                                                            show_default=False)] = None,
+    slurm_param: Annotated[list[str] | None, typer.Option(metavar="KEY=VALUE", help="Any other submitit "
+                                                          "parameter (repeatable), e.g. slurm_account=lab.",
+                                                          rich_help_panel=SCALE)] = None,
 ) -> None:
     """Train the same model on the same data once per (norm, seed) and compare the norms.
 
@@ -175,18 +208,23 @@ def compare_cmd(
     With a 95% t interval and paired t-test p, time/epoch, throughput, memory, params, divergences.
 
     Everything is saved under --out; see docs/experiments.md. A norm that raises is recorded as
-    failed and the others go on. Ctrl-C or SIGTERM keeps the finished runs (exit 130 or 143);
-    --resume continues.
+    failed and the others go on. Ctrl-C or SIGTERM keeps the finished runs and each run's last
+    finished epoch (exit 130 or 143); --resume continues. --jobs, --executor ray|slurm and
+    --nproc-per-node scale out (docs/scaling.md).
     """
     from normkit_cli.report import console as make_console
     from normkit_cli.report import show
     from normkit_lab import config as lab_config
     from normkit_lab.compare import check, create_store, open_store, run_compare
-    from normkit_lab.diagnostics import callbacks_for as diagnostics_callbacks
+    from normkit_lab.execute import RunOptions
+    from normkit_lab.loggers import check_log_kinds
     from normkit_lab.plan import run_count
     from normkit_lab.progress import choose_progress
 
     given = _given(ctx)
+    options = RunOptions(keep_checkpoints=keep_checkpoints, log=check_log_kinds(log or ()))
+    scale = _executor_options(executor, jobs, jobs_per_gpu, ray_address, slurm_partition, slurm_time,
+                              slurm_gpus_per_node, slurm_cpus_per_task, slurm_param)
     if resume is not None:
         if config is not None or out is not None:
             raise fail("--resume continues a directory with its saved config and files; drop --config/--out")
@@ -198,8 +236,11 @@ def compare_cmd(
         check(cfg)
     else:
         cfg = lab_config.resolve(given, config)
-        check(cfg)
+        check(cfg, parallel=_parallel_runs(scale, cfg.train.device))
         store = create_store(cfg, out)
+    from normkit_lab.executors import make_executor
+
+    run_executor = make_executor(scale)
     console = make_console()
     train = cfg.train
     n_tune, n_compare = run_count(cfg)
@@ -210,8 +251,7 @@ def compare_cmd(
                   f"{cost} -> {store.path}", soft_wrap=True)
     resume_hint = f"continue with: normkit compare --resume {store.path}"
     try:
-        results = run_compare(cfg, store, progress=choose_progress(),
-                              callbacks=diagnostics_callbacks(cfg.diagnostics),
+        results = run_compare(cfg, store, progress=choose_progress(), executor=run_executor, options=options,
                               on_tuned=functools.partial(print_tuning, console=console))
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (one_line_errors raises Terminated for it)
         saved = len(store.finished())
@@ -231,6 +271,34 @@ def compare_cmd(
     if failed:
         typer.echo(f"{plural(len(failed), 'run')} failed (first: {failed[0].error}); fix the norm, then "
                    f"retry them with: normkit compare --resume {store.path}", err=True)
+
+
+def _executor_options(kind: str, jobs: int | None, jobs_per_gpu: int, ray_address: str | None,
+                      partition: str | None, time_min: int, gpus: int, cpus: int | None,
+                      params: list[str] | None) -> Any:
+    """The executor's options from the Scale-out flags (submitit parameter names for SLURM)."""
+    from normkit_lab.config import parse_key_values
+    from normkit_lab.executors import EXECUTORS, ExecutorOptions
+
+    if kind not in EXECUTORS:
+        raise fail(f"unknown executor {kind!r}; use one of {', '.join(EXECUTORS)}")
+    if kind != "local" and (jobs is not None or jobs_per_gpu != 1):
+        raise fail(f"--jobs and --jobs-per-gpu set runs at once on this machine; with --executor {kind} the "
+                   f"cluster schedules the runs, so drop them")
+    slurm: dict[str, Any] = {"timeout_min": time_min}
+    if partition is not None:
+        slurm["slurm_partition"] = partition
+    if gpus >= 0:
+        slurm["gpus_per_node"] = gpus
+    if cpus is not None:
+        slurm["cpus_per_task"] = cpus
+    slurm.update(parse_key_values(params or [], "--slurm-param"))
+    return ExecutorOptions(kind=kind, jobs=jobs, jobs_per_gpu=jobs_per_gpu, ray_address=ray_address, slurm=slurm)
+
+
+def _parallel_runs(scale: Any, device: str) -> int:
+    """Runs training at once on this machine (their CPU threads are shared out): --jobs, else 1."""
+    return scale.jobs or 1 if scale.kind == "local" else 1
 
 
 def register(app: typer.Typer) -> None:

@@ -18,6 +18,7 @@ DEFAULTS: dict[str, Any] = {
     "schedule": "cosine", "warmup_epochs": 0, "step_size": 30,
     "gamma": 0.1, "label_smoothing": 0.0, "augment": False, "amp": False, "channels_last": False,
     "compile": False, "device": "auto", "num_workers": 0, "cpu_threads": None,
+    "nproc_per_node": 1,
 }
 
 # Keys that may change when resuming (a copy of normkit_lab.config.RUNTIME_KEYS, checked by the same test).

@@ -27,7 +27,7 @@ from normkit_lab import safe_yaml
 from normkit_lab.errors import ConfigError, short_repr
 from normkit_lab.limits import MAX_SEED, MAX_SEEDS
 from normkit_lab.metrics import metric_named
-from normkit_lab.plan import SELECTIONS
+from normkit_lab.plan import RUNTIME_KEYS, SELECTIONS
 from normkit_lab.training import TrainConfig
 
 # Defaults that make `normkit compare --norms bn,bnn,gn+pn` meaningful and finish in under three
@@ -36,9 +36,6 @@ TRAIN_DEFAULTS: dict[str, Any] = {"epochs": 5, "batch_size": 128}
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
 DEFAULT_TUNE_SEEDS = 2  # tuning seeds when tuning and none are given: the next ones after `seeds`
 
-# Keys that may differ between result directories that `normkit report` merges: they change where
-# or how fast runs execute, not what they compute.
-RUNTIME_KEYS = frozenset({"device", "data_dir", "download", "num_workers", "diagnostics"})
 
 
 @dataclass

@@ -15,9 +15,11 @@ Nothing here reads a test metric: selection and tuning see validation only.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +30,27 @@ if TYPE_CHECKING:
 
 PHASES = ("tune", "compare")
 SELECTIONS = ("final", "best-val")
+
+# Config keys that change where or how fast runs execute, not what they compute: they may change on
+# resume and differ between merged directories.
+RUNTIME_KEYS = frozenset({"device", "data_dir", "download", "num_workers", "diagnostics"})
+# Keys that choose which runs exist and how they are summarized; each run's own identity (norm, seed,
+# cell, tuned) says where it belongs, so they are not part of the config hash either.
+PLAN_KEYS = frozenset({"norms", "seeds", "baseline", "select", "metric", "margin"})
+# cpu_threads is resolved per machine and split between parallel jobs; it changes speed, not results
+# beyond float rounding, and is recorded in every row (`threads`).
+_UNHASHED = RUNTIME_KEYS | PLAN_KEYS | {"cpu_threads"}
+
+
+def config_identity(config: dict[str, Any]) -> dict[str, Any]:
+    """The part of a config.yaml mapping that decides what every run computes (model, data, epochs, ...)."""
+    return {k: v for k, v in sorted(config.items()) if k not in _UNHASHED}
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    """A short stable hash of `config_identity(config)`: part of every run's identity in a store."""
+    text = json.dumps(config_identity(config), sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _frozen(values: dict[str, Any] | None) -> tuple[tuple[str, Any], ...]:
@@ -61,6 +84,18 @@ class RunId:
     def key(self) -> str:
         """A stable text key: the same run always gives the same key."""
         return json.dumps(self.fields(), sort_keys=True)
+
+    def slug(self) -> str:
+        """A file-name-safe, unique name for this run's files (checkpoints, metrics), e.g.
+        `compare-gn-pn-s0-3f2a9c01d4`: readable prefix, hash of the whole identity."""
+        readable = re.sub(r"[^A-Za-z0-9._]+", "-", self.norm).strip("-.")[:40] or "norm"
+        digest = hashlib.sha256(self.key().encode()).hexdigest()[:10]
+        return f"{self.phase}-{readable}-s{self.seed}-{digest}"
+
+    def label(self) -> str:
+        """How progress lines name the run: `bn seed 0`, plus its cell and tuned values when it has them."""
+        extra = ", ".join(f"{k}={v}" for k, v in (*self.cell, *self.tuned))
+        return f"{self.norm} seed {self.seed}" + (f" [{extra}]" if extra else "")
 
     def fields(self) -> dict[str, Any]:
         """The identity as runs.jsonl columns."""

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from normkit_lab.results import atomic_replace_from
+from normkit_lab.atomic import atomic_replace_from
 from normkit_lab.stats import mean_sem, t_interval
 from normkit_lab.summary import NormSummary, Run, Summary, cell_key, cell_label
 

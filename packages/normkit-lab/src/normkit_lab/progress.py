@@ -1,8 +1,10 @@
 """Progress of a comparison: rich bars on a terminal, plain lines in logs and CI.
 
 `Progress` is the interface `run_compare` reports to; the base class shows nothing (for library
-use). `choose_progress` picks rich bars (an overall bar and one for the current run) on an
-interactive terminal and plain lines when output is redirected or `CI` is set.
+use) but keeps the counts every display shares, including the overall ETA: the time per epoch
+measured in this session (several runs at once included) times the epochs still to train.
+`choose_progress` picks rich bars (an overall bar and one per run in progress) on an interactive
+terminal and plain lines when output is redirected or `CI` is set.
 """
 
 from __future__ import annotations
@@ -10,24 +12,60 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import time
 from typing import IO, Any
 
+from normkit_lab.plan import RunId
 from normkit_lab.training import EpochRecord, RunResult
 
 
 class Progress:
-    """Receives the events of a comparison; shows nothing."""
+    """Receives the events of a comparison (runs may overlap); shows nothing."""
+
+    def __init__(self) -> None:
+        self.total = self.done = self.epochs = 0
+        self._epochs_done: dict[RunId, int] = {}  # epochs finished by each run in progress
+        self._trained = 0  # epochs trained in this session
+        self._started = time.monotonic()
 
     def start(self, total: int, done: int, epochs: int) -> None:
         """`total` runs planned, `done` of them already finished (resume), `epochs` per run."""
+        self.total, self.done, self.epochs = total, done, epochs
+        self._started = time.monotonic()
 
-    def run_start(self, norm: str, seed: int) -> None: ...
+    def run_start(self, run_id: RunId) -> None:
+        self._epochs_done[run_id] = 0
 
-    def epoch_end(self, norm: str, seed: int, record: EpochRecord) -> None: ...
+    def epoch_end(self, run_id: RunId, record: EpochRecord) -> None:
+        self._epochs_done[run_id] = record.epoch + 1
+        self._trained += 1
 
-    def run_end(self, result: RunResult) -> None: ...
+    def run_end(self, result: RunResult) -> None:
+        self._epochs_done.pop(RunId.of_run(result), None)
+        self.done += 1
+
+    def run_skipped(self, run_id: RunId) -> None:
+        """A run another process finished (several writers on one store): counted as done."""
+        self._epochs_done.pop(run_id, None)
+        self.done += 1
 
     def close(self) -> None: ...
+
+    def eta_seconds(self) -> float | None:
+        """Seconds until every planned run has finished, from this session's pace; None before an epoch."""
+        if self._trained == 0:
+            return None
+        left = (self.total - self.done) * self.epochs - sum(self._epochs_done.values())
+        return max(left, 0) * (time.monotonic() - self._started) / self._trained
+
+
+def format_eta(seconds: float | None) -> str:
+    """`ETA 1:05` (minutes:seconds, or h:mm:ss), `ETA -` when unknown."""
+    if seconds is None:
+        return "ETA -"
+    s = round(seconds)
+    h, m = divmod(s // 60, 60)
+    return f"ETA {h}:{m:02d}:{s % 60:02d}" if h else f"ETA {m}:{s % 60:02d}"
 
 
 def _acc(value: float | None) -> str:
@@ -38,63 +76,85 @@ class PlainProgress(Progress):
     """One line per epoch and per finished run, flushed at once (readable in CI logs)."""
 
     def __init__(self, stream: IO[str] | None = None) -> None:
+        super().__init__()
         self.stream = stream or sys.stdout
-        self.total = self.done = self.epochs = 0
 
     def _say(self, line: str) -> None:
         print(line, file=self.stream, flush=True)
 
     def start(self, total: int, done: int, epochs: int) -> None:
-        self.total, self.done, self.epochs = total, done, epochs
+        super().start(total, done, epochs)
         resumed = f", {done} already finished" if done else ""
         self._say(f"compare: {total} run{'' if total == 1 else 's'}{resumed}")
 
-    def epoch_end(self, norm: str, seed: int, record: EpochRecord) -> None:
-        where = f"[{self.done + 1}/{self.total}] {norm} seed {seed}"
+    def epoch_end(self, run_id: RunId, record: EpochRecord) -> None:
+        super().epoch_end(run_id, record)
+        where = f"[{self.done + 1}/{self.total}] {run_id.label()}"
         self._say(f"{where} epoch {record.epoch + 1}/{self.epochs}: train loss {record.train_loss:.4f}, "
-                  f"val acc {_acc(record.val_acc)}, "
-                  f"{record.epoch_time_s:.1f}s")
+                  f"val acc {_acc(record.val_acc)}, {record.epoch_time_s:.1f}s")
 
     def run_end(self, result: RunResult) -> None:
-        self.done += 1
-        final = _acc(result.epochs[-1].val_acc) if result.epochs else "-"
+        super().run_end(result)
+        where = f"[{self.done}/{self.total}] {RunId.of_run(result).label()}"
         if result.status == "failed":
-            self._say(f"[{self.done}/{self.total}] {result.norm} seed {result.seed}: {result.error}")
+            self._say(f"{where}: {result.error}")
             return
-        self._say(f"[{self.done}/{self.total}] {result.norm} seed {result.seed}: {result.status}, "
-                  f"final val acc {final}")
+        final = _acc(result.epochs[-1].val_acc) if result.epochs else "-"
+        self._say(f"{where}: {result.status}, final val acc {final}, {format_eta(self.eta_seconds())}")
+
+    def run_skipped(self, run_id: RunId) -> None:
+        super().run_skipped(run_id)
+        self._say(f"[{self.done}/{self.total}] {run_id.label()}: finished by another process")
 
 
 class RichProgress(Progress):
-    """An overall bar (runs) and a bar for the running (norm, seed) (epochs)."""
+    """An overall bar (epochs of every planned run, with the ETA) and a bar per run in progress."""
 
     def __init__(self, console: Any = None) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+        super().__init__()
+        from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
         from rich.progress import Progress as RichBars
 
-        self.bars = RichBars(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                             TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
-                             console=console, transient=False)
+        self.bars = RichBars(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"),
+                             TimeElapsedColumn(), console=console, transient=False)
         self.overall: Any = None
-        self.current: Any = None
-        self.epochs = 0
+        self.current: dict[RunId, Any] = {}
+
+    def _overall_status(self) -> str:
+        return f"{self.done}/{self.total} runs, {format_eta(self.eta_seconds())}"
 
     def start(self, total: int, done: int, epochs: int) -> None:
-        self.epochs = epochs
+        super().start(total, done, epochs)
         self.bars.start()
-        self.overall = self.bars.add_task("all runs", total=total, completed=done, status="")
+        self.overall = self.bars.add_task("all runs", total=max(total * epochs, 1), completed=done * epochs,
+                                          status=self._overall_status())
 
-    def run_start(self, norm: str, seed: int) -> None:
-        self.current = self.bars.add_task(f"{norm} seed {seed}", total=self.epochs, status="")
+    def run_start(self, run_id: RunId) -> None:
+        super().run_start(run_id)
+        self.current[run_id] = self.bars.add_task(run_id.label(), total=self.epochs, status="")
 
-    def epoch_end(self, norm: str, seed: int, record: EpochRecord) -> None:
-        self.bars.update(self.current, completed=record.epoch + 1, status=f"val acc {_acc(record.val_acc)}")
+    def epoch_end(self, run_id: RunId, record: EpochRecord) -> None:
+        super().epoch_end(run_id, record)
+        if run_id in self.current:
+            self.bars.update(self.current[run_id], completed=record.epoch + 1,
+                             status=f"val acc {_acc(record.val_acc)}")
+        self.bars.update(self.overall, advance=1, status=self._overall_status())
 
     def run_end(self, result: RunResult) -> None:
+        run_id = RunId.of_run(result)
+        seen = self._epochs_done.get(run_id, 0)
+        super().run_end(result)
         final = _acc(result.epochs[-1].val_acc) if result.epochs else "-"
-        self.bars.update(self.current, completed=self.epochs if result.status == "ok" else None,
-                         status=f"{result.status}, {final}")
-        self.bars.advance(self.overall)
+        task = self.current.pop(run_id, None)
+        if task is not None:
+            self.bars.update(task, completed=self.epochs if result.status == "ok" else None,
+                             status=f"{result.status}, {final}")
+        self.bars.update(self.overall, advance=self.epochs - seen, status=self._overall_status())
+
+    def run_skipped(self, run_id: RunId) -> None:
+        seen = self._epochs_done.get(run_id, 0)
+        super().run_skipped(run_id)
+        self.bars.update(self.overall, advance=self.epochs - seen, status=self._overall_status())
 
     def close(self) -> None:
         self.bars.stop()

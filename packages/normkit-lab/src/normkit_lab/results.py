@@ -6,6 +6,18 @@
     tuning.json       with --tune: every candidate's mean val accuracy per (cell, norm), and the choice
     summary.csv/json  one row per norm (a view of runs.jsonl, rewritten after every run)
     environment.json  versions, device, CPU, threads, git commit
+    store.json        the hash of what every run computes (config_identity) and those values, written
+                      once at creation: a config.yaml edited afterwards is refused, so a store never
+                      mixes runs of two configurations (e.g. 3- and 2-epoch runs)
+    checkpoints/      the last finished epoch of each run in progress (removed when it ends), and with
+                      --keep-checkpoints the final weights of every run
+    metrics/          one CSV of per-epoch metrics per run; tensorboard/ with --log tensorboard
+    locks/            lock files: one per run (held while it trains) and one for appending rows
+
+The store is keyed by run identity (`RunId` plus the config hash in every row). Several processes
+may fill one store at once (a local pool, Ray tasks, SLURM array jobs): a run is trained only by the
+process holding its lock, which first checks that no one finished it, and rows are appended under
+a store-wide lock; the operating system drops a dead process's locks.
 
 Every file is written atomically (temporary file + os.replace). A run's rows are appended to
 runs.jsonl in one write followed by fsync once the run has finished, so an interrupted comparison
@@ -27,14 +39,15 @@ import io
 import json
 import math
 import os
-import secrets
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from normkit_lab import locks, safe_yaml
+from normkit_lab.atomic import atomic_write_text
 from normkit_lab.errors import ConfigError, short_repr
-from normkit_lab.plan import RunId
+from normkit_lab.plan import RunId, config_hash, config_identity
 from normkit_lab.training import EpochRecord, RunResult
 
 CONFIG_FILE = "config.yaml"
@@ -44,25 +57,9 @@ SUMMARY_JSON = "summary.json"
 ENVIRONMENT_FILE = "environment.json"
 STATUSES = ("ok", "diverged", "failed")
 TUNING_FILE = "tuning.json"
-
-
-@contextlib.contextmanager
-def atomic_replace_from(path: Path) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; on success it replaces `path` in one step."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        yield tmp
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` so readers see the old file or the new one, never half of one."""
-    with atomic_replace_from(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+STORE_FILE = "store.json"
+CHECKPOINTS_DIR = "checkpoints"
+LOCKS_DIR = "locks"
 
 
 def json_text(obj: Any) -> str:
@@ -103,10 +100,12 @@ def epoch_fields() -> list[str]:
     return [f.name for f in dataclasses.fields(EpochRecord)]
 
 
-def run_rows(result: RunResult, env: dict[str, Any]) -> list[dict[str, Any]]:
+def run_rows(result: RunResult, env: dict[str, Any], config_hash: str | None = None) -> list[dict[str, Any]]:
     """The runs.jsonl rows of one finished run (the last carries the callbacks' extras, if any)."""
     head = {**RunId.of_run(result).fields(), "status": result.status, "params": result.params,
             "threads": result.threads}
+    if config_hash is not None:
+        head["config_hash"] = config_hash
     if result.error is not None:
         head["error"] = result.error
     records = [dataclasses.asdict(r) for r in result.epochs] or [dict.fromkeys(epoch_fields())]
@@ -142,6 +141,7 @@ def _row_problem(row: Any) -> str | None:
         ("params", row["params"] is None or (_is_int(row["params"]) and row["params"] >= 0),
          "null or an integer >= 0"),
         ("error", row.get("error") is None or isinstance(row["error"], str), "null or a text"),
+        ("config_hash", row.get("config_hash") is None or isinstance(row["config_hash"], str), "null or a text"),
         ("phase", row.get("phase") in (None, "compare", "tune"), "null, compare or tune"),
         *((key, row.get(key) is None or (isinstance(row[key], dict) and all(
             isinstance(v, (int, float, str, bool)) or v is None for v in row[key].values())),
@@ -223,6 +223,9 @@ class ResultsDir:
                kind: str = "compare") -> ResultsDir:
         store = cls(new_results_dir(out, kind))
         atomic_write_text(store.path / CONFIG_FILE, config_yaml)
+        raw = safe_yaml.read(store.path / CONFIG_FILE, "config") or {}
+        atomic_write_text(store.path / STORE_FILE, json_text(
+            {"format": 1, "config_hash": config_hash(raw), "config": config_identity(raw)}))
         store.write_environment(environment)
         return store
 
@@ -233,7 +236,68 @@ class ResultsDir:
         if not (path / CONFIG_FILE).is_file():
             what = "does not exist" if not path.exists() else f"has no {CONFIG_FILE}"
             raise ConfigError(f"{str(path)!r} {what}; give a directory written by `normkit compare`")
-        return cls(path)
+        store = cls(path)
+        store.check_config_unchanged()
+        return store
+
+    def _store_info(self) -> dict[str, Any] | None:
+        """store.json (None in directories written before it existed); damaged: one ConfigError."""
+        path = self.path / STORE_FILE
+        if not path.is_file():
+            return None
+        try:
+            info = json.loads(path.read_bytes().decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            info = None
+        if not (isinstance(info, dict) and isinstance(info.get("config_hash"), str)
+                and isinstance(info.get("config"), dict)):
+            raise ConfigError(f"{str(path)!r} is damaged; it records the configuration the runs were made "
+                              f"with, so restore it from a copy or start a new comparison with --out")
+        return info
+
+    @property
+    def config_hash(self) -> str | None:
+        """The hash of what the store's runs compute (None for directories older than store.json)."""
+        info = self._store_info()
+        return None if info is None else info["config_hash"]
+
+    def check_config_unchanged(self) -> None:
+        """Refuse a config.yaml edited after creation in a way that changes what runs compute, and rows
+        written under another configuration: one line naming the changed keys."""
+        info = self._store_info()
+        if info is None:
+            return
+        raw = safe_yaml.read(self.config_path, "config")
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{str(self.config_path)!r} is not a mapping of keys to values; restore it")
+        if config_hash(raw) != info["config_hash"]:
+            now, then = config_identity(raw), info["config"]
+            changed = [f"{k}: {short_repr(then.get(k), 30)} -> {short_repr(now.get(k), 30)}"
+                       for k in sorted(set(now) | set(then)) if now.get(k) != then.get(k)]
+            raise ConfigError(f"{str(self.config_path)!r} was edited after the store was created "
+                              f"({'; '.join(changed) or 'values changed'}); its runs were made with the original "
+                              f"values, so restore them (listed in {STORE_FILE}) or start a new comparison")
+        other = sorted({row["config_hash"] for row in self.rows() if row.get("config_hash") not in
+                        (None, info["config_hash"])})
+        if other:
+            raise ConfigError(f"{str(self.path / RUNS_FILE)!r} holds runs of another configuration (hash "
+                              f"{other[0]}, this store's is {info['config_hash']}); keep each configuration in "
+                              f"its own directory and merge them with `normkit report`")
+
+    # -- several writers -----------------------------------------------------------------------
+
+    def claim(self, run_id: RunId, wait: bool = False) -> contextlib.AbstractContextManager[bool]:
+        """Hold `run_id`'s lock for a block: True when this process may train it, False when another
+        process holds it (with `wait`, blocks until it is free). Check `finished()` after claiming."""
+        return locks.try_exclusive(self.path / LOCKS_DIR / f"{run_id.slug()}.lock", wait=wait)
+
+    def checkpoint_path(self, run_id: RunId) -> Path:
+        """Where `run_id`'s last finished epoch is saved while it trains."""
+        return self.path / CHECKPOINTS_DIR / f"{run_id.slug()}.pt"
+
+    def weights_path(self, run_id: RunId) -> Path:
+        """Where `--keep-checkpoints` keeps `run_id`'s final weights."""
+        return self.path / CHECKPOINTS_DIR / f"{run_id.slug()}.final.pt"
 
     @property
     def config_path(self) -> Path:
@@ -264,18 +328,20 @@ class ResultsDir:
 
     def append_run(self, result: RunResult, env: dict[str, Any]) -> None:
         """Append a finished run's rows in one write, then flush and fsync."""
-        self.append_rows(run_rows(result, env))
+        self.append_rows(run_rows(result, env, self.config_hash))
 
     def append_rows(self, rows: list[dict[str, Any]]) -> None:
+        """Append rows under the store-wide lock, so concurrent writers never interleave or tear lines."""
         runs_path = self.path / RUNS_FILE
         refuse_symlinks(self.path)
-        self._drop_torn_tail(runs_path)
         text = "".join(json.dumps(_finite(row)) + "\n" for row in rows)
-        fd = os.open(runs_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
-        with os.fdopen(fd, "a", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        with locks.exclusive(self.path / LOCKS_DIR / "runs.lock"):
+            self._drop_torn_tail(runs_path)
+            fd = os.open(runs_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            with os.fdopen(fd, "a", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
 
     @staticmethod
     def _drop_torn_tail(path: Path) -> None:

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -27,13 +28,24 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
 import normkit
+from normkit_lab.checkpoints import Checkpointing, restore_rng, rng_state
 from normkit_lab.datasets import DatasetBundle, dataset_params, load_dataset
 from normkit_lab.device import cpu_threads, peak_memory_mb, reset_peak_memory, resolve_device, synchronize
 from normkit_lab.errors import ConfigError, one_line, short_repr
-from normkit_lab.limits import MAX_BATCH_SIZE, MAX_CPU_THREADS, MAX_EPOCHS, MAX_MODEL_PARAMS, MAX_NUM_WORKERS
+from normkit_lab.limits import (
+    MAX_BATCH_SIZE,
+    MAX_CPU_THREADS,
+    MAX_EPOCHS,
+    MAX_MODEL_PARAMS,
+    MAX_NPROC_PER_NODE,
+    MAX_NUM_WORKERS,
+)
 from normkit_lab.lm_metrics import bits_per_byte
 from normkit_lab.models import build_model, model_params
 from normkit_lab.schedule import SCHEDULES, lr_factor
+
+if TYPE_CHECKING:
+    from normkit_lab.loggers import RunLogger
 
 OPTIMIZERS = ("sgd", "adamw")
 # "uniform": every norm parameter of every arm decays by norm_weight_decay (default: weight_decay,
@@ -56,6 +68,8 @@ class TrainConfig:
     amp (bf16 where supported, else fp16) and channels_last need a CUDA device.
     cpu_threads: torch's CPU threads during a run; None = 1 for models under a million
     parameters on CPU (much faster for small-cnn), torch's default otherwise.
+    nproc_per_node: processes (GPUs) per run; above 1 each run is launched with torchrun as
+    DistributedDataParallel, batch_size staying the global batch (see normkit_lab.distributed).
     """
 
     model: str = "small-cnn"
@@ -84,6 +98,7 @@ class TrainConfig:
     device: str = "auto"
     num_workers: int = 0
     cpu_threads: int | None = None
+    nproc_per_node: int = 1
 
     @property
     def resolved_lr(self) -> float:
@@ -156,7 +171,11 @@ class RunResult:
 
 
 class Callback(Protocol):
-    """A read-only observer of a run (e.g. diagnostics); `on_end` returns JSON-able results."""
+    """A read-only observer of a run (e.g. diagnostics); `on_end` returns JSON-able results.
+
+    A callback that accumulates over epochs may also define `state() -> dict` and
+    `load_state(dict)` (JSON-able), which checkpoints save and restore on a mid-run resume.
+    """
 
     name: str
 
@@ -211,6 +230,8 @@ def _check_numbers(cfg: TrainConfig) -> None:
         ("num_workers", at_least(cfg.num_workers, 0, MAX_NUM_WORKERS), f"an integer in [0, {MAX_NUM_WORKERS}]"),
         ("cpu_threads", cfg.cpu_threads is None or at_least(cfg.cpu_threads, 1, MAX_CPU_THREADS),
          f"an integer in [1, {MAX_CPU_THREADS}] (or unset)"),
+        ("nproc_per_node", at_least(cfg.nproc_per_node, 1, MAX_NPROC_PER_NODE),
+         f"an integer in [1, {MAX_NPROC_PER_NODE}]"),
         *((key, isinstance(getattr(cfg, key), str), "a name") for key in ("model", "dataset")),
         *((key, isinstance(getattr(cfg, key), bool), "true or false")
           for key in ("download", "augment", "amp", "channels_last", "compile")),
@@ -390,6 +411,8 @@ class _Step:
     amp_dtype: torch.dtype | None
     scaler: torch.amp.GradScaler | None
     channels_last: bool
+    loggers: tuple[RunLogger, ...] = ()
+    steps: int = 0  # optimizer steps taken over the whole run (checkpointed)
 
     def inputs(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         x = x.to(self.device, non_blocking=True)
@@ -414,6 +437,11 @@ class _Step:
         else:
             loss.backward()
             self.optimizer.step()
+        self.steps += 1
+        if self.loggers:
+            lr = self.optimizer.param_groups[0]["lr"]
+            for logger in self.loggers:
+                logger.on_step(self.steps, loss.detach(), lr)
         self.scheduler.step()
         return loss.detach(), logits.detach()
 
@@ -470,12 +498,16 @@ def _loaders(cfg: TrainConfig, data: DatasetBundle, seed: int,
 
 def train_run(cfg: TrainConfig, norm: str, seed: int, *,
               on_epoch: Callable[[EpochRecord], None] | None = None,
-              callbacks: Sequence[Callback] = ()) -> RunResult:
+              callbacks: Sequence[Callback] = (), checkpoint: Checkpointing | None = None,
+              loggers: Sequence[RunLogger] = ()) -> RunResult:
     """Train `cfg.model` with every norm built from `norm`, seeded by `seed`; evaluate every epoch.
 
     Stops with status "diverged" when the training or validation loss is not finite.
     `on_epoch(record)` is called after each finished epoch; callbacks see the model at the
     start, after each epoch and at the end (their `on_end` results go to `extras[name]`).
+    With `checkpoint`, every finished epoch is saved there and a run that finds a checkpoint
+    continues after its last epoch (bit-identical on CPU to an uninterrupted run). `loggers`
+    receive every step's loss and learning rate and every epoch's record.
     """
     device = _check_device(cfg)
     data = _dataset(cfg)
@@ -488,8 +520,18 @@ def train_run(cfg: TrainConfig, norm: str, seed: int, *,
         result.extras["dataset"] = data.metadata  # e.g. the corpus's content hash
     with cpu_threads(device, cfg.cpu_threads, result.params) as threads:
         result.threads = threads
-        _fit(cfg, model, data, device, result, on_epoch, callbacks)
+        _fit(cfg, model, data, device, result, _Hooks(on_epoch, tuple(callbacks), checkpoint, tuple(loggers)))
     return result
+
+
+@dataclass(frozen=True)
+class _Hooks:
+    """Everything outside the training arithmetic that a run reports to or restores from."""
+
+    on_epoch: Callable[[EpochRecord], None] | None = None
+    callbacks: tuple[Callback, ...] = ()
+    checkpoint: Checkpointing | None = None
+    loggers: tuple[RunLogger, ...] = ()
 
 
 def add_bits_per_byte(record: EpochRecord, data: DatasetBundle) -> None:
@@ -503,7 +545,7 @@ def add_bits_per_byte(record: EpochRecord, data: DatasetBundle) -> None:
 
 
 def _fit(cfg: TrainConfig, model: nn.Module, data: DatasetBundle, device: torch.device, result: RunResult,
-         on_epoch: Callable[[EpochRecord], None] | None, callbacks: Sequence[Callback]) -> None:
+         hooks: _Hooks) -> None:
     train_loader, val_loader, test_loader = _loaders(cfg, data, result.seed, device)
     optimizer = _optimizer(cfg, model)
     factor = lr_factor(cfg.schedule, epochs=cfg.epochs, steps_per_epoch=len(train_loader),
@@ -517,10 +559,12 @@ def _fit(cfg: TrainConfig, model: nn.Module, data: DatasetBundle, device: torch.
         device=device, amp_dtype=amp_dtype,
         scaler=torch.amp.GradScaler(device.type) if amp_dtype == torch.float16 else None,
         channels_last=cfg.channels_last,
+        loggers=hooks.loggers,
     )
-    for cb in callbacks:
+    for cb in hooks.callbacks:
         cb.on_start(model, data, device)
-    for epoch in range(cfg.epochs):
+    start_epoch = _resume(hooks, model, step, train_loader, result)
+    for epoch in range(start_epoch, cfg.epochs):
         lr = optimizer.param_groups[0]["lr"]
         reset_peak_memory(device)
         synchronize(device)
@@ -540,9 +584,52 @@ def _fit(cfg: TrainConfig, model: nn.Module, data: DatasetBundle, device: torch.
                              seen / elapsed, peak_memory_mb(device), lr, test_loss=test_loss, test_acc=test_acc)
         add_bits_per_byte(record, data)
         result.epochs.append(record)
-        if on_epoch is not None:
-            on_epoch(record)
-        for cb in callbacks:
+        for logger in hooks.loggers:
+            logger.on_epoch(record)
+        if hooks.on_epoch is not None:
+            hooks.on_epoch(record)
+        for cb in hooks.callbacks:
             cb.on_epoch_end(model, epoch)
-    for cb in callbacks:
+        if hooks.checkpoint is not None:
+            hooks.checkpoint.write(_checkpoint_state(model, step, train_loader, result, hooks.callbacks))
+    for cb in hooks.callbacks:
         result.extras[cb.name] = cb.on_end(model)
+
+
+def _checkpoint_state(model: nn.Module, step: _Step, loader: DataLoader, result: RunResult,
+                      callbacks: Sequence[Callback]) -> dict[str, Any]:
+    """What a run needs to continue after this epoch exactly as if it had not stopped."""
+    return {
+        "model": model.state_dict(),
+        "optimizer": step.optimizer.state_dict(),
+        "scheduler": step.scheduler.state_dict(),
+        "scaler": step.scaler.state_dict() if step.scaler is not None else None,
+        "rng": rng_state(loader.generator),
+        "records": [r.as_dict() for r in result.epochs],
+        "steps": step.steps,
+        "extras": json.dumps(result.extras),
+        "callbacks": json.dumps({cb.name: cb.state() for cb in callbacks if hasattr(cb, "state")}),
+    }
+
+
+def _resume(hooks: _Hooks, model: nn.Module, step: _Step, loader: DataLoader, result: RunResult) -> int:
+    """Load the run's checkpoint, if it has one; returns the first epoch still to train."""
+    state = hooks.checkpoint.load() if hooks.checkpoint is not None else None
+    if state is None:
+        return 0
+    model.load_state_dict(state["model"])
+    step.optimizer.load_state_dict(state["optimizer"])
+    step.scheduler.load_state_dict(state["scheduler"])
+    if step.scaler is not None and state["scaler"] is not None:
+        step.scaler.load_state_dict(state["scaler"])
+    restore_rng(state["rng"], loader.generator)
+    result.epochs = [EpochRecord(**r) for r in state["records"]]
+    result.extras.update(json.loads(state["extras"]))
+    step.steps = int(state["steps"])
+    saved = json.loads(state["callbacks"])
+    for cb in hooks.callbacks:
+        if cb.name in saved and hasattr(cb, "load_state"):
+            cb.load_state(saved[cb.name])
+    for logger in hooks.loggers:
+        logger.on_resume(list(result.epochs), step.steps)
+    return len(result.epochs)

@@ -64,6 +64,13 @@ class DiagnosticsCallback:
     def on_epoch_end(self, model: nn.Module, epoch: int) -> None:
         self._record_lambdas(model, epoch)
 
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps (the measures so far), so a resumed run reports every epoch's lambdas."""
+        return self._result
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self._result = state
+
     def on_end(self, model: nn.Module) -> dict[str, Any]:
         s, result = self.settings, self._result
         if not all(torch.isfinite(p).all() for p in model.parameters()):

@@ -1,0 +1,118 @@
+"""One run, start to finish, as every executor runs it: claim it in the store, train, record.
+
+    job = Job.make(cfg, run_id, store, RunOptions())
+    result = run_job(job)          # None when another process finished it or is training it
+
+This is the single place a run happens (the local pool, Ray tasks and SLURM array jobs all call
+`run_job`), so every executor gives the same numbers and the same files. A `Job` is plain data
+(picklable, small): executors send it to wherever the run trains. Nothing here knows about norms.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from normkit_lab import environment
+from normkit_lab.checkpoints import Checkpointing
+from normkit_lab.plan import RunId
+from normkit_lab.results import ResultsDir
+from normkit_lab.training import EpochRecord, RunResult, TrainConfig, failed_run, train_run
+
+if TYPE_CHECKING:
+    from normkit_lab.config import CompareConfig
+
+# An executor's view of a run's progress: ("start", RunId) / ("epoch", (RunId, EpochRecord)) /
+# ("end", RunResult). Values pickle, so a worker process can send them through a queue.
+Events = Callable[[str, Any], None]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How runs execute, not what they compute (never part of a run's identity).
+
+    keep_checkpoints: keep each run's final weights in checkpoints/ (the per-epoch checkpoint is
+    always removed when a run ends); log: extra loggers ("tensorboard"; per-epoch CSV is always
+    written); diagnostics: measure representations (normkit_lab.diagnostics).
+    """
+
+    keep_checkpoints: bool = False
+    log: tuple[str, ...] = ()
+    diagnostics: bool = False
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run to execute: where its store is, its training config (cell and tuned values applied),
+    its identity and the run options."""
+
+    store: str
+    train: TrainConfig
+    run: RunId
+    options: RunOptions = field(default_factory=RunOptions)
+
+    @classmethod
+    def make(cls, cfg: CompareConfig, run_id: RunId, store: ResultsDir | str | Path,
+             options: RunOptions | None = None) -> Job:
+        path = store.path if isinstance(store, ResultsDir) else Path(store)
+        return cls(str(path), run_id.train_config(cfg.train), run_id, options or RunOptions())
+
+    def with_train(self, **changes: Any) -> Job:
+        """The same job with training values changed (e.g. the CPU threads or device a slot gives it)."""
+        return dataclasses.replace(self, train=dataclasses.replace(self.train, **changes))
+
+
+def run_job(job: Job, events: Events | None = None, wait: bool = False) -> RunResult | None:
+    """Train `job`'s run unless the store has it or another process holds it; record it.
+
+    Returns the RunResult, or None when the run was skipped: finished already, or claimed by another
+    process (with `wait`, waits for that process and then runs it only if it did not finish it).
+    A norm that raises is recorded as a failed run; Ctrl-C propagates, leaving the last finished
+    epoch's checkpoint for the next attempt.
+    """
+    store = ResultsDir(Path(job.store))
+    with store.claim(job.run, wait=wait) as claimed:
+        if not claimed or job.run in store.finished():
+            return None
+        return _train_and_record(job, store, events)
+
+
+def _train_and_record(job: Job, store: ResultsDir, events: Events | None) -> RunResult:
+    from normkit_lab.diagnostics import callbacks_for
+    from normkit_lab.loggers import make_loggers
+
+    emit = events or (lambda kind, value: None)
+    run_id = job.run
+    emit("start", run_id)
+    checkpoint = Checkpointing(store.checkpoint_path(run_id), {"run": run_id.key(), "config": store.config_hash})
+    loggers = make_loggers(job.options.log, store.path, run_id.slug())
+    try:
+        try:
+            result = _train(job, checkpoint, loggers, callbacks_for(job.options.diagnostics)(),
+                            lambda record: emit("epoch", (run_id, record)))
+        except Exception as exc:  # noqa: BLE001 - one norm's bug must not stop the others
+            result = failed_run(run_id.norm, run_id.seed, exc)
+    finally:
+        for logger in loggers:
+            logger.close()
+    result.phase, result.cell, result.tuned = run_id.phase, dict(run_id.cell), dict(run_id.tuned)
+    store.append_run(result, environment.run_columns(job.train.device))
+    # a failed run restarts from its first epoch when retried (its norm's code has probably changed)
+    keep = job.options.keep_checkpoints and result.status != "failed"
+    checkpoint.finish(store.weights_path(run_id) if keep else None)
+    emit("end", result)
+    return result
+
+
+def _train(job: Job, checkpoint: Checkpointing, loggers: list[Any], callbacks: Any,
+           on_epoch: Callable[[EpochRecord], None]) -> RunResult:
+    """The training itself: in this process, or across `nproc_per_node` processes under torchrun."""
+    if job.train.nproc_per_node > 1:
+        from normkit_lab.distributed import train_distributed
+
+        return train_distributed(job, checkpoint)
+    return train_run(job.train, job.run.norm, job.run.seed, on_epoch=on_epoch, callbacks=callbacks,
+                     checkpoint=checkpoint, loggers=loggers)

@@ -1,0 +1,216 @@
+"""The local executor: runs one after another in this process, or `--jobs N` at once in N processes.
+
+Parallel runs go to a pool of spawned worker processes (fork is unsafe once torch has started
+threads). On CPU the machine's cores are split between the workers (the config's thread count is
+already capped at cores // jobs); on CUDA each worker owns one slot: a GPU, or `nproc_per_node`
+GPUs for DDP runs, with `jobs_per_gpu` workers sharing a GPU to pack small models. Each worker
+calls `run_job`, so results are those of sequential execution: every run seeds itself and the
+store's locks keep two workers (or two machines) from training the same run.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import Any
+
+from normkit_lab.errors import ConfigError
+from normkit_lab.execute import Events, Job, run_job
+from normkit_lab.executors import ExecutorOptions
+from normkit_lab.limits import MAX_JOBS
+from normkit_lab.results import ResultsDir
+from normkit_lab.training import failed_run
+
+POLL_S = 0.2  # how often the parent drains progress events while runs train
+
+
+def cuda_slots(device: str, jobs: int | None, jobs_per_gpu: int, nproc: int) -> list[str] | None:
+    """CUDA_VISIBLE_DEVICES of each worker (None on CPU/MPS): every visible GPU, `jobs_per_gpu`
+    workers each (or groups of `nproc` GPUs for DDP runs), cut to `jobs` slots if given."""
+    import torch
+
+    if device.startswith("cpu") or device == "mps" or not torch.cuda.is_available():
+        return None
+    if ":" in device:  # an explicit GPU: every worker shares it
+        return [device.split(":")[1]] * max(jobs or 1, 1)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    gpus = visible.split(",") if visible else [str(i) for i in range(torch.cuda.device_count())]
+    groups = [",".join(gpus[i:i + nproc]) for i in range(0, len(gpus) - nproc + 1, nproc)]
+    if not groups:
+        raise ConfigError(f"runs need {nproc} GPUs each (--nproc-per-node) but {len(gpus)} are visible")
+    slots = [g for g in groups for _ in range(jobs_per_gpu)]
+    if jobs is not None and jobs > len(slots):
+        raise ConfigError(f"--jobs {jobs} needs {jobs} GPU slots but there are {len(slots)} ({len(groups)} "
+                          f"GPU{'s' if len(groups) > 1 else ''} x --jobs-per-gpu {jobs_per_gpu}); raise "
+                          f"--jobs-per-gpu or lower --jobs")
+    return slots[:jobs] if jobs is not None else slots
+
+
+def worker_count(options: ExecutorOptions, device: str, nproc: int = 1) -> int:
+    """How many runs train at once: --jobs, or one per CUDA slot, else 1."""
+    if options.jobs is not None and not (isinstance(options.jobs, int) and 1 <= options.jobs <= MAX_JOBS):
+        raise ConfigError(f"--jobs must be an integer in [1, {MAX_JOBS}], got {options.jobs!r}")
+    if not (isinstance(options.jobs_per_gpu, int) and 1 <= options.jobs_per_gpu <= MAX_JOBS):
+        raise ConfigError(f"--jobs-per-gpu must be an integer in [1, {MAX_JOBS}], got {options.jobs_per_gpu!r}")
+    slots = cuda_slots(device, options.jobs, options.jobs_per_gpu, nproc)
+    if slots is not None:
+        return len(slots)
+    return options.jobs or 1
+
+
+def split_threads(threads: int, jobs: int) -> int:
+    """CPU threads each of `jobs` parallel runs gets: at most `threads`, and the cores shared out."""
+    return max(1, min(threads, (os.cpu_count() or 1) // jobs))
+
+
+class LocalExecutor:
+    """Runs on this machine: in this process (one at a time) or in a pool of `jobs` processes."""
+
+    def __init__(self, options: ExecutorOptions) -> None:
+        self.options = options
+
+    def run(self, jobs: list[Job], on_event: Events) -> None:
+        if not jobs:
+            return
+        train = jobs[0].train
+        workers = worker_count(self.options, train.device, train.nproc_per_node)
+        slots = cuda_slots(train.device, self.options.jobs, self.options.jobs_per_gpu, train.nproc_per_node)
+        if workers == 1 and slots is None:
+            self._sequential(jobs, on_event)
+        else:
+            self._parallel(jobs, on_event, workers, slots)
+
+    @staticmethod
+    def _sequential(jobs: list[Job], on_event: Events) -> None:
+        busy = [job for job in jobs if run_job(job, on_event) is None and not _skipped(job, on_event)]
+        for job in busy:  # held by another process: wait for it, then run it only if it did not finish
+            if run_job(job, on_event, wait=True) is None:
+                on_event("skip", job.run)
+
+    def _parallel(self, jobs: list[Job], on_event: Events, workers: int, slots: list[str] | None) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        events: Any = ctx.Queue()
+        slot_queue: Any = ctx.Queue()
+        for slot in slots or [None] * workers:
+            slot_queue.put(slot)
+        todo, started = list(jobs), set()
+
+        def relay(kind: str, value: Any) -> None:
+            if kind == "start":
+                started.add(value)
+            on_event(kind, value)
+
+        while todo:
+            todo = self._pool_pass(todo, relay, ctx, events, slot_queue, workers, started)
+
+    def _pool_pass(self, todo: list[Job], on_event: Events, ctx: Any, events: Any, slot_queue: Any,
+                   workers: int, started: set[Any]) -> list[Job]:
+        """Run `todo` in a fresh pool; returns the jobs to run again (after a worker process died)."""
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
+                                   initargs=(events, slot_queue))
+        futures: dict[Future[Any], Job] = {pool.submit(_work, job, False): job for job in todo}
+        retry: list[Job] = []
+        try:
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, timeout=POLL_S, return_when=FIRST_COMPLETED)
+                _drain(events, on_event)
+                for future in done:
+                    job = futures[future]
+                    try:
+                        outcome = future.result()
+                    except BrokenProcessPool:
+                        _drain(events, on_event)
+                        retry += _worker_died(job, on_event, job.run in started)
+                        continue
+                    if outcome == "busy":  # another process holds it: wait for that one
+                        pending.add(_resubmit(pool, futures, job))
+        except BaseException:
+            _stop(pool)
+            raise
+        pool.shutdown(wait=True)
+        _drain(events, on_event)
+        # slots the dead pool's workers took are returned by the initializer of the next pool
+        return retry
+
+
+def _resubmit(pool: ProcessPoolExecutor, futures: dict[Future[Any], Job], job: Job) -> Future[Any]:
+    future = pool.submit(_work, job, True)
+    futures[future] = job
+    return future
+
+
+def _worker_died(job: Job, on_event: Events, started: bool) -> list[Job]:
+    """A worker process died (killed, out of memory, a crash in native code) while `job` was queued or
+    running: record it as failed if it had started, else run it again in a new pool."""
+    store = ResultsDir(Path(job.store))
+    with store.claim(job.run) as claimed:
+        if not claimed or job.run in store.finished():
+            return []
+        if not started:
+            return [job]
+        result = failed_run(job.run.norm, job.run.seed, RuntimeError(
+            "its worker process died (killed, out of memory or a crash in native code)"))
+        result.phase, result.cell, result.tuned = job.run.phase, dict(job.run.cell), dict(job.run.tuned)
+        store.append_run(result, {})
+    on_event("end", result)
+    return []
+
+
+def _drain(events: Any, on_event: Events) -> None:
+    while True:
+        try:
+            kind, value = events.get_nowait()
+        except queue.Empty:
+            return
+        on_event(kind, value)
+
+
+def _skipped(job: Job, on_event: Events) -> bool:
+    """True (and a "skip" event) when another process has finished `job`'s run."""
+    if job.run in ResultsDir(Path(job.store)).finished():
+        on_event("skip", job.run)
+        return True
+    return False
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Stop the workers now (Ctrl-C or SIGTERM in the parent): each keeps its last epoch's checkpoint."""
+    for process in list(getattr(pool, "_processes", {}).values()):
+        if process.is_alive():
+            process.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+# -- in the worker process -------------------------------------------------------------------
+
+_EVENTS: Any = None
+_SLOT: str | None = None
+
+
+def _init_worker(events: Any, slot_queue: Any) -> None:
+    """Take this worker's GPU slot (before CUDA starts) and the parent's event queue."""
+    global _EVENTS, _SLOT
+    _EVENTS = events
+    _SLOT = slot_queue.get()
+    slot_queue.put(_SLOT)  # slots are shared round-robin by every pool this executor starts
+    if _SLOT is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = _SLOT
+
+
+def _work(job: Job, wait_for_holder: bool) -> str:
+    """Run one job in this worker; "ran", "skipped" (finished already) or "busy" (held elsewhere)."""
+    if _SLOT is not None:
+        job = job.with_train(device="cuda")
+    result = run_job(job, lambda kind, value: _EVENTS.put((kind, value)), wait=wait_for_holder)
+    if result is not None:
+        return "ran"
+    if wait_for_holder or _skipped(job, lambda kind, value: _EVENTS.put((kind, value))):
+        if wait_for_holder:
+            _EVENTS.put(("skip", job.run))
+        return "skipped"
+    return "busy"
