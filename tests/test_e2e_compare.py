@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 import normkit
 from normkit_cli.app import app
-from normkit_lab import compare as lab_compare
+from normkit_lab import execute as lab_execute
 
 NORMS = ["bn", "gn+pn"] + (["bnn"] if any(e["name"] == "bnn" for e in normkit.available()) else [])
 TINY = ["--epochs", "1", "--seeds", "2", "--model-param", "depth=2"]
@@ -95,12 +95,12 @@ def test_report_refuses_different_configs_and_duplicate_runs(compared, tmp_path)
     cfg = yaml.safe_load((copy / "config.yaml").read_text())
     (copy / "config.yaml").write_text(yaml.safe_dump({**cfg, "epochs": 2}))
     result = invoke("report", out, copy)
-    assert result.exit_code == 2 and "configs differ (epochs: 1 vs 2)" in result.output
+    assert result.exit_code == 2 and "was edited after the store was created (epochs: 1 -> 2)" in result.output
     assert len(result.output.strip().splitlines()) == 1
 
 
 def test_interrupted_compare_resumes_only_the_missing_runs(tmp_path, monkeypatch):
-    real = lab_compare.train_run
+    real = lab_execute.train_run
     calls: list[tuple[str, int]] = []
 
     def interrupt_after_first(cfg, norm, seed, **kw):
@@ -110,7 +110,7 @@ def test_interrupted_compare_resumes_only_the_missing_runs(tmp_path, monkeypatch
         return real(cfg, norm, seed, **kw)
 
     out = tmp_path / "cmp"
-    monkeypatch.setattr(lab_compare, "train_run", interrupt_after_first)
+    monkeypatch.setattr(lab_execute, "train_run", interrupt_after_first)
     result = invoke("compare", "--norms", "bn,gn+pn", *TINY, "--out", out)
     assert result.exit_code == 130
     assert f"interrupted: 1 of 4 runs are saved in {out}; continue with: normkit compare --resume {out}" in (
@@ -122,7 +122,7 @@ def test_interrupted_compare_resumes_only_the_missing_runs(tmp_path, monkeypatch
         calls.append((norm, seed))
         return real(cfg, norm, seed, **kw)
 
-    monkeypatch.setattr(lab_compare, "train_run", counting)
+    monkeypatch.setattr(lab_execute, "train_run", counting)
     result = invoke("compare", "--resume", out)
     assert result.exit_code == 0, result.output
     assert calls == [("bn", 0), ("gn+pn", 0), ("bn", 1), ("gn+pn", 1)]

@@ -71,7 +71,7 @@ def run_job(job: Job, events: Events | None = None, wait: bool = False) -> RunRe
     Returns the RunResult, or None when the run was skipped: finished already, or claimed by another
     process (with `wait`, waits for that process and then runs it only if it did not finish it).
     A norm that raises is recorded as a failed run; Ctrl-C propagates, leaving the last finished
-    epoch's checkpoint for the next attempt.
+    epoch's checkpoint for the next attempt; a damaged checkpoint raises a one-line ConfigError.
     """
     store = ResultsDir(Path(job.store))
     with store.claim(job.run, wait=wait) as claimed:
@@ -88,6 +88,7 @@ def _train_and_record(job: Job, store: ResultsDir, events: Events | None) -> Run
     run_id = job.run
     emit("start", run_id)
     checkpoint = Checkpointing(store.checkpoint_path(run_id), {"run": run_id.key(), "config": store.config_hash})
+    checkpoint.load()  # a damaged or foreign checkpoint stops the comparison here (one line), the file kept
     loggers = make_loggers(job.options.log, store.path, run_id.slug())
     try:
         try:

@@ -269,7 +269,8 @@ class ResultsDir:
             return
         raw = safe_yaml.read(self.config_path, "config")
         if not isinstance(raw, dict):
-            raise ConfigError(f"{str(self.config_path)!r} is not a mapping of keys to values; restore it")
+            raise ConfigError(f"{str(self.config_path)!r} is not a config written by `normkit compare` (not a "
+                              f"mapping of keys to values); restore it")
         if config_hash(raw) != info["config_hash"]:
             now, then = config_identity(raw), info["config"]
             changed = [f"{k}: {short_repr(then.get(k), 30)} -> {short_repr(now.get(k), 30)}"

@@ -8,6 +8,16 @@
 The seed fixes the initialization (set before the model is built), the data order (a seeded
 generator for the DataLoader) and the norms' noise (torch's global RNG), so runs of different
 norms with the same seed pair up.
+
+Inside an initialized torch.distributed group of K > 1 processes (`normkit_lab.distributed`
+launches one per run with `nproc_per_node` K) the same call trains one DistributedDataParallel
+run: batch_size stays the global batch (each process takes batch_size / K of it, drawn by a
+DistributedSampler seeded by the seed), batch statistics are reduced across the processes
+(`normkit.convert_sync`), every reported metric is reduced to its global value, and only rank 0
+writes (checkpoint, loggers, callbacks, on_epoch). Every rank builds the same initialization
+from the seed; afterwards ranks r > 0 re-seed torch's global RNG with seed + r * RANK_SEED_STRIDE,
+so the norms' noise is independent across processes, as it is across the samples of one process
+(rank 0 keeps the single-process stream).
 """
 
 from __future__ import annotations
@@ -16,16 +26,19 @@ import dataclasses
 import functools
 import json
 import math
+import os
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 import normkit
 from normkit_lab.checkpoints import Checkpointing, restore_rng, rng_state
@@ -55,6 +68,7 @@ DEFAULT_LR = {"sgd": 0.1, "adamw": 1e-3}  # ResNet/WRN and ViT recipes of the no
 DEFAULT_WEIGHT_DECAY = {"sgd": 5e-4, "adamw": 0.05}
 EVAL_BATCH_SIZE = 512
 CUDA_FINITE_CHECK_EVERY = 25  # steps between loss checks on GPU (each check waits for the GPU)
+RANK_SEED_STRIDE = 1_000_003  # DDP rank r > 0 re-seeds torch with seed + r * this after building the model
 
 
 @dataclass
@@ -240,6 +254,14 @@ def _check_numbers(cfg: TrainConfig) -> None:
     ]
     for key, ok, expected in checks:
         _require(ok, f"{key} must be {expected}, got {short_repr(getattr(cfg, key))}")
+    _check_divisible(cfg.batch_size, cfg.nproc_per_node)
+
+
+def _check_divisible(batch_size: int, processes: int) -> None:
+    """A DDP run splits the global batch evenly: every process takes batch_size / processes samples."""
+    _require(batch_size % processes == 0,
+             f"batch_size {batch_size} is not divisible by nproc_per_node {processes} (each process takes an "
+             f"equal share of the global batch); use a multiple of {processes}")
 
 
 def _check_device(cfg: TrainConfig) -> torch.device:
@@ -377,6 +399,72 @@ def failed_run(norm: str, seed: int, exc: Exception) -> RunResult:
                      error=failure_line(norm, exc))
 
 
+# -- processes (DDP) ----------------------------------------------------------------------------
+
+
+def _world() -> tuple[int, int]:
+    """(rank, world size) of the initialized torch.distributed group; (0, 1) outside one."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _rank_device(device: torch.device) -> torch.device:
+    """A DDP rank's device: cuda without an index becomes this rank's GPU (LOCAL_RANK)."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return device
+
+
+def _sum_over_ranks(values: Sequence[Tensor | float], device: torch.device) -> list[float]:
+    """Every value summed over the processes, in one all_reduce (float64, exact for counts below 2**53)."""
+    t = torch.stack([v.detach().to(device, torch.float64).reshape(()) if isinstance(v, Tensor)
+                     else torch.tensor(float(v), dtype=torch.float64, device=device) for v in values])
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def _finite(loss_sum: Tensor) -> bool:
+    """Whether the loss is finite, on every process: all ranks must agree to stop, or one would hang."""
+    if _world()[1] == 1:
+        return bool(torch.isfinite(loss_sum))
+    total = loss_sum.detach().clone()
+    dist.all_reduce(total)  # a nan or inf anywhere makes the sum non-finite
+    return bool(torch.isfinite(total))
+
+
+@contextmanager
+def _local_statistics(model: nn.Module) -> Iterator[None]:
+    """The model with its synced layers computing on this process's batch alone (then synced again).
+
+    Callbacks run on rank 0 only; a batch-statistics forward pass there must not wait for the others.
+    """
+    synced = [m for m in model.modules() if getattr(m, "sync", None) is not None]
+    saved = [m.sync for m in synced]
+    for m in synced:
+        m.sync = None
+    try:
+        yield
+    finally:
+        for m, sync in zip(synced, saved, strict=True):
+            m.sync = sync
+
+
+def _ddp(model: nn.Module, device: torch.device) -> nn.Module:
+    from torch.nn.parallel import DistributedDataParallel
+
+    return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+
+def _ranks_rng(loader: DataLoader) -> list[dict[str, Any]] | None:
+    """Every rank's generators (a collective: all ranks call it), so a resume restores each one's own noise."""
+    if _world()[1] == 1:
+        return None
+    states: list[Any] = [None] * _world()[1]
+    dist.all_gather_object(states, rng_state(loader.generator))
+    return states
+
+
 # -- training -------------------------------------------------------------------------------
 
 
@@ -413,6 +501,7 @@ class _Step:
     channels_last: bool
     loggers: tuple[RunLogger, ...] = ()
     steps: int = 0  # optimizer steps taken over the whole run (checkpointed)
+    eval_model: nn.Module | None = None  # DDP: the unwrapped model, so evaluation never communicates
 
     def inputs(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         x = x.to(self.device, non_blocking=True)
@@ -420,11 +509,12 @@ class _Step:
             x = x.contiguous(memory_format=torch.channels_last)
         return x, y.to(self.device, non_blocking=True)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, model: nn.Module | None = None) -> Tensor:
+        model = self.model if model is None else model
         if self.amp_dtype is None:
-            return self.model(x)
+            return model(x)
         with torch.autocast(self.device.type, dtype=self.amp_dtype):
-            return self.model(x)
+            return model(x)
 
     def train(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         logits = self.forward(x)
@@ -447,7 +537,10 @@ class _Step:
 
 
 def _train_epoch(step: _Step, loader: DataLoader) -> tuple[float, float, int, int | None]:
-    """One pass over the training data: (mean loss, accuracy, samples, failing step or None)."""
+    """One pass over the training data: (mean loss, accuracy, samples, failing step or None).
+
+    Under DDP the loss, accuracy and samples are over all processes, and every process stops at the
+    same failing step."""
     step.model.train()
     loss_sum = torch.zeros((), device=step.device)
     correct = torch.zeros((), device=step.device, dtype=torch.long)
@@ -459,39 +552,68 @@ def _train_epoch(step: _Step, loader: DataLoader) -> tuple[float, float, int, in
         loss_sum += loss * y.numel()
         correct += (logits.argmax(dim=-1) == y).sum()
         seen += y.numel()
-        if (i + 1) % check_every == 0 and not torch.isfinite(loss_sum):
+        if (i + 1) % check_every == 0 and not _finite(loss_sum):
             return math.nan, math.nan, seen, i
-    if not torch.isfinite(loss_sum):
+    if not _finite(loss_sum):
         return math.nan, math.nan, seen, len(loader) - 1
+    if _world()[1] > 1:
+        total_loss, total_correct, total = _sum_over_ranks([loss_sum, correct, seen], step.device)
+        return total_loss / total, total_correct / total, int(total), None
     return loss_sum.item() / seen, correct.item() / seen, seen, None
 
 
 @torch.no_grad()
 def _evaluate(step: _Step, loader: DataLoader, top5: bool) -> tuple[float, float, float | None]:
-    step.model.eval()
+    """Mean loss, accuracy and top-5 accuracy in eval mode; under DDP each process evaluates its shard
+    of `loader`'s split and the sums are reduced (running statistics are the same on every rank)."""
+    model = step.model if step.eval_model is None else step.eval_model
+    model.eval()
     loss_sum = torch.zeros((), device=step.device, dtype=torch.float64)
     correct = torch.zeros((), device=step.device, dtype=torch.long)
     correct5 = torch.zeros((), device=step.device, dtype=torch.long)
     seen = 0
     for x, y in loader:
         x, y = step.inputs(x, y)
-        logits, y = step.forward(x).float().flatten(0, -2), y.flatten()  # sequences count per token
+        logits, y = step.forward(x, model).float().flatten(0, -2), y.flatten()  # sequences count per token
         loss_sum += nn.functional.cross_entropy(logits, y, reduction="sum")
         correct += (logits.argmax(dim=1) == y).sum()
         if top5:
             correct5 += (logits.topk(5, dim=1).indices == y[:, None]).any(dim=1).sum()
         seen += y.shape[0]
+    if _world()[1] > 1:
+        total_loss, total_correct, total_correct5, total = _sum_over_ranks(
+            [loss_sum, correct, correct5, seen], step.device)
+        return total_loss / total, total_correct / total, (total_correct5 / total if top5 else None)
     return loss_sum.item() / seen, correct.item() / seen, (correct5.item() / seen if top5 else None)
 
 
 def _loaders(cfg: TrainConfig, data: DatasetBundle, seed: int,
              device: torch.device) -> tuple[DataLoader, DataLoader, DataLoader]:
     pin = device.type == "cuda"
+    if _world()[1] > 1:
+        return _rank_loaders(cfg, data, seed, pin)
     train = DataLoader(data.train, batch_size=cfg.batch_size, shuffle=True,
                        generator=torch.Generator().manual_seed(seed),
                        drop_last=len(data.train) > cfg.batch_size,  # a last batch of 1 breaks BN
                        num_workers=cfg.num_workers, pin_memory=pin, persistent_workers=cfg.num_workers > 0)
     val, test = (DataLoader(split, batch_size=max(cfg.batch_size, EVAL_BATCH_SIZE), shuffle=False,
+                            num_workers=cfg.num_workers, pin_memory=pin) for split in (data.val, data.test))
+    return train, val, test
+
+
+def _rank_loaders(cfg: TrainConfig, data: DatasetBundle, seed: int,
+                  pin: bool) -> tuple[DataLoader, DataLoader, DataLoader]:
+    """This DDP rank's loaders: its share of every global batch (a DistributedSampler seeded by `seed`,
+    reshuffled per epoch by `set_epoch`, the same number of batches on every rank) and every K-th
+    validation and test sample. The generator only seeds loader workers; it is kept for checkpoints."""
+    rank, world = _world()
+    per_rank = cfg.batch_size // world
+    sampler = DistributedSampler(data.train, num_replicas=world, rank=rank, shuffle=True, seed=seed, drop_last=True)
+    train = DataLoader(data.train, batch_size=per_rank, sampler=sampler, generator=torch.Generator().manual_seed(seed),
+                       drop_last=len(sampler) > per_rank,  # as one process: drop a last partial batch
+                       num_workers=cfg.num_workers, pin_memory=pin, persistent_workers=cfg.num_workers > 0)
+    val, test = (DataLoader(Subset(split, range(rank, len(split), world)),
+                            batch_size=max(per_rank, EVAL_BATCH_SIZE), shuffle=False,
                             num_workers=cfg.num_workers, pin_memory=pin) for split in (data.val, data.test))
     return train, val, test
 
@@ -508,13 +630,26 @@ def train_run(cfg: TrainConfig, norm: str, seed: int, *,
     With `checkpoint`, every finished epoch is saved there and a run that finds a checkpoint
     continues after its last epoch (bit-identical on CPU to an uninterrupted run). `loggers`
     receive every step's loss and learning rate and every epoch's record.
+
+    Under torch.distributed with K > 1 processes it trains one DDP run (see the module docstring);
+    the caller passes hooks to rank 0 only and a `Checkpointing(save=False)` to the others, which
+    still load it on resume. Rank 0's per-step logger losses are its own shard's; epoch records
+    are global (peak memory and epoch time are rank 0's).
     """
     device = _check_device(cfg)
+    rank, world = _world()
+    if world > 1:
+        _check_divisible(cfg.batch_size, world)
+        device = _rank_device(device)
     data = _dataset(cfg)
     seed_everything(seed)
     model = _build(cfg, norm, data).to(device)
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
+    if world > 1:
+        normkit.convert_sync(model)  # before DDP wraps it; the same init on every rank (DDP also broadcasts)
+        if rank > 0:
+            torch.manual_seed(seed + RANK_SEED_STRIDE * rank)  # independent noise per process
     result = RunResult(normkit.parse(norm).text, seed, "ok", [], sum(p.numel() for p in model.parameters()))
     if data.metadata:
         result.extras["dataset"] = data.metadata  # e.g. the corpus's content hash
@@ -547,12 +682,14 @@ def add_bits_per_byte(record: EpochRecord, data: DatasetBundle) -> None:
 def _fit(cfg: TrainConfig, model: nn.Module, data: DatasetBundle, device: torch.device, result: RunResult,
          hooks: _Hooks) -> None:
     train_loader, val_loader, test_loader = _loaders(cfg, data, result.seed, device)
+    distributed = _world()[1] > 1
     optimizer = _optimizer(cfg, model)
     factor = lr_factor(cfg.schedule, epochs=cfg.epochs, steps_per_epoch=len(train_loader),
                        warmup_epochs=cfg.warmup_epochs, step_size=cfg.step_size, gamma=cfg.gamma)
     amp_dtype = _amp_dtype() if cfg.amp else None
+    trained = _ddp(model, device) if distributed else model
     step = _Step(
-        model=torch.compile(model) if cfg.compile else model,
+        model=torch.compile(trained) if cfg.compile else trained,
         loss_fn=nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing),
         optimizer=optimizer,
         scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, factor),
@@ -561,10 +698,15 @@ def _fit(cfg: TrainConfig, model: nn.Module, data: DatasetBundle, device: torch.
         channels_last=cfg.channels_last,
         loggers=hooks.loggers,
     )
-    for cb in hooks.callbacks:
-        cb.on_start(model, data, device)
+    if distributed:
+        step.eval_model = torch.compile(model) if cfg.compile else model
+    with _local_statistics(model):
+        for cb in hooks.callbacks:
+            cb.on_start(model, data, device)
     start_epoch = _resume(hooks, model, step, train_loader, result)
     for epoch in range(start_epoch, cfg.epochs):
+        if isinstance(train_loader.sampler, DistributedSampler):
+            train_loader.sampler.set_epoch(epoch)
         lr = optimizer.param_groups[0]["lr"]
         reset_peak_memory(device)
         synchronize(device)
@@ -588,12 +730,19 @@ def _fit(cfg: TrainConfig, model: nn.Module, data: DatasetBundle, device: torch.
             logger.on_epoch(record)
         if hooks.on_epoch is not None:
             hooks.on_epoch(record)
-        for cb in hooks.callbacks:
-            cb.on_epoch_end(model, epoch)
+        with _local_statistics(model):
+            for cb in hooks.callbacks:
+                cb.on_epoch_end(model, epoch)
         if hooks.checkpoint is not None:
-            hooks.checkpoint.write(_checkpoint_state(model, step, train_loader, result, hooks.callbacks))
-    for cb in hooks.callbacks:
-        result.extras[cb.name] = cb.on_end(model)
+            ranks_rng = _ranks_rng(train_loader)  # DDP: a collective, before the rank-0-only write
+            if hooks.checkpoint.save:
+                state = _checkpoint_state(model, step, train_loader, result, hooks.callbacks)
+                if ranks_rng is not None:
+                    state["ranks_rng"] = ranks_rng
+                hooks.checkpoint.write(state)
+    with _local_statistics(model):
+        for cb in hooks.callbacks:
+            result.extras[cb.name] = cb.on_end(model)
 
 
 def _checkpoint_state(model: nn.Module, step: _Step, loader: DataLoader, result: RunResult,
@@ -623,6 +772,13 @@ def _resume(hooks: _Hooks, model: nn.Module, step: _Step, loader: DataLoader, re
     if step.scaler is not None and state["scaler"] is not None:
         step.scaler.load_state_dict(state["scaler"])
     restore_rng(state["rng"], loader.generator)
+    rank, world = _world()
+    if rank > 0:  # rank 0's generators are "rng"; the others resume their own noise streams
+        ranks_rng = state.get("ranks_rng")
+        if isinstance(ranks_rng, list) and len(ranks_rng) == world:
+            restore_rng(ranks_rng[rank], loader.generator)
+        else:
+            torch.manual_seed(result.seed + RANK_SEED_STRIDE * rank + len(state["records"]))
     result.epochs = [EpochRecord(**r) for r in state["records"]]
     result.extras.update(json.loads(state["extras"]))
     step.steps = int(state["steps"])

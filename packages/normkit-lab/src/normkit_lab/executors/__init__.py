@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from normkit_lab.errors import ConfigError
 from normkit_lab.execute import Events, Job
+from normkit_lab.limits import MAX_JOBS
 
 EXECUTORS = ("local", "ray", "slurm")
 
@@ -30,6 +31,15 @@ class ExecutorOptions:
     jobs_per_gpu: int = 1
     ray_address: str | None = None
     slurm: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """Refuse bad values when the options are made, before any store is created."""
+        if self.kind not in EXECUTORS:
+            raise ConfigError(f"unknown executor {self.kind!r}; use one of {', '.join(EXECUTORS)}")
+        for flag, value in (("--jobs", self.jobs), ("--jobs-per-gpu", self.jobs_per_gpu)):
+            if value is not None and not (isinstance(value, int) and not isinstance(value, bool)
+                                          and 1 <= value <= MAX_JOBS):
+                raise ConfigError(f"{flag} must be an integer in [1, {MAX_JOBS:,}], got {value!r}")
 
 
 class Executor(Protocol):

@@ -21,7 +21,6 @@ from typing import Any
 from normkit_lab.errors import ConfigError
 from normkit_lab.execute import Events, Job, run_job
 from normkit_lab.executors import ExecutorOptions
-from normkit_lab.limits import MAX_JOBS
 from normkit_lab.results import ResultsDir
 from normkit_lab.training import failed_run
 
@@ -52,10 +51,6 @@ def cuda_slots(device: str, jobs: int | None, jobs_per_gpu: int, nproc: int) -> 
 
 def worker_count(options: ExecutorOptions, device: str, nproc: int = 1) -> int:
     """How many runs train at once: --jobs, or one per CUDA slot, else 1."""
-    if options.jobs is not None and not (isinstance(options.jobs, int) and 1 <= options.jobs <= MAX_JOBS):
-        raise ConfigError(f"--jobs must be an integer in [1, {MAX_JOBS}], got {options.jobs!r}")
-    if not (isinstance(options.jobs_per_gpu, int) and 1 <= options.jobs_per_gpu <= MAX_JOBS):
-        raise ConfigError(f"--jobs-per-gpu must be an integer in [1, {MAX_JOBS}], got {options.jobs_per_gpu!r}")
     slots = cuda_slots(device, options.jobs, options.jobs_per_gpu, nproc)
     if slots is not None:
         return len(slots)

@@ -1,0 +1,77 @@
+"""`--jobs N`: runs in N worker processes give the numbers of sequential execution; the overall ETA."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from normkit_lab import compare, config
+from normkit_lab.errors import ConfigError
+from normkit_lab.executors import ExecutorOptions, make_executor
+from normkit_lab.executors.local import split_threads, worker_count
+from normkit_lab.plan import RunId
+from normkit_lab.progress import PlainProgress, Progress, format_eta
+from normkit_lab.training import EpochRecord, RunResult
+
+TIMING = {"epoch_time_s", "throughput", "peak_mem_mb", "mean_epoch_time_s", "samples_per_s"}
+
+
+def _without_timing(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in row.items() if k not in TIMING and "time" not in k and "samples" not in k
+             and "mem" not in k} for row in rows]
+
+
+def _by_identity(rows: list[dict]) -> dict:
+    return {RunId.of_row(r).key() + f"/{r['epoch']}": {k: v for k, v in r.items() if k not in TIMING}
+            for r in rows}
+
+
+def test_two_jobs_give_the_numbers_of_sequential_execution(tmp_path, capsys):
+    cfg = config.build_config({"norms": "bn,gn", "seeds": 2, "epochs": 2, "device": "cpu"})
+    compare.check(cfg, parallel=2)
+    sequential = compare.create_store(cfg, tmp_path / "seq")
+    compare.run_compare(cfg, sequential)
+    parallel = compare.create_store(cfg, tmp_path / "par")
+    compare.run_compare(cfg, parallel, executor=make_executor(ExecutorOptions(jobs=2)), progress=PlainProgress())
+    out = capsys.readouterr().out
+    assert _by_identity(parallel.rows()) == _by_identity(sequential.rows())
+    summary = [json.loads((s.path / "summary.json").read_text()) for s in (sequential, parallel)]
+    assert _without_timing(summary[0]) == _without_timing(summary[1])
+    assert out.count(": ok, final val acc") == 4 and "ETA" in out
+    assert out.count("epoch 2/2") == 4  # epoch events travel from the workers to this process
+
+
+def test_worker_count_and_thread_split_on_cpu():
+    assert worker_count(ExecutorOptions(), "cpu") == 1
+    assert worker_count(ExecutorOptions(jobs=3), "cpu") == 3
+    assert split_threads(1, 4) == 1 and split_threads(8, 1) <= 8
+    with pytest.raises(ConfigError, match=r"--jobs must be an integer in \[1, "):
+        ExecutorOptions(jobs=0)
+    with pytest.raises(ConfigError, match="unknown executor 'dask'"):
+        ExecutorOptions(kind="dask")
+
+
+def _record(epoch: int) -> EpochRecord:
+    return EpochRecord(epoch, 0.5, 0.5, 0.5, 0.5, None, 0.1, 1.0, 1.0, 0.1)
+
+
+def test_eta_counts_the_epochs_left_at_this_sessions_pace(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr("normkit_lab.progress.time.monotonic", lambda: now[0])
+    progress = Progress()
+    progress.start(total=4, done=1, epochs=5)  # 15 epochs to train
+    now[0] = 110.0
+    a, b = RunId.of("bn", 1), RunId.of("gn", 1)
+    progress.run_start(a)
+    progress.run_start(b)
+    assert progress.eta_seconds() is None
+    for epoch in range(3):
+        progress.epoch_end(a, _record(epoch))
+    progress.epoch_end(b, _record(0))
+    progress.epoch_end(b, _record(1))
+    # 5 epochs in 10 s; 15 - 5 = 10 epochs left -> 20 s
+    assert progress.eta_seconds() == pytest.approx(20.0)
+    progress.run_end(RunResult("bn", 1, "diverged", [], 1))  # a run ending early drops its unfinished epochs
+    assert progress.eta_seconds() == pytest.approx((2 * 5 - 2) * 2.0)
+    assert format_eta(20.4) == "ETA 0:20" and format_eta(3725) == "ETA 1:02:05" and format_eta(None) == "ETA -"
