@@ -75,3 +75,26 @@ def test_eta_counts_the_epochs_left_at_this_sessions_pace(monkeypatch):
     progress.run_end(RunResult("bn", 1, "diverged", [], 1))  # a run ending early drops its unfinished epochs
     assert progress.eta_seconds() == pytest.approx((2 * 5 - 2) * 2.0)
     assert format_eta(20.4) == "ETA 0:20" and format_eta(3725) == "ETA 1:02:05" and format_eta(None) == "ETA -"
+
+
+def test_cuda_slots_spread_runs_over_the_visible_gpus(monkeypatch):
+    """The slot arithmetic (no GPU here: torch's device count is set, the layout is what is checked)."""
+    import torch
+
+    from normkit_lab.executors.local import cuda_slots
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert cuda_slots("cpu", None, 1, 1) is None
+    assert cuda_slots("auto", None, 1, 1) == ["0", "1", "2", "3"]  # one run per GPU by default
+    assert cuda_slots("cuda", None, 2, 1) == ["0", "0", "1", "1", "2", "2", "3", "3"]  # --jobs-per-gpu 2
+    assert cuda_slots("cuda", 2, 1, 1) == ["0", "1"]
+    assert cuda_slots("cuda", None, 1, 2) == ["0,1", "2,3"]  # DDP runs of 2 processes each
+    assert cuda_slots("cuda:2", 3, 1, 1) == ["2", "2", "2"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7")
+    assert cuda_slots("cuda", None, 1, 1) == ["5", "7"]
+    with pytest.raises(ConfigError, match="--jobs 3 needs 3 GPU slots but there are 2"):
+        cuda_slots("cuda", 3, 1, 1)
+    with pytest.raises(ConfigError, match="runs need 4 GPUs each"):
+        cuda_slots("cuda", None, 1, 4)

@@ -7,7 +7,7 @@ for the heavy parts. `compare_norms` (the Python API of `normkit compare`) loads
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["ComparisonResult", "compare_norms"]
+__all__ = ["ComparisonResult", "ExecutorOptions", "RunOptions", "compare_norms"]
 
 
 def __getattr__(name: str) -> Any:

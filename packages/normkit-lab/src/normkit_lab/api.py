@@ -16,6 +16,10 @@ from typing import Any
 
 from normkit_lab import config as lab_config
 from normkit_lab.compare import check, create_store, run_compare
+from normkit_lab.execute import RunOptions
+from normkit_lab.executors import ExecutorOptions, make_executor
+
+__all__ = ["ComparisonResult", "ExecutorOptions", "RunOptions", "compare_norms", "read_result"]
 from normkit_lab.progress import Progress
 from normkit_lab.results import SUMMARY_JSON, TUNING_FILE, ResultsDir
 
@@ -43,18 +47,22 @@ class ComparisonResult:
 
 
 def compare_norms(norms: str | list[str], *, out: str | Path | None = None, config: str | Path | None = None,
-                  progress: Progress | None = None, **options: Any) -> ComparisonResult:
+                  progress: Progress | None = None, executor: ExecutorOptions | None = None,
+                  run_options: RunOptions | None = None, **options: Any) -> ComparisonResult:
     """Run a comparison with the options of `normkit compare` (keys as in config.yaml, e.g.
     `epochs=2, seeds=3, tune={"lr": [0.03, 0.1]}, sweep={"batch_size": [16, 64]}`).
 
     Values come from `options`, then the YAML file `config`, then the defaults; bad input raises
     a one-line `normkit.NormkitError` before any training. Results are saved under `out`
-    (default runs/<timestamp>-compare), exactly as the CLI saves them.
+    (default runs/<timestamp>-compare), exactly as the CLI saves them. `executor` says where runs
+    train (`ExecutorOptions(jobs=2)`, `ExecutorOptions(kind="ray")`, ...), `run_options` how
+    (`RunOptions(keep_checkpoints=True, log=("tensorboard",))`).
     """
     cfg = lab_config.resolve({"norms": norms, **options}, config)
-    check(cfg)
+    executor = executor or ExecutorOptions()
+    check(cfg, parallel=(executor.jobs or 1) if executor.kind == "local" else 1)
     store = create_store(cfg, out)
-    run_compare(cfg, store, progress=progress)
+    run_compare(cfg, store, progress=progress, executor=make_executor(executor), options=run_options)
     return read_result(store)
 
 

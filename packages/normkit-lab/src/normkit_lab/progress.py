@@ -108,7 +108,8 @@ class PlainProgress(Progress):
 
 
 class RichProgress(Progress):
-    """An overall bar (epochs of every planned run, with the ETA) and a bar per run in progress."""
+    """An overall bar (epochs of every planned run, with the ETA), a bar per run in progress, and a
+    line per finished run printed above the bars."""
 
     def __init__(self, console: Any = None) -> None:
         super().__init__()
@@ -146,9 +147,11 @@ class RichProgress(Progress):
         super().run_end(result)
         final = _acc(result.epochs[-1].val_acc) if result.epochs else "-"
         task = self.current.pop(run_id, None)
-        if task is not None:
-            self.bars.update(task, completed=self.epochs if result.status == "ok" else None,
-                             status=f"{result.status}, {final}")
+        if task is not None:  # finished runs leave the display (the table follows); one line says how it ended
+            self.bars.remove_task(task)
+        self.bars.console.print(f"{run_id.label()}: {result.error if result.status == 'failed' else result.status}"
+                                f"{'' if result.status == 'failed' else f', final val acc {final}'}",
+                                highlight=False, soft_wrap=True)
         self.bars.update(self.overall, advance=self.epochs - seen, status=self._overall_status())
 
     def run_skipped(self, run_id: RunId) -> None:

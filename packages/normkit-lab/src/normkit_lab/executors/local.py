@@ -74,7 +74,7 @@ class LocalExecutor:
         train = jobs[0].train
         workers = worker_count(self.options, train.device, train.nproc_per_node)
         slots = cuda_slots(train.device, self.options.jobs, self.options.jobs_per_gpu, train.nproc_per_node)
-        if workers == 1 and slots is None:
+        if workers == 1:  # one at a time: in this process, on the configured device
             self._sequential(jobs, on_event)
         else:
             self._parallel(jobs, on_event, workers, slots)
