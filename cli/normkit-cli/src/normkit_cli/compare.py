@@ -217,6 +217,7 @@ def compare_cmd(
     from normkit_lab import config as lab_config
     from normkit_lab.compare import check, create_store, open_store, run_compare
     from normkit_lab.execute import RunOptions
+    from normkit_lab.executors import make_executor
     from normkit_lab.loggers import check_log_kinds
     from normkit_lab.plan import run_count
     from normkit_lab.progress import choose_progress
@@ -234,13 +235,12 @@ def compare_cmd(
                        f"(only {_flags(set(RUNTIME_KEYS))} may change)")
         cfg, store = open_store(resume, given)
         check(cfg)
+        run_executor = make_executor(scale)
     else:
         cfg = lab_config.resolve(given, config)
         check(cfg, parallel=_parallel_runs(scale, cfg.train.device))
+        run_executor = make_executor(scale)  # a missing engine or a bad cluster option: before any file
         store = create_store(cfg, out)
-    from normkit_lab.executors import make_executor
-
-    run_executor = make_executor(scale)
     console = make_console()
     train = cfg.train
     n_tune, n_compare = run_count(cfg)

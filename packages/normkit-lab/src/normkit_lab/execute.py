@@ -114,6 +114,6 @@ def _train(job: Job, checkpoint: Checkpointing, loggers: list[Any], callbacks: A
     if job.train.nproc_per_node > 1:
         from normkit_lab.distributed import train_distributed
 
-        return train_distributed(job, checkpoint)
+        return train_distributed(job, checkpoint, on_epoch)
     return train_run(job.train, job.run.norm, job.run.seed, on_epoch=on_epoch, callbacks=callbacks,
                      checkpoint=checkpoint, loggers=loggers)

@@ -52,7 +52,8 @@ def cell_label(cell: Mapping[str, Any]) -> str:
 
 
 def runs_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Run]:
-    """Group runs.jsonl rows into runs by (phase, cell, norm, seed), in the order runs finished."""
+    """Group runs.jsonl rows into runs by (phase, cell, norm, seed), sorted by that key, so every
+    statistic is the same whatever order runs finished in (parallel executors finish them in any)."""
     grouped: dict[tuple[str, str, str, int], list[Mapping[str, Any]]] = {}
     for number, row in enumerate(rows, 1):
         if not isinstance(row.get("norm"), str) or not isinstance(row.get("seed"), int):
@@ -61,7 +62,7 @@ def runs_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Run]:
         key = (row.get("phase") or COMPARE_PHASE, cell_key(row.get("cell") or {}), row["norm"], row["seed"])
         grouped.setdefault(key, []).append(row)
     runs = []
-    for (phase, _, norm, seed), group in grouped.items():
+    for (phase, _, norm, seed), group in sorted(grouped.items(), key=lambda item: item[0]):
         last = group[-1]
         runs.append(Run(norm=norm, seed=seed, status=last.get("status") or "ok", params=last.get("params"),
                         cell=dict(last.get("cell") or {}), tuned=dict(last.get("tuned") or {}), phase=phase,

@@ -275,6 +275,18 @@ def _check_device(cfg: TrainConfig) -> torch.device:
     return device
 
 
+def _check_processes(cfg: TrainConfig, device: torch.device) -> None:
+    """A DDP run has one process per GPU (nccl) or per CPU share (gloo): not MPS, and not one named GPU."""
+    n = cfg.nproc_per_node
+    if n == 1:
+        return
+    _require(device.type in ("cpu", "cuda"),
+             f"nproc_per_node {n} runs on CUDA GPUs or the CPU, not on {device.type}; use --device cpu")
+    _require(device.type != "cuda" or device.index is None,
+             f"device {cfg.device!r} names one GPU, but nproc_per_node {n} runs one process per GPU; use --device "
+             f"cuda (the run takes {n} GPUs of CUDA_VISIBLE_DEVICES)")
+
+
 def _data_params(cfg: TrainConfig) -> dict[str, Any]:
     """The dataset's parameters, with `augment` from the config routed to datasets that declare it."""
     params = dict(cfg.dataset_params)
@@ -358,13 +370,13 @@ def resolved_threads(cfg: TrainConfig, norm: str) -> int:
 def check_config(cfg: TrainConfig, norms: list[str]) -> None:
     """Validate a configuration and norms before any training; raises one-line NormkitErrors.
 
-    Checks numbers, choices and limits, the device (and that amp/channels_last have CUDA), that
-    the model, dataset and every norm exist with valid parameters, that the dataset is on disk
-    (DatasetMissing otherwise), that the model's size is within MAX_MODEL_PARAMS and that it can
-    host every norm.
+    Checks numbers, choices and limits (batch_size divisible by nproc_per_node), the device (and
+    that amp/channels_last have CUDA, and a DDP run a device it can use), that the model, dataset
+    and every norm exist with valid parameters, that the dataset is on disk (DatasetMissing
+    otherwise), that the model's size is within MAX_MODEL_PARAMS and that it can host every norm.
     """
     _check_numbers(cfg)
-    _check_device(cfg)
+    _check_processes(cfg, _check_device(cfg))
     _require(isinstance(norms, (list, tuple)) and len(norms) > 0,
              "give at least one norm, e.g. --norms bn,bnn")
     for norm in norms:

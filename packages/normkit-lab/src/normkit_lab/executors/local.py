@@ -120,7 +120,7 @@ class LocalExecutor:
                         outcome = future.result()
                     except BrokenProcessPool:
                         _drain(events, on_event)
-                        retry += _worker_died(job, on_event, job.run in started)
+                        retry += record_lost_run(job, on_event, job.run in started)
                         continue
                     if outcome == "busy":  # another process holds it: wait for that one
                         pending.add(_resubmit(pool, futures, job))
@@ -139,7 +139,7 @@ def _resubmit(pool: ProcessPoolExecutor, futures: dict[Future[Any], Job], job: J
     return future
 
 
-def _worker_died(job: Job, on_event: Events, started: bool) -> list[Job]:
+def record_lost_run(job: Job, on_event: Events, started: bool) -> list[Job]:
     """A worker process died (killed, out of memory, a crash in native code) while `job` was queued or
     running: record it as failed if it had started, else run it again in a new pool."""
     store = ResultsDir(Path(job.store))
