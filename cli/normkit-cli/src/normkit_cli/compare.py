@@ -173,7 +173,7 @@ def compare_cmd(
                                                         "when it ends).", rich_help_panel=OUTPUT)] = False,
     log: Annotated[list[str] | None, typer.Option(metavar="KIND", help="Also log per-step loss/lr and per-epoch "
                                                   "metrics of every run: tensorboard (needs normkit-lab"
-                                                  "[tensorboard]). Per-epoch CSV in metrics/ is always written.",
+                                                  "\\[tensorboard]). Per-epoch CSV in metrics/ is always written.",
                                                   rich_help_panel=OUTPUT)] = None,
     jobs: Annotated[int | None, typer.Option(help="Runs at once on this machine (default: one per GPU on CUDA, "
                                                   "else 1); CPU cores are shared out between them.",
@@ -184,8 +184,8 @@ def compare_cmd(
                                                      "with torchrun as DistributedDataParallel with synced batch "
                                                      "statistics; --batch-size stays the global batch.",
                                                 rich_help_panel=SCALE)] = D["nproc_per_node"],
-    executor: Annotated[str, typer.Option(help="Where runs train: local (this machine), ray (normkit-lab[ray]), "
-                                               "slurm (normkit-lab[slurm], submitit); see docs/scaling.md.",
+    executor: Annotated[str, typer.Option(help="Where runs train: local (this machine), ray (normkit-lab\\[ray]), "
+                                               "slurm (normkit-lab\\[slurm], submitit); see docs/scaling.md.",
                                           rich_help_panel=SCALE)] = "local",
     ray_address: Annotated[str | None, typer.Option(help="An existing Ray cluster (default: start a local "
                                                          "instance).", rich_help_panel=SCALE)] = None,

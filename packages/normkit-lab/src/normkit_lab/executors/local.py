@@ -87,6 +87,9 @@ class LocalExecutor:
                 on_event("skip", job.run)
 
     def _parallel(self, jobs: list[Job], on_event: Events, workers: int, slots: list[str] | None) -> None:
+        # a store made for fewer jobs (resumed with more) must not oversubscribe the cores
+        jobs = [job.with_train(cpu_threads=split_threads(job.train.cpu_threads, workers))
+                if job.train.cpu_threads is not None else job for job in jobs]
         ctx = multiprocessing.get_context("spawn")
         events: Any = ctx.Queue()
         slot_queue: Any = ctx.Queue()
