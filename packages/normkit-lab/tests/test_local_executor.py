@@ -98,3 +98,48 @@ def test_cuda_slots_spread_runs_over_the_visible_gpus(monkeypatch):
         cuda_slots("cuda", 3, 1, 1)
     with pytest.raises(ConfigError, match="runs need 4 GPUs each"):
         cuda_slots("cuda", None, 1, 4)
+
+
+def _children(pid: int) -> list[int]:
+    """Every descendant of `pid` (Linux /proc)."""
+    from pathlib import Path
+
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            kids.append(int(stat.parent.name))
+    return kids + [g for k in kids for g in _children(k)]
+
+
+@pytest.mark.slow
+def test_a_killed_worker_loses_nothing_and_its_run_resumes_from_its_checkpoint(tmp_path):
+    """SIGKILL one pool worker mid-run: the pool restarts, the run continues from its last epoch, every run
+    ends ok exactly once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    out = tmp_path / "out"
+    normkit = str(Path(sys.executable).with_name("normkit"))
+    proc = subprocess.Popen([normkit, "compare", "--norms", "bn,gn", "--seeds", "2", "--epochs", "40", "--jobs", "2",
+                             "--device", "cpu", "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env={**os.environ, "CI": "1"})
+    deadline = time.monotonic() + 120
+    while not list((out / "checkpoints").glob("*.pt")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    workers = [p for p in _children(proc.pid) if "spawn_main" in Path(f"/proc/{p}/cmdline").read_text()]
+    assert workers, "no worker process found"
+    os.kill(workers[0], signal.SIGKILL)
+    output, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, output
+    rows = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    finals = [(r["norm"], r["seed"]) for r in rows if r["epoch"] == 39]
+    assert sorted(finals) == [("bn", 0), ("bn", 1), ("gn", 0), ("gn", 1)] and {r["status"] for r in rows} == {"ok"}
+    assert list((out / "checkpoints").iterdir()) == []

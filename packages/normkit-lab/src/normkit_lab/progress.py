@@ -132,6 +132,8 @@ class RichProgress(Progress):
 
     def run_start(self, run_id: RunId) -> None:
         super().run_start(run_id)
+        if run_id in self.current:  # started again after its worker died: one bar per run
+            self.bars.remove_task(self.current[run_id])
         self.current[run_id] = self.bars.add_task(run_id.label(), total=self.epochs, status="")
 
     def epoch_end(self, run_id: RunId, record: EpochRecord) -> None:

@@ -52,8 +52,7 @@ def cell_label(cell: Mapping[str, Any]) -> str:
 
 
 def runs_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Run]:
-    """Group runs.jsonl rows into runs by (phase, cell, norm, seed), sorted by that key, so every
-    statistic is the same whatever order runs finished in (parallel executors finish them in any)."""
+    """Group runs.jsonl rows into runs by (phase, cell, norm, seed), in the order runs finished."""
     grouped: dict[tuple[str, str, str, int], list[Mapping[str, Any]]] = {}
     for number, row in enumerate(rows, 1):
         if not isinstance(row.get("norm"), str) or not isinstance(row.get("seed"), int):
@@ -62,7 +61,7 @@ def runs_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Run]:
         key = (row.get("phase") or COMPARE_PHASE, cell_key(row.get("cell") or {}), row["norm"], row["seed"])
         grouped.setdefault(key, []).append(row)
     runs = []
-    for (phase, _, norm, seed), group in sorted(grouped.items(), key=lambda item: item[0]):
+    for (phase, _, norm, seed), group in grouped.items():
         last = group[-1]
         runs.append(Run(norm=norm, seed=seed, status=last.get("status") or "ok", params=last.get("params"),
                         cell=dict(last.get("cell") or {}), tuned=dict(last.get("tuned") or {}), phase=phase,
@@ -186,7 +185,8 @@ def summarize(runs: Sequence[Run], norms: Sequence[str], baseline: str, metric: 
     partial: list[dict[str, Any]] = []
     for cell in _cells(runs):
         ck = cell_key(cell)
-        in_cell = [r for r in runs if cell_key(r.cell) == ck]
+        # in seed order, so every mean is the same whatever order the runs finished in (parallel executors)
+        in_cell = sorted((r for r in runs if cell_key(r.cell) == ck), key=lambda r: r.seed)
         values: dict[str, dict[int, float]] = {norm: {} for norm in norms}
         for run in in_cell:
             value = run_value(run.epochs, metric, select, source) if run.status == "ok" else None

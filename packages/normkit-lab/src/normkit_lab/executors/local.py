@@ -13,6 +13,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
+from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -25,6 +26,7 @@ from normkit_lab.results import ResultsDir
 from normkit_lab.training import failed_run
 
 POLL_S = 0.2  # how often the parent drains progress events while runs train
+LOST_ATTEMPTS = 2  # a run whose worker process died is run again once, then recorded failed
 
 
 def cuda_slots(device: str, jobs: int | None, jobs_per_gpu: int, nproc: int) -> list[str] | None:
@@ -95,19 +97,17 @@ class LocalExecutor:
         slot_queue: Any = ctx.Queue()
         for slot in slots or [None] * workers:
             slot_queue.put(slot)
-        todo, started = list(jobs), set()
-
-        def relay(kind: str, value: Any) -> None:
-            if kind == "start":
-                started.add(value)
-            on_event(kind, value)
-
+        todo, losses = list(jobs), Counter()
         while todo:
-            todo = self._pool_pass(todo, relay, ctx, events, slot_queue, workers, started)
+            todo = self._pool_pass(todo, on_event, ctx, events, slot_queue, workers, losses)
 
     def _pool_pass(self, todo: list[Job], on_event: Events, ctx: Any, events: Any, slot_queue: Any,
-                   workers: int, started: set[Any]) -> list[Job]:
-        """Run `todo` in a fresh pool; returns the jobs to run again (after a worker process died)."""
+                   workers: int, losses: Counter[Any]) -> list[Job]:
+        """Run `todo` in a fresh pool; returns the jobs to run again after a worker process died.
+
+        When one worker dies the pool stops them all, so the runs it held cannot tell whose process
+        died: each is run again (from its last epoch's checkpoint) and recorded failed only when it
+        is lost a second time."""
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
                                    initargs=(events, slot_queue))
         futures: dict[Future[Any], Job] = {pool.submit(_work, job, False): job for job in todo}
@@ -123,7 +123,8 @@ class LocalExecutor:
                         outcome = future.result()
                     except BrokenProcessPool:
                         _drain(events, on_event)
-                        retry += record_lost_run(job, on_event, job.run in started)
+                        losses[job.run] += 1
+                        retry += record_lost_run(job, on_event, give_up=losses[job.run] >= LOST_ATTEMPTS)
                         continue
                     if outcome == "busy":  # another process holds it: wait for that one
                         pending.add(_resubmit(pool, futures, job))
@@ -142,14 +143,15 @@ def _resubmit(pool: ProcessPoolExecutor, futures: dict[Future[Any], Job], job: J
     return future
 
 
-def record_lost_run(job: Job, on_event: Events, started: bool) -> list[Job]:
+def record_lost_run(job: Job, on_event: Events, give_up: bool) -> list[Job]:
     """A worker process died (killed, out of memory, a crash in native code) while `job` was queued or
-    running: record it as failed if it had started, else run it again in a new pool."""
+    running: [job] to run it again, or with `give_up` record it failed (its checkpoint is kept, so a
+    later --resume continues it). Nothing when another process finished or holds it."""
     store = ResultsDir(Path(job.store))
     with store.claim(job.run) as claimed:
         if not claimed or job.run in store.finished():
             return []
-        if not started:
+        if not give_up:
             return [job]
         result = failed_run(job.run.norm, job.run.seed, RuntimeError(
             "its worker process died (killed, out of memory or a crash in native code)"))

@@ -147,7 +147,7 @@ class RayExecutor:
                         relay.live(ray.get(events.take.remote()))  # its "start", if it got that far
                         attempts[job.run] = attempts.get(job.run, 0) + 1
                         gave_up = job.run in relay.started or attempts[job.run] >= START_ATTEMPTS
-                        for again in record_lost_run(job, relay, gave_up):
+                        for again in record_lost_run(job, relay, give_up=gave_up):
                             submit(again, False)
                         continue
                     relay.finished(token, emitted)
