@@ -22,6 +22,7 @@ from typing import Any
 
 from normkit_lab import environment
 from normkit_lab.config import CompareConfig, build_config, load_yaml, save_yaml
+from normkit_lab.errors import ConfigError
 from normkit_lab.execute import Job, RunOptions
 from normkit_lab.executors import Executor, ExecutorOptions, make_executor
 from normkit_lab.plan import RunId, choose, compare_plan, grid, run_count, tune_plan
@@ -100,16 +101,24 @@ def run_compare(cfg: CompareConfig, store: ResultsDir, *, progress: Progress | N
             if value.phase == "compare":
                 write_summary(store, results_of(cfg, store))
 
+    def run_all(run_ids: list[RunId]) -> None:
+        executor.run([Job.make(cfg, run_id, store, options) for run_id in run_ids], on_event)
+        recorded = {RunId.of_run(run) for run in store.runs()}
+        missing = [run_id for run_id in run_ids if run_id not in recorded]
+        if missing:  # an executor must record every run it was given (ok, diverged or failed)
+            raise ConfigError(f"{len(missing)} of {len(run_ids)} runs were not recorded (first: "
+                              f"{missing[0].label()}); their processes may have been stopped from outside, so "
+                              f"train them with: normkit compare --resume {store.path}")
+
     try:
-        executor.run([Job.make(cfg, run_id, store, options) for run_id in tuning], on_event)
+        run_all(tuning)
         chosen = None
         if cfg.tune:
             chosen, table = choose(cfg, store.runs())
             store.write_tuning(table)
             if on_tuned is not None:
                 on_tuned(table)
-        todo = [run_id for run_id in compare_plan(cfg, chosen) if run_id not in finished]
-        executor.run([Job.make(cfg, run_id, store, options) for run_id in todo], on_event)
+        run_all([run_id for run_id in compare_plan(cfg, chosen) if run_id not in finished])
     finally:
         progress.close()
     results = results_of(cfg, store)

@@ -146,10 +146,13 @@ def _resubmit(pool: ProcessPoolExecutor, futures: dict[Future[Any], Job], job: J
 def record_lost_run(job: Job, on_event: Events, give_up: bool) -> list[Job]:
     """A worker process died (killed, out of memory, a crash in native code) while `job` was queued or
     running: [job] to run it again, or with `give_up` record it failed (its checkpoint is kept, so a
-    later --resume continues it). Nothing when another process finished or holds it."""
+    later --resume continues it). Nothing when another process finished it.
+
+    Waits for the run's lock: a broken pool reports its runs lost before it has stopped the other
+    workers, which may still hold theirs for a moment."""
     store = ResultsDir(Path(job.store))
-    with store.claim(job.run) as claimed:
-        if not claimed or job.run in store.finished():
+    with store.claim(job.run, wait=True):
+        if job.run in store.finished():
             return []
         if not give_up:
             return [job]

@@ -33,7 +33,7 @@ from typing import Any
 from normkit_lab.errors import ConfigError, one_line
 from normkit_lab.execute import Events, Job, run_job
 from normkit_lab.executors import ExecutorOptions
-from normkit_lab.executors.local import record_lost_run
+from normkit_lab.executors.local import LOST_ATTEMPTS, record_lost_run
 from normkit_lab.plan import RunId
 from normkit_lab.results import ResultsDir
 from normkit_lab.training import TrainConfig
@@ -146,7 +146,7 @@ class RayExecutor:
                     except ray.exceptions.RayError:  # its worker process or node died
                         relay.live(ray.get(events.take.remote()))  # its "start", if it got that far
                         attempts[job.run] = attempts.get(job.run, 0) + 1
-                        gave_up = job.run in relay.started or attempts[job.run] >= START_ATTEMPTS
+                        gave_up = attempts[job.run] >= (LOST_ATTEMPTS if job.run in relay.started else START_ATTEMPTS)
                         for again in record_lost_run(job, relay, give_up=gave_up):
                             submit(again, False)
                         continue
