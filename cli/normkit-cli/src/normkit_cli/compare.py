@@ -232,7 +232,8 @@ def compare_cmd(
         fixed = set(given) - RUNTIME_KEYS
         if fixed:
             raise fail(f"--resume reuses the config saved in {str(resume)!r}; drop {_flags(fixed)} "
-                       f"(only {_flags(set(RUNTIME_KEYS))} may change)")
+                       f"(only {_flags(set(RUNTIME_KEYS))} may change, and the Scale out and Output "
+                       f"options that say how runs execute: --jobs, --executor, --log, --keep-checkpoints, ...)")
         cfg, store = open_store(resume, given)
         check(cfg)
         run_executor = make_executor(scale)
