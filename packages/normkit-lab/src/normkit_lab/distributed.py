@@ -241,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
         result = _train_rank(job, checkpoint, rank, result_file)
         if rank == 0:
             atomic_write_text(result_file, json.dumps(dataclasses.asdict(result)))
+        # every rank tears gloo down together: a rank leaving while a peer is still in rank-0-only
+        # work aborted now and then in gloo's teardown ("terminate called without an active exception")
+        dist.barrier()
         dist.destroy_process_group()
     except BaseException as exc:
         with contextlib.suppress(OSError):
