@@ -18,9 +18,9 @@ from normkit_lab.loggers import (
     CSVLogger,
     TensorBoardLogger,
     check_log_kinds,
-    epoch_fields,
     make_loggers,
 )
+from normkit_lab.results import epoch_fields
 from normkit_lab.training import EpochRecord
 
 pytest.importorskip("tensorboard")

@@ -239,7 +239,7 @@ def compare_cmd(
         run_executor = make_executor(scale)
     else:
         cfg = lab_config.resolve(given, config)
-        check(cfg, parallel=_parallel_runs(scale, cfg.train.device))
+        check(cfg, parallel=scale.parallel_runs)
         run_executor = make_executor(scale)  # a missing engine or a bad cluster option: before any file
         store = create_store(cfg, out)
     console = make_console()
@@ -293,11 +293,6 @@ def _executor_options(kind: str, jobs: int | None, jobs_per_gpu: int, ray_addres
         slurm["cpus_per_task"] = cpus
     slurm.update(parse_key_values(params or [], "--slurm-param"))
     return ExecutorOptions(kind=kind, jobs=jobs, jobs_per_gpu=jobs_per_gpu, ray_address=ray_address, slurm=slurm)
-
-
-def _parallel_runs(scale: Any, device: str) -> int:
-    """Runs training at once on this machine (their CPU threads are shared out): --jobs, else 1."""
-    return scale.jobs or 1 if scale.kind == "local" else 1
 
 
 def register(app: typer.Typer) -> None:

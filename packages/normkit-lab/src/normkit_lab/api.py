@@ -60,7 +60,7 @@ def compare_norms(norms: str | list[str], *, out: str | Path | None = None, conf
     """
     cfg = lab_config.resolve({"norms": norms, **options}, config)
     executor = executor or ExecutorOptions()
-    check(cfg, parallel=(executor.jobs or 1) if executor.kind == "local" else 1)
+    check(cfg, parallel=executor.parallel_runs)
     store = create_store(cfg, out)
     run_compare(cfg, store, progress=progress, executor=make_executor(executor), options=run_options)
     return read_result(store)

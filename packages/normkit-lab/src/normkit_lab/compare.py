@@ -16,6 +16,7 @@ one-line error; either way the comparison goes on. Resuming retries failed runs.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -81,8 +82,7 @@ def run_compare(cfg: CompareConfig, store: ResultsDir, *, progress: Progress | N
     """
     progress = progress or Progress()
     executor = executor or make_executor(ExecutorOptions())
-    options = options or RunOptions()
-    options = RunOptions(keep_checkpoints=options.keep_checkpoints, log=options.log, diagnostics=cfg.diagnostics)
+    options = dataclasses.replace(options or RunOptions(), diagnostics=cfg.diagnostics)
     finished = store.finished()
     n_tune, n_compare = run_count(cfg)
     tuning = [run_id for run_id in tune_plan(cfg) if run_id not in finished]

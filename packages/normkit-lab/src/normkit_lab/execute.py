@@ -99,12 +99,17 @@ def _train_and_record(job: Job, store: ResultsDir, events: Events | None) -> Run
     finally:
         for logger in loggers:
             logger.close()
-    result.phase, result.cell, result.tuned = run_id.phase, dict(run_id.cell), dict(run_id.tuned)
-    store.append_run(result, environment.run_columns(job.train.device))
+    store.append_run(with_identity(result, run_id), environment.run_columns(job.train.device))
     # a failed run restarts from its first epoch when retried (its norm's code has probably changed)
     keep = job.options.keep_checkpoints and result.status != "failed"
     checkpoint.finish(store.weights_path(run_id) if keep else None)
     emit("end", result)
+    return result
+
+
+def with_identity(result: RunResult, run_id: RunId) -> RunResult:
+    """`result` carrying the rest of `run_id` (phase, cell, tuned values), as the store keys it."""
+    result.phase, result.cell, result.tuned = run_id.phase, dict(run_id.cell), dict(run_id.tuned)
     return result
 
 

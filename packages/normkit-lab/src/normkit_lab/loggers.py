@@ -14,15 +14,13 @@ checkpoint's epochs, and TensorBoard is told (purge_step) to hide the events an 
 attempt wrote after the checkpoint. The training loop calls them through `RunLogger`, on the
 writing process only (rank 0 under DDP).
 
-This module imports nothing from normkit_lab.training or normkit_lab.results at import time
-(results imports training, which may import this module), and tensorboard only when a
-TensorBoardLogger is built, so the package works without it.
+This module imports tensorboard only when a TensorBoardLogger is built, so the package works
+without it.
 """
 
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
 from collections.abc import Sequence
 from importlib.util import find_spec
@@ -31,7 +29,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from torch import Tensor
 
+from normkit_lab.atomic import atomic_write_text
 from normkit_lab.errors import ConfigError, short_repr
+from normkit_lab.results import epoch_fields
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -67,13 +67,6 @@ class RunLogger(Protocol):
         ...
 
 
-def epoch_fields() -> tuple[str, ...]:
-    """EpochRecord's field names, in order (the CSV header)."""
-    from normkit_lab.training import EpochRecord  # not at import time: see the module docstring
-
-    return tuple(f.name for f in dataclasses.fields(EpochRecord))
-
-
 class CSVLogger:
     """One run's per-epoch metrics as CSV: a header of EpochRecord's fields, one row per finished epoch.
 
@@ -105,8 +98,6 @@ class CSVLogger:
         pass
 
     def _write(self) -> None:
-        from normkit_lab.atomic import atomic_write_text
-
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=list(self._fields), lineterminator="\n", extrasaction="ignore")
         writer.writeheader()

@@ -41,6 +41,12 @@ class ExecutorOptions:
                                           and 1 <= value <= MAX_JOBS):
                 raise ConfigError(f"{flag} must be an integer in [1, {MAX_JOBS:,}], got {value!r}")
 
+    @property
+    def parallel_runs(self) -> int:
+        """Runs training at once on this machine, which share its CPU cores: --jobs for the local
+        executor, else 1 (a cluster's runs train elsewhere)."""
+        return (self.jobs or 1) if self.kind == "local" else 1
+
 
 class Executor(Protocol):
     def run(self, jobs: list[Job], on_event: Events) -> None:
@@ -57,8 +63,6 @@ def make_executor(options: ExecutorOptions) -> Executor:
         from normkit_lab.executors.ray import RayExecutor
 
         return RayExecutor(options)
-    if options.kind == "slurm":
-        from normkit_lab.executors.slurm import SlurmExecutor
+    from normkit_lab.executors.slurm import SlurmExecutor  # the last kind ExecutorOptions accepts
 
-        return SlurmExecutor(options)
-    raise ConfigError(f"unknown executor {options.kind!r}; use one of {', '.join(EXECUTORS)}")
+    return SlurmExecutor(options)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from normkit_lab.errors import ConfigError
-from normkit_lab.execute import Events, Job, run_job
+from normkit_lab.execute import Events, Job, run_job, with_identity
 from normkit_lab.executors import ExecutorOptions
 from normkit_lab.results import ResultsDir
 from normkit_lab.training import failed_run
@@ -53,10 +53,11 @@ def cuda_slots(device: str, jobs: int | None, jobs_per_gpu: int, nproc: int) -> 
 
 def worker_count(options: ExecutorOptions, device: str, nproc: int = 1) -> int:
     """How many runs train at once: --jobs, or one per CUDA slot, else 1."""
-    slots = cuda_slots(device, options.jobs, options.jobs_per_gpu, nproc)
-    if slots is not None:
-        return len(slots)
-    return options.jobs or 1
+    return _workers(options, cuda_slots(device, options.jobs, options.jobs_per_gpu, nproc))
+
+
+def _workers(options: ExecutorOptions, slots: list[str] | None) -> int:
+    return len(slots) if slots is not None else options.jobs or 1
 
 
 def split_threads(threads: int, jobs: int) -> int:
@@ -74,8 +75,8 @@ class LocalExecutor:
         if not jobs:
             return
         train = jobs[0].train
-        workers = worker_count(self.options, train.device, train.nproc_per_node)
         slots = cuda_slots(train.device, self.options.jobs, self.options.jobs_per_gpu, train.nproc_per_node)
+        workers = _workers(self.options, slots)
         if workers == 1:  # one at a time: in this process, on the configured device
             self._sequential(jobs, on_event)
         else:
@@ -156,9 +157,8 @@ def record_lost_run(job: Job, on_event: Events, give_up: bool) -> list[Job]:
             return []
         if not give_up:
             return [job]
-        result = failed_run(job.run.norm, job.run.seed, RuntimeError(
-            "its worker process died (killed, out of memory or a crash in native code)"))
-        result.phase, result.cell, result.tuned = job.run.phase, dict(job.run.cell), dict(job.run.tuned)
+        result = with_identity(failed_run(job.run.norm, job.run.seed, RuntimeError(
+            "its worker process died (killed, out of memory or a crash in native code)")), job.run)
         store.append_run(result, {})
     on_event("end", result)
     return []
@@ -212,8 +212,7 @@ def _work(job: Job, wait_for_holder: bool) -> str:
     result = run_job(job, lambda kind, value: _EVENTS.put((kind, value)), wait=wait_for_holder)
     if result is not None:
         return "ran"
-    if wait_for_holder or _skipped(job, lambda kind, value: _EVENTS.put((kind, value))):
-        if wait_for_holder:
-            _EVENTS.put(("skip", job.run))
+    if wait_for_holder:  # the holder finished it
+        _EVENTS.put(("skip", job.run))
         return "skipped"
-    return "busy"
+    return "skipped" if _skipped(job, lambda kind, value: _EVENTS.put((kind, value))) else "busy"

@@ -25,7 +25,6 @@ run on this machine, all at once): for tests and for trying a configuration with
 from __future__ import annotations
 
 import csv
-import dataclasses
 import os
 import shutil
 import signal
@@ -38,11 +37,11 @@ from typing import Any
 
 from normkit import NormkitError
 from normkit_lab.errors import ConfigError, one_line
-from normkit_lab.execute import Events, Job, run_job
+from normkit_lab.execute import Events, Job, run_job, with_identity
 from normkit_lab.executors import ExecutorOptions
 from normkit_lab.loggers import METRICS_DIR
 from normkit_lab.plan import RunId
-from normkit_lab.results import ResultsDir
+from normkit_lab.results import ResultsDir, epoch_fields
 from normkit_lab.training import EpochRecord, RunResult, TrainConfig, failed_run
 
 try:  # the task class below must be a real Checkpointable; without submitit, SlurmExecutor() refuses to start
@@ -348,7 +347,7 @@ class _Watch:
             on_event("start", self.job.run)
 
 
-_EPOCH_FIELDS = {f.name for f in dataclasses.fields(EpochRecord)}
+_EPOCH_FIELDS = frozenset(epoch_fields())
 
 
 def _record(row: dict[str, Any]) -> EpochRecord:
@@ -383,9 +382,9 @@ def _task_lost(task: Any, watch: _Watch, exc: Exception, on_event: Events) -> No
             return
         result = _stored(store, job.run)
         if result is None:
-            result = failed_run(job.run.norm, job.run.seed, TaskLost(
-                f"its SLURM task {task.job_id} ended without a result ({_reason(exc)}); log: {task.paths.stderr}"))
-            result.phase, result.cell, result.tuned = job.run.phase, dict(job.run.cell), dict(job.run.tuned)
+            result = with_identity(failed_run(job.run.norm, job.run.seed, TaskLost(
+                f"its SLURM task {task.job_id} ended without a result ({_reason(exc)}); log: {task.paths.stderr}")),
+                job.run)
             store.append_run(result, {})
     watch.start(on_event)
     on_event("end", result)
