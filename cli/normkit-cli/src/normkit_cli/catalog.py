@@ -9,16 +9,53 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from normkit_cli import catalog_cache
 from normkit_cli.errors import one_line_errors
 
 if TYPE_CHECKING:
     import normkit
 
-# normkit (and so torch) is imported inside each command: `normkit --help` must not load it.
+# normkit (and so torch) is imported only when the catalog cache cannot answer (catalog_cache.py):
+# `normkit --help` never loads it, `list`/`plugins`/`show` only after a plugin changed.
 
 
 def _console() -> Console:
     return Console(soft_wrap=False, width=None)
+
+
+SHOW_DEFAULTS = (64, False, None)  # show_cmd's --channels, --tokens, --activation
+
+
+def _show_key(spec: str, channels: int, tokens: bool, activation: str | None) -> str:
+    return json.dumps([spec, channels, tokens, activation])
+
+
+def _catalog() -> dict[str, Any]:
+    """list, plugins and show (every norm at the default options), from the cache when it is
+    current, else from the plugins themselves (then cached when every plugin loaded)."""
+    use_cache = catalog_cache.enabled()  # before normkit is imported below
+    cached = catalog_cache.read() if use_cache else None
+    if cached is not None:
+        return cached
+    import normkit
+    from normkit import plugins
+
+    infos = plugins.plugins()
+    reg = plugins.registry()
+    content: dict[str, Any] = {
+        "list": {"norms": normkit.available(), "items": [e.as_dict() for e in reg.of_kind("model", "dataset")]},
+        "plugins": [vars(i) for i in infos],
+        "show": {},
+    }
+    if any(i.error for i in infos) or not use_cache:
+        return content
+    for entry in reg.of_kind("norm"):
+        try:
+            content["show"][_show_key(entry.name, *SHOW_DEFAULTS)] = _show_data(entry.name, *SHOW_DEFAULTS)
+        except Exception:  # noqa: BLE001 - a norm that needs other options is shown live
+            continue
+    catalog_cache.write(json.loads(json.dumps(content, default=str)))
+    return content
 
 
 @one_line_errors
@@ -26,12 +63,8 @@ def list_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
     """List norms, stages, models and datasets with aliases, plugin and summary."""
-    import normkit
-    from normkit import plugins
-
-    reg = plugins.registry()
-    norms = normkit.available()
-    items = [e.as_dict() for e in reg.of_kind("model", "dataset")]
+    listing = _catalog()["list"]
+    norms, items = listing["norms"], listing["items"]
     if as_json:
         typer.echo(json.dumps({"norms": norms, "items": items}, indent=2, default=str))
         return
@@ -60,23 +93,24 @@ def list_cmd(
 def plugins_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
-    """Installed plugins: distribution, version, what each registers, load errors."""
-    from normkit import plugins
-
-    infos = plugins.plugins()
+    """Installed plugins: distribution, version, what each registers, load time, load errors."""
+    catalog = _catalog()
+    infos = catalog["plugins"]
     if as_json:
-        typer.echo(json.dumps([vars(i) for i in infos], indent=2))
+        typer.echo(json.dumps(infos, indent=2))
         return
-    table = Table(title="normkit plugins")
+    caption = (f"load times measured {catalog['created']}, when the installed plugins were last loaded "
+               f"({catalog_cache.OFF_ENV}=1 loads them now)" if "created" in catalog else None)
+    table = Table(title="normkit plugins", caption=caption)
     for col in ("plugin", "distribution", "version", "registers", "load", "status"):
         table.add_column(col, justify="right" if col == "load" else "left")
     for i in infos:
-        status = ("[yellow]disabled (NORMKIT_DISABLED_PLUGINS)[/yellow]" if i.disabled
-                  else f"[red]failed: {i.error}[/red]" if i.error else "[green]ok[/green]")
-        if i.warnings and not i.error:
-            status += f" [yellow](warning: {'; '.join(i.warnings)})[/yellow]"
-        load = "-" if i.disabled else f"{i.load_seconds * 1000:.0f} ms"
-        table.add_row(i.name, i.distribution, i.version, ", ".join(i.registered), load, status)
+        status = ("[yellow]disabled (NORMKIT_DISABLED_PLUGINS)[/yellow]" if i["disabled"]
+                  else f"[red]failed: {i['error']}[/red]" if i["error"] else "[green]ok[/green]")
+        if i["warnings"] and not i["error"]:
+            status += f" [yellow](warning: {'; '.join(i['warnings'])})[/yellow]"
+        load = "-" if i["disabled"] else f"{i['load_seconds'] * 1000:.0f} ms"
+        table.add_row(i["name"], i["distribution"], i["version"], ", ".join(i["registered"]), load, status)
     _console().print(table)
 
 
@@ -94,6 +128,34 @@ def _included_note(parsed: normkit.Spec, activation: str | None) -> str:
     return f"included in {parsed.norm.name}; {dropped} (convert, normkit-lab models)"
 
 
+def _show_data(spec: str, channels: int, tokens: bool, activation: str | None) -> dict[str, Any]:
+    """What `normkit show` prints, as plain data (cacheable): a title, table rows, then lines."""
+    import normkit
+
+    parsed = normkit.parse(spec)
+    layer = normkit.build(parsed, channels, channel_dim=-1 if tokens else 1, activation=activation)
+    expanded = parsed.expanded()
+    title = f"[bold]{parsed.text}[/bold]" + (f"  (= {expanded})" if expanded != parsed.text else "")
+    if not isinstance(layer, normkit.NormLayer):
+        return {"title": title, "rows": None, "lines": [
+            f"ready-made module: {layer!r}", f"learnable parameters: {sum(p.numel() for p in layer.parameters())}"]}
+    d = layer.describe()
+    rows = [["partition (NAP)", d["partition"], f"layout {d['layout']}, {channels} channels"]]
+    rows += [[f"step {i} (NOP)", name, _fmt(params)] for i, (name, params) in enumerate(d["steps"], 1)]
+    rows.append(["recovery (NRR)", d["recovery"], ""])
+    if d["activation"]:
+        rows.append(["activation", d["activation"], _included_note(parsed, activation)])
+    elif parsed.norm.entry.includes_activation:
+        rows.append(["activation", "in the step", _included_note(parsed, activation)])
+    if d["post_activation"]:
+        name, params = d["post_activation"]
+        rows.append(["post-activation", name, _fmt(params)])
+    params = ", ".join(f"{k}{list(v)}" for k, v in d["parameters"].items()) or "none"
+    buffers = ", ".join(f"{k}{list(v)}" for k, v in d["buffers"].items()) or "none"
+    return {"title": title, "rows": rows, "lines": [f"parameters: {params}", f"buffers: {buffers}",
+                                                    f"learnable parameters: {d['learnable']}"]}
+
+
 @one_line_errors
 def show_cmd(
     spec: Annotated[str, typer.Argument(help="A norm spec, e.g. 'gn(groups=8)+pn'.")],
@@ -103,39 +165,25 @@ def show_cmd(
     activation: Annotated[str | None, typer.Option(help="Activation that follows the norm in the model.")] = None,
 ) -> None:
     """Show the stages of the layer a spec builds: partition, steps, recovery, activation."""
-    import normkit
-
-    parsed = normkit.parse(spec)
-    layer = normkit.build(parsed, channels, channel_dim=-1 if tokens else 1, activation=activation)
+    key = _show_key(spec, channels, tokens, activation)
+    catalog = _catalog()
+    data = catalog["show"].get(key)
+    if data is None:
+        data = _show_data(spec, channels, tokens, activation)
+        if "created" in catalog:  # a current catalog: remember this spec too
+            catalog["show"][key] = data
+            catalog_cache.write({k: catalog[k] for k in ("list", "plugins", "show")})
     console = _console()
-    expanded = parsed.expanded()
-    console.print(f"[bold]{parsed.text}[/bold]" + (f"  (= {expanded})" if expanded != parsed.text else ""))
-    if not isinstance(layer, normkit.NormLayer):
-        console.print(f"ready-made module: {layer!r}")
-        console.print(f"learnable parameters: {sum(p.numel() for p in layer.parameters())}")
-        return
-    d = layer.describe()
-    table = Table(show_header=True)
-    table.add_column("stage")
-    table.add_column("what")
-    table.add_column("settings")
-    table.add_row("partition (NAP)", d["partition"], f"layout {d['layout']}, {channels} channels")
-    for i, (name, params) in enumerate(d["steps"], 1):
-        table.add_row(f"step {i} (NOP)", name, _fmt(params))
-    table.add_row("recovery (NRR)", d["recovery"], "")
-    if d["activation"]:
-        table.add_row("activation", d["activation"], _included_note(parsed, activation))
-    elif parsed.norm.entry.includes_activation:
-        table.add_row("activation", "in the step", _included_note(parsed, activation))
-    if d["post_activation"]:
-        name, params = d["post_activation"]
-        table.add_row("post-activation", name, _fmt(params))
-    console.print(table)
-    params = ", ".join(f"{k}{list(v)}" for k, v in d["parameters"].items()) or "none"
-    buffers = ", ".join(f"{k}{list(v)}" for k, v in d["buffers"].items()) or "none"
-    console.print(f"parameters: {params}")
-    console.print(f"buffers: {buffers}")
-    console.print(f"learnable parameters: {d['learnable']}")
+    console.print(data["title"])
+    if data["rows"] is not None:
+        table = Table(show_header=True)
+        for col in ("stage", "what", "settings"):
+            table.add_column(col)
+        for row in data["rows"]:
+            table.add_row(*row)
+        console.print(table)
+    for line in data["lines"]:
+        console.print(line)
 
 
 def register(app: typer.Typer) -> None:

@@ -7,6 +7,7 @@ nothing from normkit, so the stage model (`stages.py`) can use it without an imp
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -20,15 +21,28 @@ def native_standardize(x: Tensor, *, kind: str, tokens: bool, num_channels: int,
     For "batch": `use_batch_stats` normalizes with the batch's statistics (training, or no running
     statistics) and updates running_mean/var with `factor` when they are given.
     """
+    # A half-precision module (`layer.to(torch.bfloat16)`) gets float32 x from the layer: its
+    # parameters and running statistics are used in float32 too, the running statistics written back.
+    weight, bias = _as(x, weight), _as(x, bias)
     if kind == "layer" and tokens:
         return F.layer_norm(x, (num_channels,), weight, bias, eps)
     xt = x.movedim(-1, 1) if tokens else x
     if kind == "batch":
-        out = F.batch_norm(xt, running_mean, running_var, weight, bias, use_batch_stats, factor, eps)
+        mean, var = _as(x, running_mean), _as(x, running_var)
+        out = F.batch_norm(xt, mean, var, weight, bias, use_batch_stats, factor, eps)
+        if mean is not running_mean and running_mean is not None and running_var is not None and var is not None:
+            with torch.no_grad():
+                running_mean.copy_(mean)
+                running_var.copy_(var)
     else:
         g = {"layer": 1, "instance": num_channels, "group": groups}[kind]
         out = F.group_norm(xt, g, weight, bias, eps)
     return out.movedim(1, -1) if tokens else out
+
+
+def _as(x: Tensor, t: Tensor | None) -> Tensor | None:
+    """`t` in x's dtype (the same tensor when it already is)."""
+    return None if t is None else t.to(x.dtype)
 
 
 def native_rms(x: Tensor, *, num_channels: int, weight: Tensor | None, bias: Tensor | None,

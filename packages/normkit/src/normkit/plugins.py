@@ -3,6 +3,14 @@
 Environment:
     NORMKIT_STRICT_PLUGINS=1        a plugin that fails to load raises instead of being skipped
     NORMKIT_DISABLED_PLUGINS=a,b    entry-point or distribution names to skip
+    NORMKIT_PLUGIN_TIMEOUT=SECONDS  how long one plugin's import may take (default 10); a plugin
+                                    still importing after that is recorded as failed and skipped
+
+A plugin imports in a daemon thread that the loader waits on with a timeout (after
+`NOTICE_SECONDS` it logs which plugin it is waiting for). Python cannot stop a thread, so a
+plugin that blocks keeps its thread (and its module's import lock) for the rest of the process:
+anything that later imports that module waits too (a later plugin doing so times out in turn), and
+if the import ever finishes its result is ignored. The daemon thread never keeps the process alive.
 """
 
 from __future__ import annotations
@@ -10,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata as md
 import itertools
+import logging
+import math
 import os
 import signal
 import threading
@@ -25,6 +35,10 @@ from normkit.errors import PluginError, first_line
 from normkit.registry import Registry
 
 ENTRY_POINT_GROUP = "normkit"
+TIMEOUT_ENV = "NORMKIT_PLUGIN_TIMEOUT"
+DEFAULT_TIMEOUT_SECONDS = 10.0
+NOTICE_SECONDS = 3.0  # a plugin still importing after this is named on stderr (logging)
+log = logging.getLogger("normkit.plugins")
 BUILTIN_PLUGINS = ("normkit.activations",)
 # normkit's own plugins load before third-party ones, so a third-party name clash rejects the
 # newcomer rather than knocking out the standard norms.
@@ -64,6 +78,21 @@ def strict() -> bool:
 def _disabled() -> set[str]:
     raw = os.environ.get("NORMKIT_DISABLED_PLUGINS", "")
     return {x.strip().lower() for x in raw.split(",") if x.strip()}
+
+
+def import_timeout() -> float:
+    """Seconds one plugin's import may take: NORMKIT_PLUGIN_TIMEOUT, default 10."""
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_TIMEOUT_SECONDS
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise PluginError(f"{TIMEOUT_ENV}={raw!r} is not a positive number of seconds; set it to e.g. 30 "
+                          "or unset it for the default (10)")
+    return value
 
 
 def _new_manager() -> pluggy.PluginManager:
@@ -163,6 +192,41 @@ def _collect(state: PluginState, plugin: Any, info: PluginInfo, started: float |
     state.plugins.append(info)
 
 
+class _ImportTimedOut(Exception):
+    """The loader's own timeout (a TimeoutError the plugin raises is an ordinary failure)."""
+
+
+def _import_bounded(ep: md.EntryPoint, info: PluginInfo, limit: float) -> Any:
+    """`ep.load()` in a daemon thread, waited on for at most `limit` seconds.
+
+    Returns the plugin object; re-raises what the import raised; raises _ImportTimedOut when the
+    import is still running after `limit` (its thread is left behind, see the module docstring).
+    """
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["plugin"] = ep.load()
+        except BaseException as exc:  # noqa: BLE001 - handed to the loading thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, name=f"normkit-plugin-import:{info.name}", daemon=True)
+    started = time.perf_counter()
+    thread.start()
+    thread.join(min(NOTICE_SECONDS, limit))
+    if thread.is_alive():
+        log.warning("normkit: waiting for plugin %r (%s %s) to finish importing (%.0f s so far, limit %g s, "
+                    "%s)", info.name, info.distribution, info.version, time.perf_counter() - started, limit,
+                    TIMEOUT_ENV)
+        thread.join(max(0.0, limit - (time.perf_counter() - started)))
+    if thread.is_alive():
+        raise _ImportTimedOut(f"did not finish importing within {limit:g} s (still running after "
+                           f"{time.perf_counter() - started:.1f} s; raise {TIMEOUT_ENV} if it is only slow)")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["plugin"]
+
+
 def _load() -> PluginState:
     state = PluginState(_new_manager(), Registry(), [])
     import importlib
@@ -178,6 +242,7 @@ def _load() -> PluginState:
         return (ep.dist is None or ep.dist.name not in FIRST_PARTY, ep.name)
 
     eps = sorted(md.entry_points(group=ENTRY_POINT_GROUP), key=order)
+    limit = import_timeout()
     with _CtrlC() as ctrl_c:
         for ep in eps:
             dist = ep.dist.name if ep.dist else "?"
@@ -188,7 +253,11 @@ def _load() -> PluginState:
             info = PluginInfo(ep.name, dist, version)
             started = time.perf_counter()
             try:
-                plugin = ep.load()
+                plugin = _import_bounded(ep, info, limit)
+            except _ImportTimedOut as exc:
+                log.warning("normkit: plugin %r (%s) %s; going on without it", info.name, dist, exc)
+                _fail(state, info, str(exc), exc, started, "timed out")
+                continue
             except BaseException as exc:
                 ctrl_c.check(exc)
                 _fail(state, info, _describe(exc, info.name), exc, started, "failed to import")

@@ -32,7 +32,8 @@ class LayerNorm2d(nn.Module):
             xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
             if self.channel_dim == 1:
                 xf = xf.movedim(1, -1)
-            y = F.layer_norm(xf, (self.num_channels,), self.weight, self.bias, self.eps)
+            weight, bias = (None if t is None else t.to(xf.dtype) for t in (self.weight, self.bias))  # half module
+            y = F.layer_norm(xf, (self.num_channels,), weight, bias, self.eps)
             if self.channel_dim == 1:
                 y = y.movedim(-1, 1)
         return y.to(x.dtype)

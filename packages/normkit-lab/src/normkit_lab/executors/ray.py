@@ -12,8 +12,9 @@ installed. The store's run locks keep a task from training a run that another pr
 the local pool. Progress ("start", "epoch", "end") flows from the tasks through a small Ray actor and
 `on_event` is called here, in the driver; "skip" and failures of dead workers are decided here too.
 Without an address (and without RAY_ADDRESS) a quiet local instance sized to this machine is started
-and shut down at the end of `run`; an instance someone else started is left alone. Ray worker logs
-stay in Ray's session directory (/tmp/ray/session_latest/logs), not on this terminal.
+(no dashboard, token authentication on every port it opens) and shut down at the end of `run`; an
+instance someone else started is left alone. Ray worker logs stay in Ray's session directory
+(/tmp/ray/session_latest/logs), not on this terminal.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class RayExecutor:
     def __init__(self, options: ExecutorOptions) -> None:
         self.options = options
         self._ray = _import_ray()  # fail before any store is created when Ray is missing
+        self._local_env = contextlib.ExitStack()  # a local instance's token, until it is shut down
         if options.ray_address:
             _probe(options.ray_address)  # an address nothing listens at: before any store is created too
 
@@ -74,6 +76,7 @@ class RayExecutor:
             if connected:  # stops the local instance we started; only disconnects from a cluster
                 with _keep_sigterm_handler():
                     ray.shutdown()
+            self._local_env.close()
 
     # -- connecting ------------------------------------------------------------------------------
 
@@ -88,15 +91,18 @@ class RayExecutor:
             if address is None:
                 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no network calls, no notice
                 try:
+                    self._local_env.enter_context(_token_authentication())
                     with _quiet_logger("ray._private.authentication.authentication_token_setup"):
                         ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False,
                                  object_store_memory=LOCAL_OBJECT_STORE_BYTES, **quiet)
                 except Exception as exc:
+                    self._local_env.close()
                     raise ConfigError(f"could not start a local Ray instance: {one_line(str(exc), 200)}; "
                                       f"its logs are under /tmp/ray/session_latest/logs") from None
                 except BaseException:  # Ctrl-C while it starts: stop what did start
                     with contextlib.suppress(Exception):
                         ray.shutdown()
+                    self._local_env.close()
                     raise
                 return True
             _probe(address)
@@ -243,6 +249,28 @@ def _task_error(exc: Any) -> BaseException:
     if isinstance(cause, BaseException):
         return cause
     return RuntimeError(one_line(str(exc)))
+
+
+@contextlib.contextmanager
+def _token_authentication() -> Iterator[None]:
+    """Start the local instance with Ray's token authentication even when RAY_AUTH_MODE says
+    otherwise; this process's RAY_AUTH_MODE is restored when the instance is shut down.
+
+    Ray's gRPC servers (GCS, raylet and its object manager, every worker) listen on all interfaces
+    and its runtime-env agent on the node's address; Ray turns `_node_ip_address="127.0.0.1"` into
+    the node's address, so they cannot be kept to loopback. A new local instance with RAY_AUTH_MODE
+    unset gets Ray's default, token authentication with the user's token (~/.ray/auth_token, made
+    when missing): each port then refuses a caller without the token. With no dashboard nothing
+    else listens (docs/scaling.md).
+    """
+    saved = os.environ.pop("RAY_AUTH_MODE", None)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("RAY_AUTH_MODE", None)  # Ray sets it to "token" for this process
+        else:
+            os.environ["RAY_AUTH_MODE"] = saved
 
 
 def _probe(address: str) -> None:

@@ -1,0 +1,123 @@
+"""`normkit list` / `show` / `plugins` answer from a cached catalog without importing torch, and the
+catalog is rebuilt whenever a plugin changes: a new version, or an edited source file of an
+editable install with the same version. A damaged or foreign catalog is never trusted, and a
+catalog is never written while a plugin fails to load.
+
+Real processes and a real plugin distribution (dist-info with an entry point on PYTHONPATH).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+# Runs the CLI; on exit says on stderr whether torch was imported (a catalog answer does not).
+RUN = ("import atexit, sys\n"
+       "atexit.register(lambda: print('torch imported:', 'torch' in sys.modules, file=sys.stderr))\n"
+       "from normkit_cli.app import main\nmain()\n")
+
+PLUGIN = """
+import normkit
+
+@normkit.hookimpl
+def normkit_register_norms(register):
+    for name in {names!r}:
+        register(name, compose="bn", summary="cache test")
+"""
+
+
+def install(site: Path, version: str, names: list[str], editable: bool = False) -> None:
+    """Distribution nk-cachetest `version`, entry point `cachetest`, registering `names` (each = bn)."""
+    root = site / "editable-src" if editable else site
+    (root / "src" if editable else root).mkdir(parents=True, exist_ok=True)
+    module = (root / "src" if editable else root) / "nk_cachetest.py"
+    module.write_text(PLUGIN.format(names=names))
+    for old in site.glob("nk_cachetest-*.dist-info"):
+        for f in old.iterdir():
+            f.unlink()
+        old.rmdir()
+    info = site / f"nk_cachetest-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: nk-cachetest\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text("[normkit]\ncachetest = nk_cachetest\n")
+    (info / "RECORD").write_text(f"nk_cachetest.py,,{len(module.read_bytes())}\n")
+    if editable:
+        (info / "direct_url.json").write_text(json.dumps({"dir_info": {"editable": True},
+                                                          "url": f"file://{root}"}))
+        (site / "nk_cachetest.pth").write_text(f"{root / 'src'}\n")
+
+
+def normkit(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess, bool]:
+    site = tmp_path / "site"
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), *(
+        [str(site / "editable-src" / "src")] if (site / "editable-src").exists() else [])]),
+               "NORMKIT_CACHE_DIR": str(tmp_path / "cache"), "NORMKIT_STRICT_PLUGINS": "", **env}
+    environ.pop("NORMKIT_NO_CATALOG_CACHE", None)
+    out = subprocess.run([sys.executable, "-c", RUN, *args], env=environ, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out, "torch imported: True" in out.stderr
+
+
+def names(out: subprocess.CompletedProcess) -> set[str]:
+    return {e["name"] for e in json.loads(out.stdout)["norms"] if e["plugin"] == "cachetest"}
+
+
+def test_the_catalog_answers_without_torch_and_is_rebuilt_when_a_plugin_changes(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    install(site, "1.0", ["cachetest_a"])
+    first, loaded = normkit(tmp_path, "list", "--json")
+    assert names(first) == {"cachetest_a"} and loaded
+    again, loaded = normkit(tmp_path, "list", "--json")
+    assert again.stdout == first.stdout and not loaded  # from the catalog
+    show, loaded = normkit(tmp_path, "show", "cachetest_a")
+    assert "standardize" in show.stdout and not loaded
+    listing, loaded = normkit(tmp_path, "plugins", "--json")
+    assert not loaded
+    assert {p["name"]: p["version"] for p in json.loads(listing.stdout)}["cachetest"] == "1.0"
+
+    install(site, "1.1", ["cachetest_a", "cachetest_b"])  # a new version registers a new name
+    bumped, loaded = normkit(tmp_path, "list", "--json")
+    assert names(bumped) == {"cachetest_a", "cachetest_b"} and loaded
+    assert len(list((tmp_path / "cache").glob("catalog-*.json"))) == 1  # the stale one is gone
+
+
+def test_an_edited_editable_plugin_rebuilds_the_catalog(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    install(site, "1.0", ["cachetest_a"], editable=True)
+    first, _ = normkit(tmp_path, "list", "--json")
+    assert names(first) == {"cachetest_a"}
+    module = site / "editable-src" / "src" / "nk_cachetest.py"
+    module.write_text(PLUGIN.format(names=["cachetest_a", "cachetest_c"]))  # same version, new source
+    os.utime(module, ns=(module.stat().st_atime_ns, module.stat().st_mtime_ns + 10**9))
+    edited, loaded = normkit(tmp_path, "list", "--json")
+    assert names(edited) == {"cachetest_a", "cachetest_c"} and loaded
+
+
+def test_a_damaged_or_foreign_catalog_is_not_trusted(tmp_path: Path) -> None:
+    install(tmp_path / "site", "1.0", ["cachetest_a"])
+    first, _ = normkit(tmp_path, "list", "--json")
+    (catalog,) = (tmp_path / "cache").glob("catalog-*.json")
+    data = json.loads(catalog.read_text())
+    data["list"]["norms"] = [dict(data["list"]["norms"][0], name="forged")]
+    data["fingerprint"] = "0" * 64  # a catalog written for other plugins
+    catalog.write_text(json.dumps(data))
+    out, loaded = normkit(tmp_path, "list", "--json")
+    assert out.stdout == first.stdout and loaded
+    catalog.write_text("{not json")
+    out, loaded = normkit(tmp_path, "list", "--json")
+    assert out.stdout == first.stdout and loaded
+
+
+def test_no_catalog_while_a_plugin_fails(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    install(site, "1.0", ["cachetest_a"])
+    (site / "nk_cachetest.py").write_text("raise ImportError('broken on purpose')\n")
+    for _ in range(2):
+        out, loaded = normkit(tmp_path, "plugins", "--json")
+        failed = {p["name"]: p["error"] for p in json.loads(out.stdout) if p["error"]}
+        assert failed == {"cachetest": "import failed: ImportError: broken on purpose"} and loaded
+    assert not list((tmp_path / "cache").glob("catalog-*.json"))
