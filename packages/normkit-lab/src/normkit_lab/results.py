@@ -201,6 +201,11 @@ def rows_to_runs(rows: Iterable[dict[str, Any]]) -> list[RunResult]:
     return runs
 
 
+def _as_json(value: Any) -> str:
+    """`value` as config_hash sees it (so 1 and 1.0, or true and 1, differ)."""
+    return json.dumps(value, sort_keys=True, default=repr)
+
+
 def refuse_symlinks(path: Path) -> None:
     """Refuse a results directory that is, or holds, a symbolic link (writes must stay inside it)."""
     if path.is_symlink():
@@ -241,10 +246,11 @@ class ResultsDir:
         return store
 
     def _store_info(self) -> dict[str, Any] | None:
-        """store.json (None in directories written before it existed); damaged: one ConfigError."""
+        """store.json; when it is missing, rebuilt from the rows' config hash and checked against config.yaml
+        (None only for a store with no rows: nothing to mix). Damaged or unverifiable: one ConfigError."""
         path = self.path / STORE_FILE
         if not path.is_file():
-            return None
+            return self._info_from_rows(path)
         try:
             info = json.loads(path.read_bytes().decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
@@ -254,6 +260,24 @@ class ResultsDir:
             raise ConfigError(f"{str(path)!r} is damaged; it records the configuration the runs were made "
                               f"with, so restore it from a copy or start a new comparison with --out")
         return info
+
+    def _info_from_rows(self, path: Path) -> dict[str, Any] | None:
+        """What store.json held, from the rows (each records its config hash) and config.yaml, or refused."""
+        rows = self.rows()
+        if not rows:
+            return None
+        hashes = {row.get("config_hash") for row in rows}
+        if None in hashes or len(hashes) != 1:
+            raise ConfigError(f"{str(path)!r} is missing and the rows of {RUNS_FILE} do not all record one "
+                              f"configuration, so the store cannot be checked; restore {STORE_FILE} from a copy "
+                              f"or start a new comparison with --out")
+        (rows_hash,) = hashes
+        raw = safe_yaml.read(self.config_path, "config")
+        if not isinstance(raw, dict) or config_hash(raw) != rows_hash:
+            raise ConfigError(f"{str(path)!r} is missing and {str(self.config_path)!r} is not the configuration "
+                              f"the runs in {RUNS_FILE} were made with (their hash {rows_hash}); restore both "
+                              f"files from a copy or start a new comparison with --out")
+        return {"format": 1, "config_hash": rows_hash, "config": config_identity(raw)}
 
     @property
     def config_hash(self) -> str | None:
@@ -274,7 +298,7 @@ class ResultsDir:
         if config_hash(raw) != info["config_hash"]:
             now, then = config_identity(raw), info["config"]
             changed = [f"{k}: {short_repr(then.get(k), 30)} -> {short_repr(now.get(k), 30)}"
-                       for k in sorted(set(now) | set(then)) if now.get(k) != then.get(k)]
+                       for k in sorted(set(now) | set(then)) if _as_json(now.get(k)) != _as_json(then.get(k))]
             raise ConfigError(f"{str(self.config_path)!r} was edited after the store was created "
                               f"({'; '.join(changed) or 'values changed'}); its runs were made with the original "
                               f"values, so restore them (listed in {STORE_FILE}) or start a new comparison")
