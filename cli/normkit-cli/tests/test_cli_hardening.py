@@ -58,6 +58,11 @@ BAD_COMPARE = [
     (["--seeds", "4294967296"], "at most 1,000"),
     (["--seeds", "0,4294967296"], "above 4294967295"),
     (["--epochs", "100000000"], "epochs must be an integer in [1, 10,000]"),
+    (["--seeds", "\u0663"], "seeds must be a count"),  # ARABIC-INDIC DIGIT THREE: int() reads it as 3
+    (["--seeds", "0,\u0661"], "seeds must be a count"),
+    (["--epochs", "\u0663"], "--epochs"),
+    (["--batch-size", "\uff16\uff14"], "--batch-size"),  # fullwidth 64
+    (["--jobs", "1_0"], "--jobs"),
     (["--batch-size", "100000000"], "batch_size must be"),
     (["--model-param", "width=[1"], "--model-param width=... is not valid YAML"),
     (["--model-param", "width={a: [}"], "is not valid YAML"),
