@@ -60,9 +60,6 @@ BAD_COMPARE = [
     (["--epochs", "100000000"], "epochs must be an integer in [1, 10,000]"),
     (["--seeds", "\u0663"], "seeds must be a count"),  # ARABIC-INDIC DIGIT THREE: int() reads it as 3
     (["--seeds", "0,\u0661"], "seeds must be a count"),
-    (["--epochs", "\u0663"], "--epochs"),
-    (["--batch-size", "\uff16\uff14"], "--batch-size"),  # fullwidth 64
-    (["--jobs", "1_0"], "--jobs"),
     (["--batch-size", "100000000"], "batch_size must be"),
     (["--model-param", "width=[1"], "--model-param width=... is not valid YAML"),
     (["--model-param", "width={a: [}"], "is not valid YAML"),
@@ -99,6 +96,22 @@ def test_bad_compare_input_is_one_line_and_writes_nothing(workdir, args, needle)
     result = runner.invoke(app, ["compare", "--norms", "bn", *args, "--out", str(workdir / "out")])
     assert_one_line_error(result, needle)
     assert tree_hash(workdir) == before
+
+
+@pytest.mark.parametrize("args", [["compare", "--epochs", "\u0663"], ["compare", "--batch-size", "\uff16\uff14"],
+                                  ["compare", "--jobs", "1_0"], ["diagnose", "bn", "--depth", "\u0663"],
+                                  ["bench", "--repeats", "\u0665"]])
+def test_integer_options_take_ascii_digits_only(tmp_path, args):
+    """int() reads ARABIC-INDIC or fullwidth digits and underscores; every integer option refuses them."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", "from normkit_cli.app import main; main()", *args,
+                           *(["--out", str(tmp_path / "out")] if args[0] == "compare" else [])],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"error: Invalid value for '{args[-2]}'") and proc.stderr.count("\n") == 1
+    assert "digits 0-9" in proc.stderr and list(tmp_path.iterdir()) == []
 
 
 # -- tampered results directories ---------------------------------------------------------------
