@@ -189,6 +189,21 @@ def test_broken_environment_json_in_a_merge_is_one_line(tmp_path, monkeypatch, e
     assert tree_hash(tmp_path) == before
 
 
+@pytest.mark.parametrize("how", ["inside", "nested", "linked", "same"])
+def test_report_out_inside_or_linked_into_an_input_is_refused(tmp_path, monkeypatch, how):
+    monkeypatch.chdir(tmp_path)
+    d = results_dir(tmp_path)
+    if how == "linked":  # --out under a link that points into D
+        os.symlink(d, tmp_path / "into-d")
+        out = tmp_path / "into-d" / "merged"
+    else:
+        out = {"inside": d / "merged", "nested": d / "metrics" / "x" / "merged", "same": d}[how]
+    before = tree_hash(tmp_path)
+    result = runner.invoke(app, ["report", str(d), "--out", str(out)])
+    assert_one_line_error(result, "is inside input directory", "choose --out outside it")
+    assert tree_hash(tmp_path) == before
+
+
 # -- tracebacks on request, unexpected errors -------------------------------------------------
 
 

@@ -17,7 +17,7 @@ from torch import nn
 import normkit
 from normkit.testing import temporary_plugin
 from normkit_lab import compare, config
-from normkit_lab.errors import DamagedRunFile
+from normkit_lab.errors import ConfigError, DamagedRunFile
 from normkit_lab.execute import Job, RunOptions, run_job
 from normkit_lab.plan import RunId
 from normkit_lab.results import ResultsDir
@@ -211,3 +211,24 @@ def test_a_failed_checkpoint_write_keeps_the_last_good_one_and_blames_no_norm(tm
     result = run_job(Job.make(cfg, RunId.of("bn", 0), store),
                      lambda kind, value: kind == "epoch" and epochs.append(value[1].epoch))
     assert result.status == "ok" and epochs == [1, 2]  # resumed from it
+
+
+# -- links below the results directory ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["tensorboard/{slug}", "tensorboard", "metrics/{slug}.csv", "metrics",
+                                   "checkpoints", "locks/{slug}.lock", "locks"])
+def test_a_link_at_any_level_below_the_store_is_refused_and_nothing_written_through_it(cfg, tmp_path, where):
+    store = compare.create_store(cfg, tmp_path / "s")
+    slug = RunId.of("bn", 0).slug()
+    link = store.path / where.format(slug=slug)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere if not link.suffix else elsewhere / "file", link)
+    job = Job.make(cfg, RunId.of("bn", 0), store, RunOptions(log=("tensorboard",)))
+    with pytest.raises(ConfigError) as info:
+        run_job(job)
+    assert f"{str(link)!r} is a symbolic link" in str(info.value) and "\n" not in str(info.value)
+    assert list(elsewhere.iterdir()) == []  # nothing written through the link
+    assert not (store.path / "runs.jsonl").exists()

@@ -21,6 +21,7 @@ import torch
 
 from normkit_lab.atomic import atomic_replace_from
 from normkit_lab.errors import DamagedRunFile, MachineFailure, one_line, os_error_text
+from normkit_lab.safe_paths import make_dirs, refuse_links
 
 FORMAT = 1
 STATE_KEYS = ("model", "optimizer", "scheduler", "scaler", "rng", "records", "steps", "extras", "callbacks")
@@ -101,8 +102,10 @@ class Checkpointing:
         if not self.save:
             return
         full = {**state, "format": FORMAT, "identity": json.dumps(self.identity, sort_keys=True)}
+        store = self.path.parent.parent  # <store>/checkpoints/<run>.pt
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            make_dirs(store, self.path.parent)
+            refuse_links(store, self.path)
             with atomic_replace_from(self.path) as tmp:
                 torch.save(full, tmp)
         except OSError as exc:
@@ -115,6 +118,7 @@ class Checkpointing:
         if not self.save:
             return
         if keep_weights is not None and self.path.is_file():
+            refuse_links(keep_weights.parent.parent, keep_weights)
             state = torch.load(self.path, map_location="cpu", weights_only=True)
             with atomic_replace_from(keep_weights) as tmp:
                 torch.save({"model": state["model"], "identity": state["identity"],

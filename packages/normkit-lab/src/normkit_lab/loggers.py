@@ -32,6 +32,7 @@ from torch import Tensor
 from normkit_lab.atomic import atomic_write_text
 from normkit_lab.errors import ConfigError, short_repr
 from normkit_lab.results import epoch_fields
+from normkit_lab.safe_paths import make_dirs, refuse_links
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -203,16 +204,15 @@ def check_log_kinds(kinds: Sequence[str]) -> tuple[str, ...]:
 
 def make_loggers(kinds: Sequence[str], store_path: Path, run_slug: str) -> list[RunLogger]:
     """One run's loggers: always a CSVLogger at `store_path/metrics/<run_slug>.csv`, plus a TensorBoardLogger
-    at `store_path/tensorboard/<run_slug>/` when "tensorboard" is in `kinds`. Creates the directories."""
+    at `store_path/tensorboard/<run_slug>/` when "tensorboard" is in `kinds`. Creates the directories,
+    refusing a symbolic link at any level below `store_path`."""
     wanted = check_log_kinds(kinds)
     if not run_slug or run_slug in (".", "..") or Path(run_slug).name != run_slug or "\\" in run_slug:
         raise ConfigError(f"run slug {short_repr(run_slug)} is not a plain file name")
     store_path = Path(store_path)
-    metrics_dir = store_path / METRICS_DIR
-    metrics_dir.mkdir(parents=True, exist_ok=True)
-    loggers: list[RunLogger] = [CSVLogger(metrics_dir / f"{run_slug}.csv")]
+    metrics_dir = make_dirs(store_path, store_path / METRICS_DIR)
+    loggers: list[RunLogger] = [CSVLogger(refuse_links(store_path, metrics_dir / f"{run_slug}.csv"))]
     if "tensorboard" in wanted:
-        log_dir = store_path / TENSORBOARD_DIR / run_slug
-        log_dir.mkdir(parents=True, exist_ok=True)
+        log_dir = make_dirs(store_path, store_path / TENSORBOARD_DIR / run_slug)
         loggers.append(TensorBoardLogger(log_dir))
     return loggers

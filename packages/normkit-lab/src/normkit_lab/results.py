@@ -48,6 +48,7 @@ from normkit_lab import locks, safe_yaml
 from normkit_lab.atomic import atomic_write_text
 from normkit_lab.errors import ConfigError, short_repr
 from normkit_lab.plan import RunId, config_hash, config_identity
+from normkit_lab.safe_paths import make_dirs, refuse_links
 from normkit_lab.training import EpochRecord, RunResult
 
 CONFIG_FILE = "config.yaml"
@@ -314,7 +315,12 @@ class ResultsDir:
     def claim(self, run_id: RunId, wait: bool = False) -> contextlib.AbstractContextManager[bool]:
         """Hold `run_id`'s lock for a block: True when this process may train it, False when another
         process holds it (with `wait`, blocks until it is free). Check `finished()` after claiming."""
-        return locks.try_exclusive(self.path / LOCKS_DIR / f"{run_id.slug()}.lock", wait=wait)
+        return locks.try_exclusive(self._lock_path(f"{run_id.slug()}.lock"), wait=wait)
+
+    def _lock_path(self, name: str) -> Path:
+        """locks/<name>, checked for symbolic links at every level (the lock file is opened for writing)."""
+        refuse_symlinks(self.path)
+        return refuse_links(self.path, make_dirs(self.path, self.path / LOCKS_DIR) / name)
 
     def checkpoint_path(self, run_id: RunId) -> Path:
         """Where `run_id`'s last finished epoch is saved while it trains."""
@@ -360,7 +366,7 @@ class ResultsDir:
         runs_path = self.path / RUNS_FILE
         refuse_symlinks(self.path)
         text = "".join(json.dumps(_finite(row)) + "\n" for row in rows)
-        with locks.exclusive(self.path / LOCKS_DIR / "runs.lock"):
+        with locks.exclusive(self._lock_path("runs.lock")):
             self._drop_torn_tail(runs_path)
             fd = os.open(runs_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
             with os.fdopen(fd, "a", encoding="utf-8") as f:
@@ -411,6 +417,7 @@ class ResultsDir:
 
     def write_tuning(self, table: list[dict[str, Any]]) -> None:
         """tuning.json: one row per (cell, norm, candidate) with its mean val accuracy and the choice."""
+        refuse_symlinks(self.path)
         atomic_write_text(self.path / TUNING_FILE, json_text(table))
 
     def write_summary(self, rows: list[dict[str, Any]]) -> None:
