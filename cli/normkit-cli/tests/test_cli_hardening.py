@@ -204,6 +204,17 @@ def test_report_out_inside_or_linked_into_an_input_is_refused(tmp_path, monkeypa
     assert tree_hash(tmp_path) == before
 
 
+@pytest.mark.parametrize("args", [["report", "loop"], ["compare", "--resume", "loop"], ["report", "a"]])
+def test_a_symlink_loop_as_results_directory_is_one_line(tmp_path, monkeypatch, args):
+    monkeypatch.chdir(tmp_path)
+    os.symlink("loop", tmp_path / "loop")  # a link to itself
+    os.symlink("b", tmp_path / "a")
+    os.symlink("a", tmp_path / "b")
+    result = runner.invoke(app, args)
+    assert_one_line_error(result, f"'{args[-1]}' is a symbolic link that leads nowhere")
+    assert "Errno" not in result.stderr and "RuntimeError" not in result.stderr
+
+
 # -- tracebacks on request, unexpected errors -------------------------------------------------
 
 

@@ -7,6 +7,7 @@ the device. The same (norm, seed) in two directories is an error: it would count
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -162,9 +163,9 @@ def write_diagnostics(store: ResultsDir, results: Results) -> list[Path]:
 def refuse_out_inside_inputs(out: str | Path | None, sources: list[Path] | list[str]) -> None:
     """A report never writes into a directory it reads: `out` (links resolved) inside, or equal to, a source
     is refused before anything is created."""
-    target = (Path(out) if out is not None else Path("runs")).resolve()
+    target = Path(os.path.realpath(out if out is not None else "runs"))  # realpath: a link loop is no error
     for source in sources:
-        real = Path(source).resolve()
+        real = Path(os.path.realpath(source))
         if target == real or real in target.parents:
             raise ConfigError(f"--out {str(out if out is not None else 'runs/')!r} is inside input directory "
                               f"{str(source)!r} (it resolves to {str(target)!r}); a report never writes into a "

@@ -210,8 +210,13 @@ def _as_json(value: Any) -> str:
 def refuse_symlinks(path: Path) -> None:
     """Refuse a results directory that is, or holds, a symbolic link (writes must stay inside it)."""
     if path.is_symlink():
+        try:
+            real = path.resolve(strict=True)
+        except (OSError, RuntimeError):  # a loop, or a link to nothing
+            raise ConfigError(f"{str(path)!r} is a symbolic link that leads nowhere (a loop or a missing "
+                              f"target); give the results directory's real path") from None
         raise ConfigError(f"{str(path)!r} is a symbolic link; give the results directory's real path "
-                          f"({str(path.resolve())!r}) so every write stays inside it")
+                          f"({str(real)!r}) so every write stays inside it")
     links = sorted(p for p in path.iterdir() if p.is_symlink()) if path.is_dir() else []
     if links:
         raise ConfigError(f"{str(links[0])!r} is a symbolic link; a results directory holds only its own "
