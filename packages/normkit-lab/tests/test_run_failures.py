@@ -170,6 +170,28 @@ def test_a_real_sigint_still_stops_the_comparison(cfg, tmp_path):
     assert store.checkpoint_path(RunId.of("bn", 0)).is_file()
 
 
+def test_a_systemexit_from_a_signal_handler_is_not_the_norms(cfg, tmp_path):
+    """submitit's requeue handler (SLURM preemption) ends the task with sys.exit(-1) from a signal handler:
+    that must leave the run resumable, not record it as the norm's failure."""
+    import signal
+
+    store = compare.create_store(cfg, tmp_path / "s")
+    previous = signal.signal(signal.SIGALRM, lambda signum, frame: sys.exit(-1))
+
+    def events(kind, value):
+        if kind == "epoch" and value[1].epoch == 0:
+            signal.setitimer(signal.ITIMER_REAL, 0.02)  # fires while epoch 1 trains, outside this callback
+
+    try:
+        with pytest.raises(SystemExit):
+            run_job(_job(cfg, store), events)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert store.rows() == []
+    assert store.checkpoint_path(RunId.of("bn", 0)).is_file()
+
+
 # -- the machine's failures ---------------------------------------------------------------------
 
 DISK_FULL = textwrap.dedent("""

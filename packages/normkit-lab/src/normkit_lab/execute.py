@@ -110,13 +110,14 @@ def _train_and_record(job: Job, store: ResultsDir, events: Events | None) -> Run
     with machine_failures(f"run {run_id.slug()}"):
         loggers = make_loggers(job.options.log, store.path, run_id.slug())
         try:
-            with _real_signals() as signalled:
+            with _real_signals() as from_signals:
                 try:
                     result = _train(job, checkpoint, loggers, callbacks_for(job.options.diagnostics)(), on_epoch)
                 except (DamagedRunFile, MachineFailure):
                     raise
                 except BaseException as exc:  # noqa: BLE001 - one norm's failure, even sys.exit, must not stop the others
-                    if signalled or any(exc is e for e in caller_raised) or not is_norm_failure(exc):
+                    if (_from_signal(exc, from_signals) or any(exc is e for e in caller_raised)
+                            or not is_norm_failure(exc)):
                         raise
                     result = failed_run(run_id.norm, run_id.seed, exc)
         finally:
@@ -159,37 +160,59 @@ def machine_failures(what: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _real_signals() -> Iterator[list[int]]:
-    """Note SIGINT/SIGTERM that arrive within the block (then handled as before), so a KeyboardInterrupt
-    raised by a norm's code is told apart from a real Ctrl-C. Outside the main thread nothing can be
-    noted, so every KeyboardInterrupt there counts as real."""
-    noted: list[int] = []
+def _real_signals() -> Iterator[list[BaseException]]:
+    """Within the block, note what the process's signal handlers raise (a real Ctrl-C's KeyboardInterrupt,
+    SIGTERM's `Terminated`, a cluster's requeue `SystemExit`), so that a SystemExit or KeyboardInterrupt
+    raised by a norm's own code is told apart from one a signal caused. Outside the main thread handlers
+    cannot be wrapped: there every KeyboardInterrupt and SystemExit counts as a signal's."""
+    noted: list[BaseException] = []
     previous: dict[int, Any] = {}
 
-    def note(signum: int, frame: Any) -> None:
-        noted.append(signum)
-        handler = previous.get(signum)
-        if callable(handler):
-            handler(signum, frame)
-        elif handler == signal.SIG_DFL and signum == signal.SIGTERM:
-            signal.signal(signum, signal.SIG_DFL)
-            signal.raise_signal(signum)
-        elif handler != signal.SIG_IGN:
-            raise KeyboardInterrupt
+    def wrap(signum: int, handler: Any) -> Callable[[int, Any], None]:
+        def note(number: int, frame: Any) -> None:
+            try:
+                handler(number, frame)
+            except BaseException as exc:
+                noted.append(exc)
+                raise
+        return note
 
     try:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            previous[signum] = signal.signal(signum, note)
+        for signum in signal.valid_signals():
+            handler = signal.getsignal(signum)
+            if callable(handler):  # Python handlers only: a default action ends the process, raising nothing
+                previous[signum] = signal.signal(signum, wrap(signum, handler))
     except ValueError:  # not the main thread
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        yield [signal.SIGINT]
+        yield [_ANY_SIGNAL]
         return
     try:
         yield noted
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+class _AnySignal(BaseException):
+    """Stands for "any KeyboardInterrupt or SystemExit may be a signal's" where handlers cannot be wrapped."""
+
+
+_ANY_SIGNAL = _AnySignal()
+
+
+def _from_signal(exc: BaseException, noted: list[BaseException]) -> bool:
+    """True when `exc` (or what it was raised from) is what a signal handler raised."""
+    if _ANY_SIGNAL in noted and isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        return True
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            return False
+        if any(seen is e for e in noted):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def with_identity(result: RunResult, run_id: RunId) -> RunResult:
