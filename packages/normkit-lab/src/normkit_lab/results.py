@@ -8,7 +8,8 @@
     environment.json  versions, device, CPU, threads, git commit
     store.json        the hash of what every run computes (config_identity) and those values, written
                       once at creation: a config.yaml edited afterwards is refused, so a store never
-                      mixes runs of two configurations (e.g. 3- and 2-epoch runs)
+                      mixes runs of two configurations (e.g. 3- and 2-epoch runs); when it is
+                      missing, the rows' config hash stands in for it, checked against config.yaml
     checkpoints/      the last finished epoch of each run in progress (removed when it ends), and with
                       --keep-checkpoints the final weights of every run
     metrics/          one CSV of per-epoch metrics per run; tensorboard/ with --log tensorboard
