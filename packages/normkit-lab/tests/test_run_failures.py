@@ -88,11 +88,15 @@ def test_a_checkpoint_that_does_not_fit_the_run_is_refused_and_kept(cfg, cut, tm
     path.parent.mkdir(parents=True)
     torch.save(_tamper(state, how), path)
     before = path.read_bytes()
+    metrics = store.path / "metrics" / f"{RunId.of('bn', 0).slug()}.csv"
+    metrics.parent.mkdir()
+    metrics.write_text("epoch,val_acc\n0,0.5\n1,0.6\n")  # the earlier attempt's per-epoch metrics
     with pytest.raises(DamagedRunFile) as info:
         run_job(_job(cfg, store))
     message = str(info.value)
     assert str(path) in message and "delete it to restart" in message and "\n" not in message
     assert path.read_bytes() == before  # nothing deleted or rewritten
+    assert metrics.read_text() == "epoch,val_acc\n0,0.5\n1,0.6\n"  # the metrics CSV not reset
     assert store.rows() == []  # nothing recorded
 
 

@@ -50,8 +50,8 @@ class RunLogger(Protocol):
     """Receives one run's metrics as it trains (only the writing process: rank 0 under DDP)."""
 
     def on_resume(self, records: list[EpochRecord], step: int) -> None:
-        """Called once before training when the run resumes from a checkpoint: `records` are the epochs
-        already finished, `step` the number of optimizer steps already taken (nothing before a fresh run)."""
+        """Called once before training, after the run's checkpoint was checked: `records` are the epochs
+        already finished, `step` the number of optimizer steps already taken ([] and 0 for a fresh run)."""
         ...
 
     def on_step(self, step: int, loss: Tensor, lr: float) -> None:
@@ -74,15 +74,16 @@ class CSVLogger:
     None is written as an empty cell, floats in full precision (non-finite ones as nan/inf). The whole
     (small) file is rewritten atomically at every change, so a reader never sees half a row, and after
     `on_resume` it holds exactly the checkpoint's epochs: rows an interrupted attempt wrote after the
-    checkpoint are gone. The file is created, header only, when the logger is built, so a run that
-    restarts from scratch never shows an earlier attempt's rows.
+    checkpoint are gone. The file is first written at `on_resume` (with the checkpoint's epochs, or none
+    when the run starts from scratch, header only), after the checkpoint was checked: a run refused for a
+    damaged checkpoint leaves its metrics as they were, and a run that restarts from scratch never shows
+    an earlier attempt's rows.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._fields = epoch_fields()
         self._rows: list[dict[str, Any]] = []
-        self._write()
 
     def on_resume(self, records: list[EpochRecord], step: int) -> None:
         self._rows = [r.as_dict() for r in records]

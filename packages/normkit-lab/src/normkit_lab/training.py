@@ -779,6 +779,8 @@ def _resume(hooks: _Hooks, model: nn.Module, step: _Step, loader: DataLoader, re
     (`checkpoints.check_state`; anything off is DamagedRunFile); returns the first epoch still to train."""
     state = hooks.checkpoint.load() if hooks.checkpoint is not None else None
     if state is None:
+        for logger in hooks.loggers:  # a fresh start: drop what an earlier attempt logged
+            logger.on_resume([], 0)
         return 0
     params = [p for group in step.optimizer.param_groups for p in group["params"]]
     check_state(hooks.checkpoint, state, _checkpoint_state(model, step, loader, result, hooks.callbacks), params,
