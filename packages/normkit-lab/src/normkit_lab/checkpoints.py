@@ -5,7 +5,11 @@ run draws from (torch CPU and CUDA, numpy, random, the training loader's shuffli
 finished epochs' records and the callbacks' state. Only tensors and plain values are stored, so it
 loads with `torch.load(weights_only=True)`; resuming from it on CPU continues bit-identically to a
 run that was never interrupted. Each save replaces the previous one atomically (only the last is
-kept); the run's identity is stored with it and checked on load.
+kept); the run's identity is stored with it and checked on load, and `check_state` compares every
+part with the run about to use it (tensor shapes and dtypes, optimizer state, records against the
+configured epochs, step counts, generator states): a file that does not fit is refused as damaged
+(DamagedRunFile), never loaded. A write that fails (full disk, denied) is the machine's failure
+(MachineFailure) and leaves the previous checkpoint in place.
 """
 
 from __future__ import annotations
