@@ -58,6 +58,8 @@ BAD_COMPARE = [
     (["--seeds", "4294967296"], "at most 1,000"),
     (["--seeds", "0,4294967296"], "above 4294967295"),
     (["--epochs", "100000000"], "epochs must be an integer in [1, 10,000]"),
+    (["--seeds", "\u0663"], "seeds must be a count"),  # ARABIC-INDIC DIGIT THREE: int() reads it as 3
+    (["--seeds", "0,\u0661"], "seeds must be a count"),
     (["--batch-size", "100000000"], "batch_size must be"),
     (["--model-param", "width=[1"], "--model-param width=... is not valid YAML"),
     (["--model-param", "width={a: [}"], "is not valid YAML"),
@@ -94,6 +96,22 @@ def test_bad_compare_input_is_one_line_and_writes_nothing(workdir, args, needle)
     result = runner.invoke(app, ["compare", "--norms", "bn", *args, "--out", str(workdir / "out")])
     assert_one_line_error(result, needle)
     assert tree_hash(workdir) == before
+
+
+@pytest.mark.parametrize("args", [["compare", "--epochs", "\u0663"], ["compare", "--batch-size", "\uff16\uff14"],
+                                  ["compare", "--jobs", "1_0"], ["diagnose", "bn", "--depth", "\u0663"],
+                                  ["bench", "--repeats", "\u0665"]])
+def test_integer_options_take_ascii_digits_only(tmp_path, args):
+    """int() reads ARABIC-INDIC or fullwidth digits and underscores; every integer option refuses them."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", "from normkit_cli.app import main; main()", *args,
+                           *(["--out", str(tmp_path / "out")] if args[0] == "compare" else [])],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"error: Invalid value for '{args[-2]}'") and proc.stderr.count("\n") == 1
+    assert "digits 0-9" in proc.stderr and list(tmp_path.iterdir()) == []
 
 
 # -- tampered results directories ---------------------------------------------------------------
@@ -169,6 +187,32 @@ def test_broken_environment_json_in_a_merge_is_one_line(tmp_path, monkeypatch, e
     result = runner.invoke(app, ["report", str(a), str(b), "--out", str(tmp_path / "merged")])
     assert_one_line_error(result, "environment.json")
     assert tree_hash(tmp_path) == before
+
+
+@pytest.mark.parametrize("how", ["inside", "nested", "linked", "same"])
+def test_report_out_inside_or_linked_into_an_input_is_refused(tmp_path, monkeypatch, how):
+    monkeypatch.chdir(tmp_path)
+    d = results_dir(tmp_path)
+    if how == "linked":  # --out under a link that points into D
+        os.symlink(d, tmp_path / "into-d")
+        out = tmp_path / "into-d" / "merged"
+    else:
+        out = {"inside": d / "merged", "nested": d / "metrics" / "x" / "merged", "same": d}[how]
+    before = tree_hash(tmp_path)
+    result = runner.invoke(app, ["report", str(d), "--out", str(out)])
+    assert_one_line_error(result, "is inside input directory", "choose --out outside it")
+    assert tree_hash(tmp_path) == before
+
+
+@pytest.mark.parametrize("args", [["report", "loop"], ["compare", "--resume", "loop"], ["report", "a"]])
+def test_a_symlink_loop_as_results_directory_is_one_line(tmp_path, monkeypatch, args):
+    monkeypatch.chdir(tmp_path)
+    os.symlink("loop", tmp_path / "loop")  # a link to itself
+    os.symlink("b", tmp_path / "a")
+    os.symlink("a", tmp_path / "b")
+    result = runner.invoke(app, args)
+    assert_one_line_error(result, f"'{args[-1]}' is a symbolic link that leads nowhere")
+    assert "Errno" not in result.stderr and "RuntimeError" not in result.stderr
 
 
 # -- tracebacks on request, unexpected errors -------------------------------------------------

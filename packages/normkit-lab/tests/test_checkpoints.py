@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from normkit_lab import compare, config
-from normkit_lab.checkpoints import Checkpointing
+from normkit_lab.checkpoints import STATE_KEYS, Checkpointing
 from normkit_lab.errors import ConfigError
 from normkit_lab.execute import Job, RunOptions, run_job
 from normkit_lab.plan import RunId
@@ -69,22 +69,23 @@ def test_only_the_final_weights_are_kept_and_only_when_asked(cfg, tmp_path):
     assert list((store.path / "checkpoints").iterdir()) == []
 
 
-@pytest.mark.parametrize("content", [b"garbage", b""])
-def test_a_damaged_checkpoint_is_one_line_and_keeps_the_store(cfg, tmp_path, content):
+@pytest.mark.parametrize(("content", "needle"), [(b"garbage", "cannot be read (UnpicklingError"),
+                                                  (b"", "is empty (a write was cut short)")])
+def test_a_damaged_checkpoint_is_one_line_and_keeps_the_store(cfg, tmp_path, content, needle):
     store = compare.create_store(cfg, tmp_path / "s")
     path = store.checkpoint_path(RunId.of("bnn", 0))
     path.parent.mkdir(parents=True)
     path.write_bytes(content)
     with pytest.raises(ConfigError) as info:
         run_job(_job(cfg, store))
-    assert "cannot be read" in str(info.value) and "to restart that run" in str(info.value)
+    assert needle in str(info.value) and "to restart that run" in str(info.value)
     assert "\n" not in str(info.value)
     assert path.read_bytes() == content and store.rows() == []  # nothing rewritten
 
 
 def test_a_checkpoint_of_another_run_is_refused(cfg, tmp_path):
     path = tmp_path / "c.pt"
-    Checkpointing(path, {"run": "a"}).write({"records": []})
+    Checkpointing(path, {"run": "a"}).write(dict.fromkeys(STATE_KEYS) | {"records": []})
     with pytest.raises(ConfigError, match="belongs to another run"):
         Checkpointing(path, {"run": "b"}).load()
     assert Checkpointing(path, {"run": "a"}).load()["records"] == []

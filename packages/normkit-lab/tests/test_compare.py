@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import pytest
 
 from normkit_lab import compare, config, execute
@@ -12,7 +16,8 @@ from normkit_lab.training import EpochRecord, RunResult
 
 
 class FakeTrainer:
-    """Records calls; `diverge` runs end "diverged"; the `interrupt_at`-th call raises Ctrl-C."""
+    """Records calls; `diverge` runs end "diverged"; the `interrupt_at`-th call gets a real Ctrl-C (SIGINT:
+    a KeyboardInterrupt merely raised by a run's code is that run's failure, see test_run_failures.py)."""
 
     def __init__(self, diverge=(), interrupt_at: int | None = None) -> None:
         self.calls: list[tuple[str, int]] = []
@@ -22,7 +27,8 @@ class FakeTrainer:
 
     def __call__(self, cfg, norm, seed, *, on_epoch=None, callbacks=(), **kwargs):
         if self.interrupt_at is not None and len(self.calls) == self.interrupt_at:
-            raise KeyboardInterrupt
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(30)  # the handler raises KeyboardInterrupt here
         self.calls.append((norm, seed))
         self.callbacks.append(tuple(callbacks))
         acc = 0.8 + 0.01 * seed + (0.05 if norm != "bn" else 0.0)
@@ -131,8 +137,17 @@ def test_resume_retries_failed_runs_only(cfg, tmp_path, monkeypatch):
 
 
 def test_ctrl_c_is_not_a_failed_run(cfg, tmp_path, monkeypatch):
-    monkeypatch.setattr(execute, "train_run", BrokenNorm({"ln"}, KeyboardInterrupt()))
+    monkeypatch.setattr(execute, "train_run", FakeTrainer(interrupt_at=1))  # a real SIGINT while ln trains
     store = compare.create_store(cfg, tmp_path / "out")
     with pytest.raises(KeyboardInterrupt):
         compare.run_compare(cfg, store)
     assert store.finished() == {RunId.of("bn", 0)} and len(store.rows()) == 2
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt(), SystemExit(5)])
+def test_a_keyboardinterrupt_or_systemexit_raised_by_a_norm_is_its_failure(cfg, tmp_path, monkeypatch, exc):
+    monkeypatch.setattr(execute, "train_run", BrokenNorm({"ln"}, exc))
+    store = compare.create_store(cfg, tmp_path / "out")
+    compare.run_compare(cfg, store)
+    statuses = {(r.norm, r.seed): r.status for r in store.runs()}
+    assert statuses[("ln", 0)] == "failed" and statuses[("bn", 0)] == "ok" and len(statuses) == 6

@@ -79,6 +79,47 @@ def test_a_failing_rank_is_a_failed_run_with_one_line_and_the_log_kept(tmp_path)
     assert str(log) in result.error and "ChildFailedError" in log.read_text()
 
 
+def _rank_pids(text: str, rank: int) -> list[int]:
+    """Processes whose command line mentions `text` and whose environment says RANK=`rank` (torchrun's ranks)."""
+    pids = []
+    for line in _processes_mentioning(text):
+        pid = int(line.split(":", 1)[0])
+        try:
+            env = (Path("/proc") / str(pid) / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in env:
+            pids.append(pid)
+    return pids
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_killed_rank_is_the_machines_failure_and_the_run_stays_resumable(tmp_path, monkeypatch):
+    """The audit's case: SIGKILL of rank 1 failed the run, blamed "rank 0" and the norm, deleted its checkpoint."""
+    import tempfile
+
+    from normkit_lab.errors import MachineFailure
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))  # the job file, so the ranks can be told apart
+    job = _job(tmp_path, 2, epochs=3)
+
+    def kill_rank_1(kind, value):
+        if kind == "epoch" and value[1].epoch == 0:
+            for pid in _rank_pids(str(tmp), 1):
+                os.kill(pid, signal.SIGKILL)
+
+    with pytest.raises(MachineFailure) as info:
+        run_job(job, kill_rank_1)
+    message = str(info.value)
+    assert "rank 1 of 2 was killed by SIGKILL" in message and "\n" not in message and "bn failed" not in message
+    assert not (Path(job.store) / "runs.jsonl").exists()  # nothing recorded as the norm's fault
+    checkpoint = Path(job.store) / "checkpoints" / f"{job.run.slug()}.pt"
+    assert torch.load(checkpoint, weights_only=True)["records"][0]["epoch"] == 0  # kept, to resume from
+
+
 def test_check_config_refuses_a_global_batch_that_does_not_split_evenly():
     with pytest.raises(ConfigError, match=r"^batch_size 130 is not divisible by nproc_per_node 4 .*multiple of 4$"):
         training.check_config(training.TrainConfig(batch_size=130, nproc_per_node=4), ["bn"])

@@ -66,6 +66,19 @@ def test_binary_or_bomb_config_files_are_refused(tmp_path, data, needle):
     assert_one_line(info.value, needle, str(path))
 
 
+@pytest.mark.parametrize(("text", "needle"), [
+    ("epochs: 1\nnorms: bn\nepochs: 3\n", "key 'epochs' twice (lines 1 and 3)"),
+    ("model_params:\n  width: 8\n  width: 16\n", "key 'width' twice (lines 2 and 3)"),
+    ("{seeds: 1, seeds: 2}", "key 'seeds' twice (line 1)"),
+])
+def test_a_duplicate_yaml_key_is_refused_with_its_lines(tmp_path, text, needle):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        safe_yaml.read(path, "config")
+    assert_one_line(info.value, needle, str(path))
+
+
 def test_a_small_alias_is_fine():
     assert safe_yaml.loads("a: &w 3\nb: *w\n", "x") == {"a": 3, "b": 3}
 

@@ -73,6 +73,8 @@ def train(logger: TensorBoardLogger, steps: range, epoch_every: int, first_epoch
 def test_csv_written_per_epoch(tmp_path):
     path = tmp_path / "run.csv"
     logger = CSVLogger(path)
+    assert not path.exists()  # nothing written until the run's checkpoint (if any) was checked
+    logger.on_resume([], 0)  # a fresh start
     header, rows = read_csv(path)
     assert header == list(epoch_fields()) and rows == []  # exists, header only, from the start
 
@@ -112,7 +114,9 @@ def test_csv_after_resume_holds_exactly_the_checkpoint_epochs(tmp_path):
 def test_csv_fresh_restart_drops_an_earlier_attempts_rows(tmp_path):
     path = tmp_path / "run.csv"
     CSVLogger(path).on_epoch(record(0))
-    CSVLogger(path)  # the run starts again from scratch (no checkpoint): no on_resume
+    restarted = CSVLogger(path)
+    assert len(read_csv(path)[1]) == 1  # kept until the run knows it has no (valid) checkpoint
+    restarted.on_resume([], 0)  # the run starts again from scratch
     assert read_csv(path)[1] == []
 
 
@@ -225,7 +229,7 @@ def test_make_loggers_layout(tmp_path):
     store = tmp_path / "store"
     only_csv = make_loggers([], store, "compare-bn-s0-abc")
     assert [type(lg) for lg in only_csv] == [CSVLogger]
-    assert only_csv[0].path == store / "metrics" / "compare-bn-s0-abc.csv" and only_csv[0].path.is_file()
+    assert only_csv[0].path == store / "metrics" / "compare-bn-s0-abc.csv" and only_csv[0].path.parent.is_dir()
     assert not (store / "tensorboard").exists()
 
     both = make_loggers(["tensorboard"], store, "compare-gn-s1-def")

@@ -129,3 +129,45 @@ def test_two_processes_filling_one_store_run_every_run_exactly_once(cfg, tmp_pat
     trained = [sum(f"{n} seed {s}: ok" in out for n in ("bn", "gn") for s in range(3)) for out in outputs]
     skipped = [out.count("finished by another process") for out in outputs]
     assert sum(trained) == 6 and [t + s for t, s in zip(trained, skipped, strict=True)] == [6, 6], outputs
+
+
+# -- store identity without store.json, and edits named key by key ------------------------------
+
+
+def _one_run_store(tmp_path) -> ResultsDir:
+    cfg = config.build_config({"norms": "bn", "seeds": 1, "epochs": 1, "batch_size": 128, "device": "cpu"})
+    compare.check(cfg)
+    store = compare.create_store(cfg, tmp_path / "s")
+    compare.run_compare(cfg, store)
+    return store
+
+
+def test_a_deleted_store_json_does_not_switch_the_config_check_off(tmp_path):
+    """The audit's case: store.json deleted, config.yaml edited to 2 epochs, resume mixed 1- and 2-epoch runs."""
+    store = _one_run_store(tmp_path)
+    (store.path / STORE_FILE).unlink()
+    ResultsDir.open(store.path)  # rebuilt from the rows' hash and config.yaml: they agree
+    _edit(store, epochs=2)
+    rows_before = (store.path / RUNS_FILE).read_bytes()
+    with pytest.raises(ConfigError) as info:
+        compare.open_store(store.path)
+    assert "store.json' is missing" in str(info.value) and "config.yaml" in str(info.value)
+    assert (store.path / RUNS_FILE).read_bytes() == rows_before
+
+
+def test_rows_without_a_config_hash_and_no_store_json_are_refused(tmp_path):
+    store = _one_run_store(tmp_path)
+    (store.path / STORE_FILE).unlink()
+    rows = [json.loads(line) for line in (store.path / RUNS_FILE).read_text().splitlines()]
+    (store.path / RUNS_FILE).write_text("".join(json.dumps({**r, "config_hash": None}) + "\n" for r in rows))
+    with pytest.raises(ConfigError, match="cannot be checked"):
+        ResultsDir.open(store.path)
+
+
+def test_an_edit_from_1_to_1_0_is_named_with_every_changed_key(tmp_path):
+    store = _one_run_store(tmp_path)
+    _edit(store, epochs=1.0, batch_size=64)
+    with pytest.raises(ConfigError) as info:
+        ResultsDir.open(store.path)
+    message = str(info.value)
+    assert "epochs: 1 -> 1.0" in message and "batch_size: 128 -> 64" in message and "values changed" not in message

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from normkit_cli.ascii_ints import ascii_int
 from normkit_cli.errors import one_line_errors
 from normkit_lab.limits import MAX_CPU_THREADS, MAX_REPEATS
 
@@ -65,9 +66,10 @@ def compare_pair(ours: nn.Module, native: nn.Module, shape: tuple[int, ...], rep
 
 @one_line_errors
 def bench_cmd(
-    repeats: Annotated[int, typer.Option(min=1, max=MAX_REPEATS,
+    repeats: Annotated[int, typer.Option(parser=ascii_int(min=1, max=MAX_REPEATS),
                                                         help="Timed repetitions per layer (median reported).")] = 20,
-    threads: Annotated[int, typer.Option(min=1, max=MAX_CPU_THREADS, help="torch CPU threads.")] = 2,
+    threads: Annotated[int, typer.Option(parser=ascii_int(min=1, max=MAX_CPU_THREADS),
+                                         help="torch CPU threads.")] = 2,
 ) -> None:
     """Time normkit's bn/gn/ln against torch's native layers (CPU, forward+backward, medians)."""
     import torch

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
+from normkit_cli.ascii_ints import ascii_int
 from normkit_cli.defaults import DEFAULTS as D
 from normkit_cli.defaults import RUNTIME_KEYS
 from normkit_cli.errors import (
@@ -79,7 +80,8 @@ def compare_cmd(
     dataset: Annotated[str, typer.Option(help="Dataset name (see `normkit list`) or an image-folder path "
                                               "written as a path: ./folder, /abs/folder, ~/folder.",
                                          rich_help_panel=EXPERIMENT)] = D["dataset"],
-    epochs: Annotated[int, typer.Option(help="Epochs per run.", rich_help_panel=EXPERIMENT)] = D["epochs"],
+    epochs: Annotated[int, typer.Option(parser=ascii_int(),
+                                        help="Epochs per run.", rich_help_panel=EXPERIMENT)] = D["epochs"],
     seeds: Annotated[str, typer.Option(help="A count N (seeds 0..N-1), a list 0,1,5 or a range 0-4; "
                                             "every norm runs with the same seeds.",
                                        rich_help_panel=EXPERIMENT)]
@@ -111,7 +113,8 @@ def compare_cmd(
     dataset_param: Annotated[list[str] | None, typer.Option(metavar="KEY=VALUE", help="A dataset "
                                                             "parameter (repeatable).",
                                                             rich_help_panel=EXPERIMENT)] = None,
-    batch_size: Annotated[int, typer.Option(help="Training batch size.", rich_help_panel=TRAINING)]
+    batch_size: Annotated[int, typer.Option(parser=ascii_int(),
+                                            help="Training batch size.", rich_help_panel=TRAINING)]
     = D["batch_size"],
     lr: Annotated[float | None, typer.Option(help="Peak learning rate (default: the optimizer's: sgd 0.1, "
                                                   "adamw 1e-3).", rich_help_panel=TRAINING)] = D["lr"],
@@ -129,11 +132,12 @@ def compare_cmd(
     momentum: Annotated[float, typer.Option(help="SGD momentum.", rich_help_panel=TRAINING)] = D["momentum"],
     schedule: Annotated[str, typer.Option(help="cosine, step or none.", rich_help_panel=TRAINING)]
     = D["schedule"],
-    step_size: Annotated[int, typer.Option(help="Epochs between lr drops (step schedule).",
+    step_size: Annotated[int, typer.Option(parser=ascii_int(), help="Epochs between lr drops (step schedule).",
                                                   rich_help_panel=TRAINING)] = D["step_size"],
     gamma: Annotated[float, typer.Option(help="lr factor at each drop (step schedule).",
                                          rich_help_panel=TRAINING)] = D["gamma"],
-    warmup_epochs: Annotated[int, typer.Option(help="Linear lr warmup epochs.", rich_help_panel=TRAINING)]
+    warmup_epochs: Annotated[int, typer.Option(parser=ascii_int(),
+                                               help="Linear lr warmup epochs.", rich_help_panel=TRAINING)]
     = D["warmup_epochs"],
     label_smoothing: Annotated[float, typer.Option(help="Label smoothing.", rich_help_panel=TRAINING)]
     = D["label_smoothing"],
@@ -153,7 +157,7 @@ def compare_cmd(
     download: Annotated[bool, typer.Option(help="Download a missing torchvision dataset.",
                                            rich_help_panel=DATA)]
     = D["download"],
-    num_workers: Annotated[int, typer.Option(help="DataLoader workers.", rich_help_panel=DATA)]
+    num_workers: Annotated[int, typer.Option(parser=ascii_int(), help="DataLoader workers.", rich_help_panel=DATA)]
     = D["num_workers"],
     config: Annotated[Path | None, typer.Option(help="YAML file of option values (keys as the options, "
                                                      "e.g. batch_size: 64); command-line flags win.",
@@ -175,12 +179,14 @@ def compare_cmd(
                                                   "metrics of every run: tensorboard (needs normkit-lab"
                                                   "\\[tensorboard]). Per-epoch CSV in metrics/ is always written.",
                                                   rich_help_panel=OUTPUT)] = None,
-    jobs: Annotated[int | None, typer.Option(help="Runs at once on this machine (default: one per GPU on CUDA, "
+    jobs: Annotated[int | None, typer.Option(parser=ascii_int(),
+                                             help="Runs at once on this machine (default: one per GPU on CUDA, "
                                                   "else 1); CPU cores are shared out between them.",
                                              rich_help_panel=SCALE, show_default=False)] = None,
-    jobs_per_gpu: Annotated[int, typer.Option(help="Runs packed on each GPU (small models).",
+    jobs_per_gpu: Annotated[int, typer.Option(parser=ascii_int(), help="Runs packed on each GPU (small models).",
                                               rich_help_panel=SCALE)] = 1,
-    nproc_per_node: Annotated[int, typer.Option(help="Processes (GPUs) per run: above 1, each run is launched "
+    nproc_per_node: Annotated[int, typer.Option(parser=ascii_int(),
+                                                help="Processes (GPUs) per run: above 1, each run is launched "
                                                      "with torchrun as DistributedDataParallel with synced batch "
                                                      "statistics; --batch-size stays the global batch.",
                                                 rich_help_panel=SCALE)] = D["nproc_per_node"],
@@ -190,12 +196,14 @@ def compare_cmd(
     ray_address: Annotated[str | None, typer.Option(help="An existing Ray cluster (default: start a local "
                                                          "instance).", rich_help_panel=SCALE)] = None,
     slurm_partition: Annotated[str | None, typer.Option(help="SLURM partition.", rich_help_panel=SCALE)] = None,
-    slurm_time: Annotated[int, typer.Option(help="SLURM time limit per run, minutes.",
+    slurm_time: Annotated[int, typer.Option(parser=ascii_int(), help="SLURM time limit per run, minutes.",
                                             rich_help_panel=SCALE)] = 60,
-    slurm_gpus_per_node: Annotated[int, typer.Option(help="GPUs per SLURM job (default: --nproc-per-node on "
+    slurm_gpus_per_node: Annotated[int, typer.Option(parser=ascii_int(),
+                                                     help="GPUs per SLURM job (default: --nproc-per-node on "
                                                           "CUDA, else 0).", rich_help_panel=SCALE,
                                                      show_default=False)] = -1,
-    slurm_cpus_per_task: Annotated[int | None, typer.Option(help="CPUs per SLURM job.", rich_help_panel=SCALE,
+    slurm_cpus_per_task: Annotated[int | None, typer.Option(parser=ascii_int(),
+                                                            help="CPUs per SLURM job.", rich_help_panel=SCALE,
                                                             show_default=False)] = None,
     slurm_param: Annotated[list[str] | None, typer.Option(metavar="KEY=VALUE", help="Any other submitit "
                                                           "parameter (repeatable), e.g. slurm_account=lab.",

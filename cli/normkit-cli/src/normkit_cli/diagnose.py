@@ -16,6 +16,7 @@ from typing import Annotated
 
 import typer
 
+from normkit_cli.ascii_ints import ascii_int
 from normkit_cli.errors import fail, one_line_errors
 from normkit_cli.text import plural
 from normkit_lab.limits import (
@@ -128,23 +129,24 @@ def diagnose_cmd(
     norms: Annotated[str | None, typer.Option(help="Norm specs, comma-separated (random net default: the "
                                                    "installed of bn,ln,ln+pn; fresh default: bn,bnn,ln,ln+pn "
                                                    "where installed).")] = None,
-    depth: Annotated[int, typer.Option(min=1, max=MAX_MODEL_DEPTH,
+    depth: Annotated[int, typer.Option(parser=ascii_int(min=1, max=MAX_MODEL_DEPTH),
                                        help="Random-net depth.", rich_help_panel=RANDOM)] = 20,
-    width: Annotated[int, typer.Option(min=1, max=MAX_CHANNELS,
+    width: Annotated[int, typer.Option(parser=ascii_int(min=1, max=MAX_CHANNELS),
                                        help="Random-net width (channels).", rich_help_panel=RANDOM)] = 24,
-    batch: Annotated[int, typer.Option(min=2, max=MAX_BATCH_SIZE,
+    batch: Annotated[int, typer.Option(parser=ascii_int(min=2, max=MAX_BATCH_SIZE),
                                        help="Random-net batch size.", rich_help_panel=RANDOM)] = 16,
-    image_size: Annotated[int, typer.Option(min=1, max=MAX_IMAGE_SIZE,
+    image_size: Annotated[int, typer.Option(parser=ascii_int(min=1, max=MAX_IMAGE_SIZE),
                                             help="Random-net image size.", rich_help_panel=RANDOM)] = 16,
-    seeds: Annotated[int, typer.Option(min=1, max=MAX_SEEDS,
+    seeds: Annotated[int, typer.Option(parser=ascii_int(min=1, max=MAX_SEEDS),
                                        help="Random nets averaged per norm.", rich_help_panel=RANDOM)] = 3,
     model: Annotated[str, typer.Option(help="Model for fresh runs.", rich_help_panel=FRESH)] = "small-cnn",
     model_param: Annotated[list[str] | None, typer.Option(metavar="KEY=VALUE", help="Model parameter "
                                                           "(repeatable).", rich_help_panel=FRESH)] = None,
     dataset: Annotated[str, typer.Option(help="Dataset for fresh runs.", rich_help_panel=FRESH)] = "digits",
-    epochs: Annotated[int, typer.Option(min=1, max=MAX_EPOCHS,
+    epochs: Annotated[int, typer.Option(parser=ascii_int(min=1, max=MAX_EPOCHS),
                                         help="Training epochs of fresh runs.", rich_help_panel=FRESH)] = 3,
-    seed: Annotated[int, typer.Option(min=0, max=MAX_SEED, help="Seed of fresh runs.", rich_help_panel=FRESH)] = 0,
+    seed: Annotated[int, typer.Option(parser=ascii_int(min=0, max=MAX_SEED),
+                                      help="Seed of fresh runs.", rich_help_panel=FRESH)] = 0,
     out: Annotated[Path | None, typer.Option(help="Output directory (random net: files written only when "
                                                   "given; fresh runs: default runs/<timestamp>-diagnose).",
                                              rich_help_panel=OUTPUT)] = None,

@@ -117,14 +117,14 @@ def parse_seeds(value: Any) -> list[int]:
         raise ConfigError(f"{_SEEDS_HINT}, not {short_repr(value)}")
     if isinstance(value, str) and len(value) > 10_000:
         raise ConfigError(f"seeds is a {len(value):,}-character text; {_SEEDS_HINT}")
-    if isinstance(value, int) or (isinstance(value, str) and re.fullmatch(r"\s*\d+\s*", value)):
+    if isinstance(value, int) or (isinstance(value, str) and re.fullmatch(r"\s*[0-9]+\s*", value)):
         seeds = list(range(_seed_count(int(value), value)))
-    elif isinstance(value, str) and re.fullmatch(r"\s*\d+\s*-\s*\d+\s*", value):
+    elif isinstance(value, str) and re.fullmatch(r"\s*[0-9]+\s*-\s*[0-9]+\s*", value):
         lo, hi = (int(v) for v in value.split("-"))
         if hi > MAX_SEED:
             raise ConfigError(f"seed {hi} is above {MAX_SEED} (2**32-1), the largest seed normkit accepts")
         seeds = list(range(lo, lo + _seed_count(max(hi - lo + 1, 0), value)))
-    elif isinstance(value, str) and re.fullmatch(r"\s*\d+(\s*,\s*\d+)*\s*,?\s*", value):
+    elif isinstance(value, str) and re.fullmatch(r"\s*[0-9]+(\s*,\s*[0-9]+)*\s*,?\s*", value):
         seeds = [int(v) for v in value.split(",") if v.strip()]
     elif isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool)
                                                    and v >= 0 for v in value):
@@ -226,7 +226,8 @@ def _tune_seeds(value: Any, tune: dict[str, list[Any]], seeds: list[int]) -> lis
         return []
     if value is None:
         value = DEFAULT_TUNE_SEEDS
-    if (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, str) and value.strip().isdigit()):
+    if (isinstance(value, int) and not isinstance(value, bool)) or (
+            isinstance(value, str) and re.fullmatch(r"\s*[0-9]+\s*", value)):
         count = int(value)  # a count N: the N seeds after the comparison's seeds
         return list(range(max(seeds) + 1, max(seeds) + 1 + count)) if count > 0 else []
     tune_seeds = parse_seeds(value) if not (isinstance(value, list) and not value) else []

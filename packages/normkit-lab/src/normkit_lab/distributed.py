@@ -61,7 +61,7 @@ def train_distributed(job: Job, checkpoint: Checkpointing,
     Raises DistributedRunError when the processes fail (run_job records a failed run). Ctrl-C or
     SIGTERM (any exception while waiting) stops the launcher and its processes, then propagates.
     """
-    from normkit_lab.errors import one_line
+    from normkit_lab.errors import DamagedRunFile, MachineFailure, one_line
 
     with tempfile.TemporaryDirectory(prefix="normkit-ddp-") as tmp:
         folder = Path(tmp)
@@ -82,7 +82,17 @@ def train_distributed(job: Job, checkpoint: Checkpointing,
         if proc.returncode != 0:
             kept.parent.mkdir(parents=True, exist_ok=True)
             kept.write_bytes(log_file.read_bytes())
-            summary = _failure(result_file, log_file, proc.returncode, job.train.nproc_per_node)
+            killed = _killed_rank(log_file.read_text(encoding="utf-8", errors="replace"))
+            if killed is not None:  # the machine's failure (OOM killer, an operator's kill): resumable
+                rank, signum = killed
+                raise MachineFailure(f"run {job.run.slug()} stopped: rank {rank} of {job.train.nproc_per_node} was "
+                                     f"killed by {_signal_name(signum)}; nothing was recorded and the run resumes "
+                                     f"from its last finished epoch (launcher log: {kept})")
+            kind, summary = _failure(result_file, log_file, proc.returncode, job.train.nproc_per_node)
+            if kind == "damaged":
+                raise DamagedRunFile(summary)
+            if kind == "machine":
+                raise MachineFailure(summary)
             raise DistributedRunError(one_line(f"{summary} (launcher log: {kept})", 1000))
         kept.unlink(missing_ok=True)  # a log kept by an earlier failed attempt
         return _read_result(result_file)
@@ -120,18 +130,40 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def _failure(result_file: Path, log_file: Path, returncode: int, nproc: int) -> str:
-    """One line for a failed launch: the first rank's own error, else the log's last error line."""
+_KILLED = re.compile(r"rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*-(\d+)")
+
+
+def _killed_rank(log: str) -> tuple[int, int] | None:
+    """(rank, signal) when the first failure in torchrun's failure table ("Root Cause") is a rank killed by
+    a signal, else None (ranks torchrun itself stopped afterwards are listed with SIGTERM as other failures)."""
+    _, marker, root_cause = log.rpartition("Root Cause")
+    found = _KILLED.search(root_cause) if marker else None
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _failure(result_file: Path, log_file: Path, returncode: int, nproc: int) -> tuple[str, str]:
+    """The kind ("norm", "damaged" or "machine", as the failing rank classified it) and one line for a
+    failed launch: the first rank's own error, else the log's last error line."""
     errors = sorted(result_file.parent.glob(_files(result_file)[1].name + "*"), key=lambda p: p.stat().st_mtime_ns)
     if errors:
         first = errors[0]
-        return f"rank {first.name.rsplit('.', 1)[-1]} of {nproc}: {first.read_text(encoding='utf-8').strip()}"
+        kind, _, text = first.read_text(encoding="utf-8").strip().partition(" ")
+        if kind == "damaged":
+            return kind, text  # names the checkpoint and what to do already
+        return kind, f"rank {first.name.rsplit('.', 1)[-1]} of {nproc}: {text}"
     lines = log_file.read_text(encoding="utf-8", errors="replace").splitlines()
     found = [line.strip() for line in lines if _ERROR_LINE.match(line) and "ChildFailedError" not in line]
     if found:
-        return f"torchrun: {found[-1]}"
+        return "norm", f"torchrun: {found[-1]}"
     signals = [line.strip() for line in lines if "Signal" in line or "exitcode" in line]
-    return f"torchrun exited with code {returncode}" + (f": {signals[-1]}" if signals else "")
+    return "norm", f"torchrun exited with code {returncode}" + (f": {signals[-1]}" if signals else "")
 
 
 def _read_result(result_file: Path) -> RunResult:
@@ -171,12 +203,15 @@ def _watch_parents() -> None:
 
 
 def _error_text(exc: BaseException) -> str:
-    """The one line a failed rank reports: the message for NormkitErrors, else `Type: message`."""
+    """The line a failed rank reports: its kind ("norm", "damaged", "machine"; see execute.is_norm_failure),
+    a space, then the message for NormkitErrors, else `Type: message`."""
     import normkit
-    from normkit_lab.errors import one_line
+    from normkit_lab.errors import DamagedRunFile, one_line
+    from normkit_lab.execute import is_norm_failure
 
     text = one_line(str(exc)) or "(no message)"
-    return text if isinstance(exc, normkit.NormkitError) else f"{type(exc).__name__}: {text}"
+    kind = "damaged" if isinstance(exc, DamagedRunFile) else "norm" if is_norm_failure(exc) else "machine"
+    return f"{kind} " + (text if isinstance(exc, normkit.NormkitError) else f"{type(exc).__name__}: {text}")
 
 
 def _rank_job(job: Job, local_rank: int, local_world: int) -> tuple[Job, bool]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 from normkit import NormkitError
 
 MAX_MESSAGE = 400  # characters of quoted input kept in a one-line message
@@ -13,6 +15,24 @@ class DatasetMissing(NormkitError):
 
 class ConfigError(NormkitError):
     """A training configuration value that cannot be used."""
+
+
+class DamagedRunFile(ConfigError):
+    """A run's own file (its checkpoint) is damaged or foreign: refused, kept, nothing recorded."""
+
+
+class MachineFailure(NormkitError):
+    """The machine failed during a run (disk full, permissions, a killed process, a signal): nothing is
+    recorded as the norm's fault and the run resumes from its last good checkpoint."""
+
+
+def os_error_text(exc: OSError) -> str:
+    """An OSError as one short line that names its cause and file (never the raw "[Errno N]" form)."""
+
+    name = errno.errorcode.get(exc.errno or 0, "")
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    where = f" ({exc.filename})" if exc.filename else ""
+    return one_line(f"{reason}{f' [{name}]' if name else ''}{where}", 200)
 
 
 def one_line(text: str, limit: int = MAX_MESSAGE) -> str:

@@ -10,14 +10,18 @@ This is the single place a run happens (the local pool, Ray tasks and SLURM arra
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable
+import errno
+import signal
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from normkit_lab import environment
 from normkit_lab.checkpoints import Checkpointing
+from normkit_lab.errors import DamagedRunFile, MachineFailure, os_error_text
 from normkit_lab.plan import RunId
 from normkit_lab.results import ResultsDir
 from normkit_lab.training import EpochRecord, RunResult, TrainConfig, failed_run, train_run
@@ -70,8 +74,13 @@ def run_job(job: Job, events: Events | None = None, wait: bool = False) -> RunRe
 
     Returns the RunResult, or None when the run was skipped: finished already, or claimed by another
     process (with `wait`, waits for that process and then runs it only if it did not finish it).
-    A norm that raises is recorded as a failed run; Ctrl-C propagates, leaving the last finished
-    epoch's checkpoint for the next attempt; a damaged checkpoint raises a one-line ConfigError.
+    A failure inside the run is one of three kinds (docs/reliability.md, "Failures inside a run"):
+    the norm or model failed (any exception, SystemExit and KeyboardInterrupt raised by its code
+    included): recorded as a failed run; the run's checkpoint is damaged or foreign: DamagedRunFile,
+    the file kept, nothing recorded; the machine failed (an OSError such as a full disk or a denied
+    write, a real SIGINT/SIGTERM): MachineFailure or the interrupt propagates, nothing recorded, the
+    last good checkpoint kept for the next attempt. A checkpoint is removed only after the run's row
+    is written.
     """
     store = ResultsDir(Path(job.store))
     with store.claim(job.run, wait=wait) as claimed:
@@ -89,22 +98,121 @@ def _train_and_record(job: Job, store: ResultsDir, events: Events | None) -> Run
     emit("start", run_id)
     checkpoint = Checkpointing(store.checkpoint_path(run_id), {"run": run_id.key(), "config": store.config_hash})
     checkpoint.load()  # a damaged or foreign checkpoint stops the comparison here (one line), the file kept
-    loggers = make_loggers(job.options.log, store.path, run_id.slug())
-    try:
+    caller_raised: list[BaseException] = []
+
+    def on_epoch(record: EpochRecord) -> None:
         try:
-            result = _train(job, checkpoint, loggers, callbacks_for(job.options.diagnostics)(),
-                            lambda record: emit("epoch", (run_id, record)))
-        except Exception as exc:  # noqa: BLE001 - one norm's bug must not stop the others
-            result = failed_run(run_id.norm, run_id.seed, exc)
-    finally:
-        for logger in loggers:
-            logger.close()
-    store.append_run(with_identity(result, run_id), environment.run_columns(job.train.device))
-    # a failed run restarts from its first epoch when retried (its norm's code has probably changed)
+            emit("epoch", (run_id, record))
+        except BaseException as exc:  # the executor's own stop (e.g. its Ctrl-C), never the norm's failure
+            caller_raised.append(exc)
+            raise
+
+    with machine_failures(f"run {run_id.slug()}"):
+        loggers = make_loggers(job.options.log, store.path, run_id.slug())
+        try:
+            with _real_signals() as from_signals:
+                try:
+                    result = _train(job, checkpoint, loggers, callbacks_for(job.options.diagnostics)(), on_epoch)
+                except (DamagedRunFile, MachineFailure):
+                    raise
+                except BaseException as exc:  # noqa: BLE001 - one norm's failure, even sys.exit, must not stop the others
+                    if (_from_signal(exc, from_signals) or any(exc is e for e in caller_raised)
+                            or not is_norm_failure(exc)):
+                        raise
+                    result = failed_run(run_id.norm, run_id.seed, exc)
+        finally:
+            for logger in loggers:
+                logger.close()
+        store.append_run(with_identity(result, run_id), environment.run_columns(job.train.device))
+    # the row is written: only now may the checkpoint go. A failed run restarts from its first epoch when
+    # retried (its norm's code has probably changed)
     keep = job.options.keep_checkpoints and result.status != "failed"
-    checkpoint.finish(store.weights_path(run_id) if keep else None)
+    with machine_failures(f"run {run_id.slug()}"):
+        checkpoint.finish(store.weights_path(run_id) if keep else None)
     emit("end", result)
     return result
+
+
+# OSError numbers that mean the machine, not the norm, failed (full disk or quota, denied write, I/O error)
+MACHINE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EIO,
+                            errno.EFBIG, errno.ENOMEM})
+
+
+def is_norm_failure(exc: BaseException) -> bool:
+    """True when `exc`, raised inside a run, is the norm's or model's failure (recorded as a failed run)."""
+    if isinstance(exc, (DamagedRunFile, MachineFailure)):
+        return False
+    if isinstance(exc, OSError):
+        return exc.errno not in MACHINE_ERRNOS
+    return isinstance(exc, (Exception, SystemExit, KeyboardInterrupt))
+
+
+@contextlib.contextmanager
+def machine_failures(what: str) -> Iterator[None]:
+    """Within the block, an OSError of the machine (MACHINE_ERRNOS) becomes one-line MachineFailure."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in MACHINE_ERRNOS:
+            raise
+        raise MachineFailure(f"{what} stopped, the machine failed: {os_error_text(exc)}; nothing was recorded "
+                             f"and the run resumes from its last finished epoch once that is fixed") from None
+
+
+@contextlib.contextmanager
+def _real_signals() -> Iterator[list[BaseException]]:
+    """Within the block, note what the process's signal handlers raise (a real Ctrl-C's KeyboardInterrupt,
+    SIGTERM's `Terminated`, a cluster's requeue `SystemExit`), so that a SystemExit or KeyboardInterrupt
+    raised by a norm's own code is told apart from one a signal caused. Outside the main thread handlers
+    cannot be wrapped: there every KeyboardInterrupt and SystemExit counts as a signal's."""
+    noted: list[BaseException] = []
+    previous: dict[int, Any] = {}
+
+    def wrap(signum: int, handler: Any) -> Callable[[int, Any], None]:
+        def note(number: int, frame: Any) -> None:
+            try:
+                handler(number, frame)
+            except BaseException as exc:
+                noted.append(exc)
+                raise
+        return note
+
+    try:
+        for signum in signal.valid_signals():
+            handler = signal.getsignal(signum)
+            if callable(handler):  # Python handlers only: a default action ends the process, raising nothing
+                previous[signum] = signal.signal(signum, wrap(signum, handler))
+    except ValueError:  # not the main thread
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        yield [_ANY_SIGNAL]
+        return
+    try:
+        yield noted
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+class _AnySignal(BaseException):
+    """Stands for "any KeyboardInterrupt or SystemExit may be a signal's" where handlers cannot be wrapped."""
+
+
+_ANY_SIGNAL = _AnySignal()
+
+
+def _from_signal(exc: BaseException, noted: list[BaseException]) -> bool:
+    """True when `exc` (or what it was raised from) is what a signal handler raised."""
+    if _ANY_SIGNAL in noted and isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        return True
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            return False
+        if any(seen is e for e in noted):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def with_identity(result: RunResult, run_id: RunId) -> RunResult:

@@ -32,6 +32,7 @@ from torch import Tensor
 from normkit_lab.atomic import atomic_write_text
 from normkit_lab.errors import ConfigError, short_repr
 from normkit_lab.results import epoch_fields
+from normkit_lab.safe_paths import make_dirs, refuse_links
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -49,8 +50,8 @@ class RunLogger(Protocol):
     """Receives one run's metrics as it trains (only the writing process: rank 0 under DDP)."""
 
     def on_resume(self, records: list[EpochRecord], step: int) -> None:
-        """Called once before training when the run resumes from a checkpoint: `records` are the epochs
-        already finished, `step` the number of optimizer steps already taken (nothing before a fresh run)."""
+        """Called once before training, after the run's checkpoint was checked: `records` are the epochs
+        already finished, `step` the number of optimizer steps already taken ([] and 0 for a fresh run)."""
         ...
 
     def on_step(self, step: int, loss: Tensor, lr: float) -> None:
@@ -73,15 +74,16 @@ class CSVLogger:
     None is written as an empty cell, floats in full precision (non-finite ones as nan/inf). The whole
     (small) file is rewritten atomically at every change, so a reader never sees half a row, and after
     `on_resume` it holds exactly the checkpoint's epochs: rows an interrupted attempt wrote after the
-    checkpoint are gone. The file is created, header only, when the logger is built, so a run that
-    restarts from scratch never shows an earlier attempt's rows.
+    checkpoint are gone. The file is first written at `on_resume` (with the checkpoint's epochs, or none
+    when the run starts from scratch, header only), after the checkpoint was checked: a run refused for a
+    damaged checkpoint leaves its metrics as they were, and a run that restarts from scratch never shows
+    an earlier attempt's rows.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._fields = epoch_fields()
         self._rows: list[dict[str, Any]] = []
-        self._write()
 
     def on_resume(self, records: list[EpochRecord], step: int) -> None:
         self._rows = [r.as_dict() for r in records]
@@ -203,16 +205,15 @@ def check_log_kinds(kinds: Sequence[str]) -> tuple[str, ...]:
 
 def make_loggers(kinds: Sequence[str], store_path: Path, run_slug: str) -> list[RunLogger]:
     """One run's loggers: always a CSVLogger at `store_path/metrics/<run_slug>.csv`, plus a TensorBoardLogger
-    at `store_path/tensorboard/<run_slug>/` when "tensorboard" is in `kinds`. Creates the directories."""
+    at `store_path/tensorboard/<run_slug>/` when "tensorboard" is in `kinds`. Creates the directories,
+    refusing a symbolic link at any level below `store_path`."""
     wanted = check_log_kinds(kinds)
     if not run_slug or run_slug in (".", "..") or Path(run_slug).name != run_slug or "\\" in run_slug:
         raise ConfigError(f"run slug {short_repr(run_slug)} is not a plain file name")
     store_path = Path(store_path)
-    metrics_dir = store_path / METRICS_DIR
-    metrics_dir.mkdir(parents=True, exist_ok=True)
-    loggers: list[RunLogger] = [CSVLogger(metrics_dir / f"{run_slug}.csv")]
+    metrics_dir = make_dirs(store_path, store_path / METRICS_DIR)
+    loggers: list[RunLogger] = [CSVLogger(refuse_links(store_path, metrics_dir / f"{run_slug}.csv"))]
     if "tensorboard" in wanted:
-        log_dir = store_path / TENSORBOARD_DIR / run_slug
-        log_dir.mkdir(parents=True, exist_ok=True)
+        log_dir = make_dirs(store_path, store_path / TENSORBOARD_DIR / run_slug)
         loggers.append(TensorBoardLogger(log_dir))
     return loggers

@@ -7,6 +7,7 @@ the device. The same (norm, seed) in two directories is an error: it would count
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -159,8 +160,21 @@ def write_diagnostics(store: ResultsDir, results: Results) -> list[Path]:
     return write_diagnostics_files(store.path, results.runs, results.norms)
 
 
+def refuse_out_inside_inputs(out: str | Path | None, sources: list[Path] | list[str]) -> None:
+    """A report never writes into a directory it reads: `out` (links resolved) inside, or equal to, a source
+    is refused before anything is created."""
+    target = Path(os.path.realpath(out if out is not None else "runs"))  # realpath: a link loop is no error
+    for source in sources:
+        real = Path(os.path.realpath(source))
+        if target == real or real in target.parents:
+            raise ConfigError(f"--out {str(out if out is not None else 'runs/')!r} is inside input directory "
+                              f"{str(source)!r} (it resolves to {str(target)!r}); a report never writes into a "
+                              f"directory it reads, so choose --out outside it")
+
+
 def merge_into(results: Results, out: str | Path | None) -> ResultsDir:
     """A new results directory holding the merged config and runs, and each source's environment."""
+    refuse_out_inside_inputs(out, results.sources)
     environments = {str(source): ResultsDir.open(source).environment() for source in results.sources}
     config = {**results.config, "norms": results.norms, "baseline": results.baseline,
               "seeds": sorted({r.seed for r in results.runs})}

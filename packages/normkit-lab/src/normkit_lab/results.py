@@ -8,7 +8,8 @@
     environment.json  versions, device, CPU, threads, git commit
     store.json        the hash of what every run computes (config_identity) and those values, written
                       once at creation: a config.yaml edited afterwards is refused, so a store never
-                      mixes runs of two configurations (e.g. 3- and 2-epoch runs)
+                      mixes runs of two configurations (e.g. 3- and 2-epoch runs); when it is
+                      missing, the rows' config hash stands in for it, checked against config.yaml
     checkpoints/      the last finished epoch of each run in progress (removed when it ends), and with
                       --keep-checkpoints the final weights of every run
     metrics/          one CSV of per-epoch metrics per run; tensorboard/ with --log tensorboard
@@ -48,6 +49,7 @@ from normkit_lab import locks, safe_yaml
 from normkit_lab.atomic import atomic_write_text
 from normkit_lab.errors import ConfigError, short_repr
 from normkit_lab.plan import RunId, config_hash, config_identity
+from normkit_lab.safe_paths import make_dirs, refuse_links
 from normkit_lab.training import EpochRecord, RunResult
 
 CONFIG_FILE = "config.yaml"
@@ -201,11 +203,21 @@ def rows_to_runs(rows: Iterable[dict[str, Any]]) -> list[RunResult]:
     return runs
 
 
+def _as_json(value: Any) -> str:
+    """`value` as config_hash sees it (so 1 and 1.0, or true and 1, differ)."""
+    return json.dumps(value, sort_keys=True, default=repr)
+
+
 def refuse_symlinks(path: Path) -> None:
     """Refuse a results directory that is, or holds, a symbolic link (writes must stay inside it)."""
     if path.is_symlink():
+        try:
+            real = path.resolve(strict=True)
+        except (OSError, RuntimeError):  # a loop, or a link to nothing
+            raise ConfigError(f"{str(path)!r} is a symbolic link that leads nowhere (a loop or a missing "
+                              f"target); give the results directory's real path") from None
         raise ConfigError(f"{str(path)!r} is a symbolic link; give the results directory's real path "
-                          f"({str(path.resolve())!r}) so every write stays inside it")
+                          f"({str(real)!r}) so every write stays inside it")
     links = sorted(p for p in path.iterdir() if p.is_symlink()) if path.is_dir() else []
     if links:
         raise ConfigError(f"{str(links[0])!r} is a symbolic link; a results directory holds only its own "
@@ -241,10 +253,11 @@ class ResultsDir:
         return store
 
     def _store_info(self) -> dict[str, Any] | None:
-        """store.json (None in directories written before it existed); damaged: one ConfigError."""
+        """store.json; when it is missing, rebuilt from the rows' config hash and checked against config.yaml
+        (None only for a store with no rows: nothing to mix). Damaged or unverifiable: one ConfigError."""
         path = self.path / STORE_FILE
         if not path.is_file():
-            return None
+            return self._info_from_rows(path)
         try:
             info = json.loads(path.read_bytes().decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
@@ -254,6 +267,24 @@ class ResultsDir:
             raise ConfigError(f"{str(path)!r} is damaged; it records the configuration the runs were made "
                               f"with, so restore it from a copy or start a new comparison with --out")
         return info
+
+    def _info_from_rows(self, path: Path) -> dict[str, Any] | None:
+        """What store.json held, from the rows (each records its config hash) and config.yaml, or refused."""
+        rows = self.rows()
+        if not rows:
+            return None
+        hashes = {row.get("config_hash") for row in rows}
+        if None in hashes or len(hashes) != 1:
+            raise ConfigError(f"{str(path)!r} is missing and the rows of {RUNS_FILE} do not all record one "
+                              f"configuration, so the store cannot be checked; restore {STORE_FILE} from a copy "
+                              f"or start a new comparison with --out")
+        (rows_hash,) = hashes
+        raw = safe_yaml.read(self.config_path, "config")
+        if not isinstance(raw, dict) or config_hash(raw) != rows_hash:
+            raise ConfigError(f"{str(path)!r} is missing and {str(self.config_path)!r} is not the configuration "
+                              f"the runs in {RUNS_FILE} were made with (their hash {rows_hash}); restore both "
+                              f"files from a copy or start a new comparison with --out")
+        return {"format": 1, "config_hash": rows_hash, "config": config_identity(raw)}
 
     @property
     def config_hash(self) -> str | None:
@@ -274,7 +305,7 @@ class ResultsDir:
         if config_hash(raw) != info["config_hash"]:
             now, then = config_identity(raw), info["config"]
             changed = [f"{k}: {short_repr(then.get(k), 30)} -> {short_repr(now.get(k), 30)}"
-                       for k in sorted(set(now) | set(then)) if now.get(k) != then.get(k)]
+                       for k in sorted(set(now) | set(then)) if _as_json(now.get(k)) != _as_json(then.get(k))]
             raise ConfigError(f"{str(self.config_path)!r} was edited after the store was created "
                               f"({'; '.join(changed) or 'values changed'}); its runs were made with the original "
                               f"values, so restore them (listed in {STORE_FILE}) or start a new comparison")
@@ -290,7 +321,12 @@ class ResultsDir:
     def claim(self, run_id: RunId, wait: bool = False) -> contextlib.AbstractContextManager[bool]:
         """Hold `run_id`'s lock for a block: True when this process may train it, False when another
         process holds it (with `wait`, blocks until it is free). Check `finished()` after claiming."""
-        return locks.try_exclusive(self.path / LOCKS_DIR / f"{run_id.slug()}.lock", wait=wait)
+        return locks.try_exclusive(self._lock_path(f"{run_id.slug()}.lock"), wait=wait)
+
+    def _lock_path(self, name: str) -> Path:
+        """locks/<name>, checked for symbolic links at every level (the lock file is opened for writing)."""
+        refuse_symlinks(self.path)
+        return refuse_links(self.path, make_dirs(self.path, self.path / LOCKS_DIR) / name)
 
     def checkpoint_path(self, run_id: RunId) -> Path:
         """Where `run_id`'s last finished epoch is saved while it trains."""
@@ -336,7 +372,7 @@ class ResultsDir:
         runs_path = self.path / RUNS_FILE
         refuse_symlinks(self.path)
         text = "".join(json.dumps(_finite(row)) + "\n" for row in rows)
-        with locks.exclusive(self.path / LOCKS_DIR / "runs.lock"):
+        with locks.exclusive(self._lock_path("runs.lock")):
             self._drop_torn_tail(runs_path)
             fd = os.open(runs_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
             with os.fdopen(fd, "a", encoding="utf-8") as f:
@@ -387,6 +423,7 @@ class ResultsDir:
 
     def write_tuning(self, table: list[dict[str, Any]]) -> None:
         """tuning.json: one row per (cell, norm, candidate) with its mean val accuracy and the choice."""
+        refuse_symlinks(self.path)
         atomic_write_text(self.path / TUNING_FILE, json_text(table))
 
     def write_summary(self, rows: list[dict[str, Any]]) -> None:

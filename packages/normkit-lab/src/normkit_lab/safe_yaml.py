@@ -28,8 +28,23 @@ def _count_nodes(node: yaml.Node, what: str) -> None:
         if isinstance(current, yaml.SequenceNode):
             stack.extend(current.value)
         elif isinstance(current, yaml.MappingNode):
+            _refuse_duplicate_keys(current, what)
             for key, value in current.value:
                 stack.extend((key, value))
+
+
+def _refuse_duplicate_keys(node: yaml.MappingNode, what: str) -> None:
+    """A key given twice in one mapping (PyYAML keeps the last silently): one line naming it and its lines."""
+    seen: dict[tuple[str, str], int] = {}
+    for key, _ in node.value:
+        if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+            continue
+        line = key.start_mark.line + 1
+        first = seen.get((key.tag, key.value))
+        if first is not None:
+            where = f"line {line}" if first == line else f"lines {first} and {line}"
+            raise ConfigError(f"{what} gives key {key.value!r} twice ({where}); keep one")
+        seen[(key.tag, key.value)] = line
 
 
 def _problem(exc: yaml.YAMLError) -> str:

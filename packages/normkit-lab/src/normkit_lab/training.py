@@ -41,7 +41,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 import normkit
-from normkit_lab.checkpoints import Checkpointing, restore_rng, rng_state
+from normkit_lab.checkpoints import Checkpointing, check_state, restore_rng, rng_state
 from normkit_lab.datasets import DatasetBundle, dataset_params, load_dataset
 from normkit_lab.device import cpu_threads, peak_memory_mb, reset_peak_memory, resolve_device, synchronize
 from normkit_lab.errors import ConfigError, one_line, short_repr
@@ -402,7 +402,7 @@ def failure_line(norm: str, exc: BaseException) -> str:
     return one_line(f"{norm} failed: {kind}{text}")
 
 
-def failed_run(norm: str, seed: int, exc: Exception) -> RunResult:
+def failed_run(norm: str, seed: int, exc: BaseException) -> RunResult:
     """The result of a run whose norm raised while building or training (status "failed").
 
     Recording it, instead of stopping, lets the comparison's other runs go on; resume retries it.
@@ -715,7 +715,7 @@ def _fit(cfg: TrainConfig, model: nn.Module, data: DatasetBundle, device: torch.
     with _local_statistics(model):
         for cb in hooks.callbacks:
             cb.on_start(model, data, device)
-    start_epoch = _resume(hooks, model, step, train_loader, result)
+    start_epoch = _resume(hooks, model, step, train_loader, result, cfg.epochs)
     for epoch in range(start_epoch, cfg.epochs):
         if isinstance(train_loader.sampler, DistributedSampler):
             train_loader.sampler.set_epoch(epoch)
@@ -773,11 +773,18 @@ def _checkpoint_state(model: nn.Module, step: _Step, loader: DataLoader, result:
     }
 
 
-def _resume(hooks: _Hooks, model: nn.Module, step: _Step, loader: DataLoader, result: RunResult) -> int:
-    """Load the run's checkpoint, if it has one; returns the first epoch still to train."""
+def _resume(hooks: _Hooks, model: nn.Module, step: _Step, loader: DataLoader, result: RunResult,
+            cfg_epochs: int) -> int:
+    """Load the run's checkpoint, if it has one, after checking every part of it against this run
+    (`checkpoints.check_state`; anything off is DamagedRunFile); returns the first epoch still to train."""
     state = hooks.checkpoint.load() if hooks.checkpoint is not None else None
     if state is None:
+        for logger in hooks.loggers:  # a fresh start: drop what an earlier attempt logged
+            logger.on_resume([], 0)
         return 0
+    params = [p for group in step.optimizer.param_groups for p in group["params"]]
+    check_state(hooks.checkpoint, state, _checkpoint_state(model, step, loader, result, hooks.callbacks), params,
+                [f.name for f in dataclasses.fields(EpochRecord)], cfg_epochs, len(loader))
     model.load_state_dict(state["model"])
     step.optimizer.load_state_dict(state["optimizer"])
     step.scheduler.load_state_dict(state["scheduler"])
