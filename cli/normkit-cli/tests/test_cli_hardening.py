@@ -100,7 +100,7 @@ def test_bad_compare_input_is_one_line_and_writes_nothing(workdir, args, needle)
 
 @pytest.mark.parametrize("args", [["compare", "--epochs", "\u0663"], ["compare", "--batch-size", "\uff16\uff14"],
                                   ["compare", "--jobs", "1_0"], ["diagnose", "bn", "--depth", "\u0663"],
-                                  ["bench", "--repeats", "\u0665"]])
+                                  ["bench", "--repeats", "\u0665"], ["show", "bn", "--channels", "\u0663"]])
 def test_integer_options_take_ascii_digits_only(tmp_path, args):
     """int() reads ARABIC-INDIC or fullwidth digits and underscores; every integer option refuses them."""
     import subprocess

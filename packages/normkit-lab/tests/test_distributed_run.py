@@ -263,6 +263,7 @@ def _rank_main(out: Path) -> None:
     saved["seeds"] = seeds
     if rank == 0:
         (out / "ranks.json").write_text(json.dumps(saved))
+    dist.barrier()  # as distributed.main does: tearing gloo down while a peer still sends aborts it
     dist.destroy_process_group()
 
 

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from normkit_cli import catalog_cache
+from normkit_cli.ascii_ints import ascii_int
 from normkit_cli.errors import one_line_errors
 
 if TYPE_CHECKING:
@@ -159,7 +160,7 @@ def _show_data(spec: str, channels: int, tokens: bool, activation: str | None) -
 @one_line_errors
 def show_cmd(
     spec: Annotated[str, typer.Argument(help="A norm spec, e.g. 'gn(groups=8)+pn'.")],
-    channels: Annotated[int, typer.Option("--channels", "-c", min=1,
+    channels: Annotated[int, typer.Option("--channels", "-c", parser=ascii_int(min=1),
                                           help="Channel count to build for (normkit's limit: 2**24).")] = 64,
     tokens: Annotated[bool, typer.Option("--tokens", help="Channels-last tokens (N,*,C) instead of N,C,*.")] = False,
     activation: Annotated[str | None, typer.Option(help="Activation that follows the norm in the model.")] = None,
