@@ -151,7 +151,7 @@ class NormLayer(nn.Module):
             return "in training mode (call model.eval() first)"
         if self.has_activation or self.post is not None:
             return f"has a nonlinearity after the norm ({self.activation_name or self.post_name})"
-        if self.probes or self.sync is not None and self.sync.active():
+        if self.probes or (self.sync is not None and self.sync.active()):
             return "has probes or process sync attached"
         scale = torch.ones(self.num_channels, dtype=torch.float64, device=self._device())
         shift = torch.zeros_like(scale)
