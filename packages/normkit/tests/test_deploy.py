@@ -148,6 +148,28 @@ def test_fold_keeps_what_is_not_a_fixed_affine_and_says_why(spec: str, why: str)
     torch.testing.assert_close(model(x), want, rtol=0, atol=0)
 
 
+def test_fold_keeps_a_proxy_normalized_norm_act_layer() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, C, 1), normkit.build("gn(groups=2)+pn", C, activation="relu")).eval()
+    summary = normkit.fold(model)
+    assert summary.folded == [] and "nonlinearity" in summary.kept[0][1]
+
+
+class _DataDependent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(3, C, 1), normkit.build("bn", C)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn(self.conv(x)) if x.sum() > 0 else x
+
+
+def test_fold_of_a_model_fx_cannot_trace_is_one_line() -> None:
+    with pytest.raises(normkit.NormkitError, match="torch.fx cannot trace _DataDependent") as err:
+        normkit.fold(_DataDependent().eval())
+    assert "\n" not in str(err.value)
+
+
 def test_fold_keeps_norms_with_an_activation_or_no_conv_before_or_in_training() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(normkit.build("bn", 3), nn.Conv2d(3, C, 1),
