@@ -136,6 +136,11 @@ def test_fold_removes_batch_norms_and_keeps_the_function(spec: str) -> None:
 
 @pytest.mark.parametrize(("spec", "why"), [
     ("gn(groups=2)", "per-sample statistics"),
+    ("sn", "per-sample statistics"),
+    ("dbn", "not a fixed per-channel affine"),
+    ("iternorm", "not a fixed per-channel affine"),
+    ("bgn(groups=2)", "not a fixed per-channel affine"),
+    ("evonorm-b0", "not a fixed per-channel affine"),
     ("ln", "per-sample statistics"),
     ("bnn", "not a fixed per-channel affine"),
     ("frn", "nonlinearity"),
@@ -218,8 +223,10 @@ def test_torch_fuse_conv_bn_eval_accepts_batch_statistics_layers(spec: str) -> N
     torch.testing.assert_close(fused(x), model(x), rtol=1e-5, atol=1e-5)
 
 
-def test_layers_without_batch_statistics_have_no_eps_like_torch_layer_norm_has() -> None:
-    assert not hasattr(normkit.build("gn(groups=2)", C), "eps")
+@pytest.mark.parametrize("spec", ["gn(groups=2)", "bnn", "sn", "dbn", "bgn(groups=2)", "evonorm-b0"])
+def test_layers_that_are_not_plain_batch_norms_have_no_eps_so_torch_fusers_skip_them(spec: str) -> None:
+    assert not hasattr(normkit.build(spec, C), "eps")
+    assert not hasattr(normkit.build("bn", C, activation="relu"), "eps")
     assert normkit.build("gn(groups=2)", C).num_features == C
 
 

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from normkit.errors import NormkitError, NormShapeError, PluginError, SpecError, StepError, first_line
 from normkit.limits import check_num_channels
-from normkit.stages import BuildContext, Pipeline, PostActivationStep, Step
+from normkit.stages import BuildContext, Pipeline, PostActivationStep, Standardize, Step
 
 if TYPE_CHECKING:
     from normkit.sync import ProcessSync
@@ -127,14 +127,17 @@ class NormLayer(nn.Module):
         """True when the layer has a per-channel weight and bias, as torch's `affine=True`."""
         return self.weight is not None and self.bias is not None
 
-    def _running_stats_step(self) -> Step:
-        """The step that owns running statistics (its eps/momentum are torch's); AttributeError
-        for layers without one, so `hasattr(layer, "eps")` answers as for a torch norm."""
-        if self.partition is not None and self.partition.uses_batch:
-            for step in self.steps:
-                if hasattr(step, "eps") and hasattr(step, "momentum"):
-                    return step
-        raise AttributeError(f"{self.spec or 'norm'} has no batch statistics (no eps/momentum like torch's BatchNorm)")
+    def _running_stats_step(self) -> Standardize:
+        """The step of a layer that is torch's BatchNorm in eval (bn, brn; no activation): its
+        eps/momentum are torch's. AttributeError for any other layer, so tools that take anything
+        with `eps` and running statistics for a BatchNorm (torch's fusers) do not fold bnn or sn."""
+        steps = [s for s in self.steps if not s.needs_conv]
+        if (self.partition is not None and self.partition.uses_batch and len(steps) == 1
+                and isinstance(steps[0], Standardize) and steps[0].eval_is_batch_norm()
+                and steps[0].track_running_stats and not self.has_activation and self.post is None):
+            return steps[0]
+        raise AttributeError(f"{self.spec or 'norm'} is not a plain batch norm "
+                             "(no eps/momentum like torch's BatchNorm)")
 
     @property
     def eps(self) -> float:

@@ -346,9 +346,14 @@ class Standardize(Step):
         mean, var = self.statistics(x, groups, layer)
         return (x - mean) * torch.rsqrt(var + self.eps)
 
+    def eval_is_batch_norm(self) -> bool:
+        """True when this step in eval is torch's BatchNorm with running statistics. A subclass
+        that changes `forward` (whitening, switchable, grouped...) is not, unless it says so."""
+        return type(self).forward is Standardize.forward
+
     def eval_affine(self, layer: StepHost) -> tuple[Tensor, Tensor] | None:
         """In eval with running statistics: `(x - running_mean) / sqrt(running_var + eps)`."""
-        if not self.uses_running_stats(layer):
+        if not (self.eval_is_batch_norm() and self.uses_running_stats(layer)):
             return None
         scale = torch.rsqrt(layer.running_var.double() + self.eps)
         return scale, -layer.running_mean.double() * scale
