@@ -269,3 +269,19 @@ def test_to_torch_keeps_other_specs_and_says_why(spec: str, why: str) -> None:
     model = nn.Sequential(layer)
     summary = normkit.to_torch(model)
     assert model[0] is layer and summary.replaced == [] and why in summary.kept[0][1]
+
+
+class _SharedConvOutput(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.after_add, self.beside = nn.Conv2d(3, C, 1), normkit.build("bn", C), normkit.build("bn", C)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        return self.after_add(y + 1) + self.beside(y)
+
+
+def test_fold_keeps_norms_whose_conv_output_is_shared_or_transformed() -> None:
+    kept = dict(normkit.fold(_SharedConvOutput().eval()).kept)
+    assert kept == {"after_add": "no conv/linear right before it (its input comes from add)",
+                    "beside": "conv's output is also used elsewhere"}

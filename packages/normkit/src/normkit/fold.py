@@ -61,9 +61,10 @@ def _producer(norm_node: torch.fx.Node, modules: dict[str, nn.Module],
               calls: dict[str, int]) -> tuple[str, nn.Module] | str:
     """The conv/linear whose output only this norm reads, or why there is none."""
     src = norm_node.args[0] if norm_node.args else None
-    if not isinstance(src, torch.fx.Node) or src.op != "call_module":
-        what = "the model input" if isinstance(src, torch.fx.Node) and src.op == "placeholder" else (
-            f"{src.target}" if isinstance(src, torch.fx.Node) else "nothing")
+    if not isinstance(src, torch.fx.Node):
+        return "no conv/linear right before it"
+    if src.op != "call_module":
+        what = "the model input" if src.op == "placeholder" else getattr(src.target, "__name__", str(src.target))
         return f"no conv/linear right before it (its input comes from {what})"
     module = modules[src.target]
     if type(module) not in _FOLDS_INTO:
