@@ -47,7 +47,8 @@ def test_fold_removes_every_converted_batch_norm(name: str, norms: int) -> None:
 
 
 @pytest.mark.parametrize(("spec", "why"), [("gn(groups=8)", "per-sample statistics"),
-                                           ("bnn", "not a fixed per-channel affine")])
+                                           pytest.param("bnn", "not a fixed per-channel affine",
+                                                        marks=pytest.mark.slow)])
 def test_fold_keeps_norms_that_are_not_foldable_and_says_why(spec: str, why: str) -> None:
     model, x = _converted("resnet18", spec)
     want = model(x)
