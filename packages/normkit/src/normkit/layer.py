@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from normkit.errors import NormkitError, NormShapeError, PluginError, SpecError, StepError, first_line
 from normkit.limits import check_num_channels
-from normkit.stages import BuildContext, Pipeline, PostActivationStep, Step
+from normkit.stages import BuildContext, Pipeline, PostActivationStep, Standardize, Step
 
 if TYPE_CHECKING:
     from normkit.sync import ProcessSync
@@ -114,6 +114,77 @@ class NormLayer(nn.Module):
         """
         self.probes.append(probe)
         return lambda: self.probes.remove(probe) if probe in self.probes else None
+
+    # -- torch-like attributes (torch.nn.utils.fusion and other tools read these) ----------
+
+    @property
+    def num_features(self) -> int:
+        """torch's name for the channel count."""
+        return self.num_channels
+
+    @property
+    def affine(self) -> bool:
+        """True when the layer has a per-channel weight and bias, as torch's `affine=True`."""
+        return self.weight is not None and self.bias is not None
+
+    def _running_stats_step(self) -> Standardize:
+        """The step of a layer that is torch's BatchNorm in eval (bn, brn; no activation): its
+        eps/momentum are torch's. AttributeError for any other layer, so tools that take anything
+        with `eps` and running statistics for a BatchNorm (torch's fusers) do not fold bnn or sn."""
+        steps = [s for s in self.steps if not s.needs_conv]
+        if (self.partition is not None and self.partition.uses_batch and len(steps) == 1
+                and isinstance(steps[0], Standardize) and steps[0].eval_is_batch_norm()
+                and steps[0].track_running_stats and not self.has_activation and self.post is None):
+            return steps[0]
+        raise AttributeError(f"{self.spec or 'norm'} is not a plain batch norm "
+                             "(no eps/momentum like torch's BatchNorm)")
+
+    @property
+    def eps(self) -> float:
+        return self._running_stats_step().eps
+
+    @property
+    def momentum(self) -> float | None:
+        return self._running_stats_step().momentum
+
+    def eval_affine(self) -> tuple[Tensor, Tensor] | str:
+        """`(scale, shift)` per channel (float64) when this layer is exactly `x * scale + shift` in
+        its current mode, else one line saying why not (what `normkit.fold` reports)."""
+        if self.training:
+            return "in training mode (call model.eval() first)"
+        if self.has_activation or self.post is not None:
+            return f"has a nonlinearity after the norm ({self.activation_name or self.post_name})"
+        if self.probes or (self.sync is not None and self.sync.active()):
+            return "has probes or process sync attached"
+        scale = torch.ones(self.num_channels, dtype=torch.float64, device=self._device())
+        shift = torch.zeros_like(scale)
+        for step in self.steps:
+            if step.needs_conv:
+                return f"step {step.name} changes the conv feeding it"
+            affine = step.eval_affine(self)
+            if affine is None:
+                why = "uses per-sample statistics" if self.partition and not self.partition.uses_batch \
+                    else "is not a fixed per-channel affine in eval"
+                return f"step {step.name} {why}"
+            s, t = affine
+            scale, shift = scale * s, shift * s + t
+        weight, bias = self.recovery_params()
+        if weight is not None:
+            scale, shift = scale * weight.double(), shift * weight.double()
+        if bias is not None:
+            shift = shift + bias.double()
+        return scale, shift
+
+    def _device(self) -> torch.device:
+        tensors = [*self.parameters(), *self.buffers()]
+        return tensors[0].device if tensors else torch.device("cpu")
+
+    def __prepare_scriptable__(self) -> NormLayer:
+        """torch.jit.script calls this first: refuse with one line naming what works instead."""
+        raise NormkitError(
+            f"{self.spec or 'norm'}: torch.jit.script does not support normkit layers (TorchScript is "
+            "deprecated); use torch.jit.trace(model.eval(), example), torch.export.export, or "
+            "normkit.to_torch(model) for plain specs (see docs/deploy.md)")
 
     # -- forward ----------------------------------------------------------------------------
 

@@ -212,6 +212,12 @@ class Step:
         """Weight-decay policy for parameters this step registered: name -> decayed?"""
         return {}
 
+    def eval_affine(self, layer: StepHost) -> tuple[Tensor, Tensor] | None:
+        """`(scale, shift)` per channel when this step's output in the layer's current mode is
+        exactly `x * scale + shift` (so `normkit.fold` can fold it into the conv before); None
+        when it depends on the input's statistics or is not affine."""
+        return None
+
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v}" for k, v in self.describe().items())
         return f"{self.name}({args})"
@@ -339,6 +345,18 @@ class Standardize(Step):
     def forward(self, x: Tensor, groups: Groups, layer: StepHost) -> Tensor:
         mean, var = self.statistics(x, groups, layer)
         return (x - mean) * torch.rsqrt(var + self.eps)
+
+    def eval_is_batch_norm(self) -> bool:
+        """True when this step in eval is torch's BatchNorm with running statistics. A subclass
+        that changes `forward` (whitening, switchable, grouped...) is not, unless it says so."""
+        return type(self).forward is Standardize.forward
+
+    def eval_affine(self, layer: StepHost) -> tuple[Tensor, Tensor] | None:
+        """In eval with running statistics: `(x - running_mean) / sqrt(running_var + eps)`."""
+        if not (self.eval_is_batch_norm() and self.uses_running_stats(layer)):
+            return None
+        scale = torch.rsqrt(layer.running_var.double() + self.eps)
+        return scale, -layer.running_mean.double() * scale
 
     def fused_forward(self, x: Tensor, layer: StepHost) -> Tensor | None:
         """Dispatch a plain standardize+recovery pipeline to torch's native kernels.

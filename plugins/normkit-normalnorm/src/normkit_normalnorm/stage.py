@@ -115,9 +115,10 @@ class NormalityStep(Step):
         if tracks and std.momentum != self.momentum:
             return None
         kernel = self._kernel_for(x)
-        if kernel is normality_norm and torch.compiler.is_compiling():
+        if kernel is normality_norm and (torch.compiler.is_compiling() or torch.jit.is_tracing()):
             # The fused CPU path writes into `out=` views of scratch buffers, which inductor cannot
-            # functionalize; under torch.compile the reference path (same function) is traced.
+            # functionalize and torch.jit.trace records as different graphs on each call; under
+            # torch.compile or jit tracing the reference path (same function) is traced.
             return None
         if kernel is normality_norm and x.dtype in (torch.float16, torch.bfloat16):
             x = x.float()  # the PyTorch path computes in float32; the Triton kernel reads x as it is

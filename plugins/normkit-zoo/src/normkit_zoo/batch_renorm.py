@@ -40,6 +40,10 @@ class BatchRenormalize(Standardize):
     def describe(self) -> dict[str, Any]:
         return {"r_max": self.r_max, "d_max": self.d_max, "warmup": self.warmup, **super().describe()}
 
+    def eval_is_batch_norm(self) -> bool:
+        """In eval batch renorm is plain BN with running statistics (so `normkit.fold` folds it)."""
+        return True
+
     def _limits(self, layer: NormLayer, like: Tensor) -> tuple[Tensor | float, Tensor | float]:
         if self.warmup == 0:
             return self.r_max, self.d_max

@@ -1,0 +1,152 @@
+"""`normkit.fold`: fold eval-mode norms that are a fixed per-channel affine into the conv/linear
+before them, for deployment (one op fewer per norm, the same function up to rounding)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from normkit.errors import NormkitError, first_line
+from normkit.layer import NormLayer
+from normkit.trace import NormTracer, is_norm_module
+
+_TORCH_NORMS = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm, nn.RMSNorm)
+_FOLDS_INTO = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
+
+
+@dataclass
+class FoldSummary:
+    """What `fold` did: `folded` as (norm path, conv/linear path), `kept` as (norm path, why)."""
+
+    model: nn.Module
+    folded: list[tuple[str, str]] = field(default_factory=list)
+    kept: list[tuple[str, str]] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        lines = [f"folded {len(self.folded)} norm(s), kept {len(self.kept)}"]
+        lines += [f"  folded {norm} into {into}" for norm, into in self.folded]
+        lines += [f"  kept {norm}: {why}" for norm, why in self.kept]
+        return "\n".join(lines)
+
+
+def _torch_eval_affine(norm: nn.Module) -> tuple[Tensor, Tensor] | str:
+    """torch's BatchNorm in eval with running statistics is `x * scale + shift`; other torch norms
+    normalize each sample by its own statistics."""
+    if not isinstance(norm, nn.modules.batchnorm._BatchNorm):
+        return "uses per-sample statistics"
+    if norm.training:
+        return "in training mode (call model.eval() first)"
+    if norm.running_var is None:
+        return "has no running statistics (track_running_stats=False)"
+    scale = torch.rsqrt(norm.running_var.double() + norm.eps)
+    shift = -norm.running_mean.double() * scale
+    if norm.weight is not None:
+        scale, shift = scale * norm.weight.double(), shift * norm.weight.double()
+    if norm.bias is not None:
+        shift = shift + norm.bias.double()
+    return scale, shift
+
+
+def _eval_affine(norm: nn.Module) -> tuple[Tensor, Tensor] | str:
+    if isinstance(norm, NormLayer):
+        return norm.eval_affine()
+    if isinstance(norm, _TORCH_NORMS):
+        return _torch_eval_affine(norm)
+    return f"{type(norm).__name__} is not a fixed per-channel affine in eval"
+
+
+def _producer(norm_node: torch.fx.Node, modules: dict[str, nn.Module],
+              calls: dict[str, int]) -> tuple[str, nn.Module] | str:
+    """The conv/linear whose output only this norm reads, or why there is none."""
+    src = norm_node.args[0] if norm_node.args else None
+    if not isinstance(src, torch.fx.Node):
+        return "no conv/linear right before it"
+    if src.op != "call_module":
+        what = "the model input" if src.op == "placeholder" else getattr(src.target, "__name__", str(src.target))
+        return f"no conv/linear right before it (its input comes from {what})"
+    module = modules[src.target]
+    if type(module) not in _FOLDS_INTO:
+        return f"no conv/linear right before it (its input comes from {type(module).__name__} {src.target})"
+    if len(src.users) != 1:
+        return f"{src.target}'s output is also used elsewhere"
+    if calls[src.target] != 1:
+        return f"{src.target} is called more than once"
+    return src.target, module
+
+
+def _channels_match(norm: nn.Module, layer: nn.Module, channels: int) -> str | None:
+    out = layer.out_channels if isinstance(layer, nn.modules.conv._ConvNd) else layer.out_features
+    if out != channels:
+        return f"its {channels} channels are not the {out} outputs of the layer before it"
+    if isinstance(norm, NormLayer) and norm.tokens and not isinstance(layer, nn.Linear):
+        return "channels-last norm after a channels-first conv"
+    return None
+
+
+def _fold_into(layer: nn.Module, scale: Tensor, shift: Tensor) -> None:
+    """layer(x) * scale + shift, per output channel, computed in float64 and stored in place."""
+    with torch.no_grad():
+        w = layer.weight
+        w.copy_((w.double() * scale.view(-1, *([1] * (w.dim() - 1)))).to(w.dtype))
+        b = layer.bias.double() if layer.bias is not None else torch.zeros_like(shift)
+        new_bias = (b * scale + shift).to(w.dtype)
+        if layer.bias is None:
+            layer.bias = nn.Parameter(new_bias)
+        else:
+            layer.bias.copy_(new_bias)
+
+
+def _set(model: nn.Module, path: str, module: nn.Module) -> None:
+    parent_path, _, name = path.rpartition(".")
+    setattr(model.get_submodule(parent_path) if parent_path else model, name, module)
+
+
+def fold(model: nn.Module) -> FoldSummary:
+    """Fold every foldable norm into the conv/linear before it, in place, and say what was kept.
+
+    Foldable: a norm that is exactly a per-channel affine in eval (bn, brn and other batch norms
+    with running statistics, torch's BatchNorm), with no activation in it, whose input is the
+    output of a Conv1d/2d/3d or Linear that nothing else reads. Folded norms become nn.Identity.
+    Call `model.eval()` first. The model must trace with torch.fx (normkit's norms are leaves).
+    """
+    modules = dict(model.named_modules())
+    try:
+        graph = NormTracer().trace(model)
+    except Exception as exc:  # a model fx cannot trace (data-dependent Python control flow)
+        raise NormkitError(f"fold: torch.fx cannot trace {type(model).__name__} ({first_line(exc)}); "
+                           "fold the norms of its traceable submodules instead") from None
+    calls: dict[str, int] = {}
+    for node in graph.nodes:
+        if node.op == "call_module":
+            calls[node.target] = calls.get(node.target, 0) + 1
+    summary = FoldSummary(model)
+    seen = set()
+    for node in graph.nodes:
+        if node.op != "call_module" or node.target in seen:
+            continue
+        norm = modules[node.target]
+        if not (is_norm_module(norm) or isinstance(norm, _TORCH_NORMS)):
+            continue
+        seen.add(node.target)
+        affine = _eval_affine(norm)
+        if isinstance(affine, str):
+            summary.kept.append((node.target, affine))
+            continue
+        if calls[node.target] != 1:
+            summary.kept.append((node.target, "is called more than once"))
+            continue
+        producer = _producer(node, modules, calls)
+        if isinstance(producer, str):
+            summary.kept.append((node.target, producer))
+            continue
+        layer_path, layer = producer
+        mismatch = _channels_match(norm, layer, affine[0].numel())
+        if mismatch:
+            summary.kept.append((node.target, mismatch))
+            continue
+        _fold_into(layer, *affine)
+        _set(model, node.target, nn.Identity())
+        summary.folded.append((node.target, layer_path))
+    return summary

@@ -1,0 +1,287 @@
+"""Deployment paths for every built-in norm: fx tracing (norms as leaves), jit.trace, jit.script
+refused in one line, torch.export and the dynamo ONNX exporter run in onnxruntime, fold, to_torch."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import normkit
+
+C = 8
+ONNX_ATOL = 1e-5  # measured max abs error is below 1.1e-6 for every norm (docs/deploy.md)
+
+
+def _norms() -> list[str]:
+    return [e["name"] for e in normkit.available() if e["kind"] == "norm"]
+
+
+def _spec(name: str) -> str:
+    return f"{name}(groups=2)" if name in ("gn", "gnn", "bgn", "evonorm-s0") else name
+
+
+def _trained(spec: str, channel_dim: int = 1) -> tuple[nn.Module, torch.Tensor]:
+    """conv -> norm with random affine and running statistics from two training batches, in eval."""
+    torch.manual_seed(0)
+    norm = normkit.build(spec, C, channel_dim=channel_dim)
+    model = nn.Sequential(nn.Conv2d(3, C, 3, padding=1), norm)
+    with torch.no_grad():
+        for name, p in norm.named_parameters():
+            p.copy_(torch.randn_like(p) * 0.3 + (1.0 if name == "weight" else 0.0))
+        x = torch.randn(4, 3, 6, 6)
+        model.train()
+        model(x)
+        model(x * 2 + 1)
+    return model.eval(), torch.randn(3, 3, 6, 6)
+
+
+@pytest.mark.parametrize("name", _norms())
+def test_fx_traces_every_norm_as_a_leaf_and_jit_trace_matches_eager(name: str) -> None:
+    model, x = _trained(_spec(name))
+    traced = normkit.symbolic_trace(model)
+    assert [n.target for n in traced.graph.nodes if n.op == "call_module"] == ["0", "1"]
+    torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.simplefilter("ignore", FutureWarning)  # jit.trace is deprecated, still used
+        jitted = torch.jit.trace(model, x)  # check_trace re-runs it: fails when graphs differ per call
+    torch.testing.assert_close(jitted(x[:2]), model(x[:2]), rtol=1e-6, atol=1e-6)
+
+
+def test_create_feature_extractor_takes_normkit_leaf_modules() -> None:
+    torchvision = pytest.importorskip("torchvision")
+    from torchvision.models.feature_extraction import create_feature_extractor
+
+    model = torchvision.models.resnet18(num_classes=4)
+    normkit.convert(model, "bnn")
+    model.eval()
+    extractor = create_feature_extractor(model, {"layer1": "l1", "fc": "out"},
+                                         tracer_kwargs={"leaf_modules": normkit.leaf_modules(model)})
+    x = torch.randn(2, 3, 32, 32)
+    feats = extractor(x)
+    assert feats["l1"].shape == (2, 64, 8, 8)
+    torch.testing.assert_close(feats["out"], model(x))
+
+
+def test_jit_script_is_refused_in_one_line_naming_what_works() -> None:
+    model = nn.Sequential(nn.Conv2d(3, C, 1), normkit.build("bn", C))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        with pytest.raises(normkit.NormkitError, match="torch.jit.trace") as err:
+            torch.jit.script(model)
+    assert "\n" not in str(err.value) and "torch.export" in str(err.value)
+
+
+def _onnx_parity(model: nn.Module, tmp_path, channels_last_tokens: bool = False) -> float:
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    shape = (4, 5, C) if channels_last_tokens else (4, 3, 6, 6)
+    example = torch.randn(*shape)
+    batch = torch.export.Dim("batch", min=1)
+    torch.export.export(model, (example,), dynamic_shapes=({0: batch},))  # the graph ONNX is made from
+    path = tmp_path / "model.onnx"
+    logging.disable(logging.WARNING)  # the exporter logs each step
+    try:
+        torch.onnx.export(model, (example,), str(path), dynamo=True, dynamic_shapes=({0: batch},))
+    finally:
+        logging.disable(logging.NOTSET)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    worst = 0.0
+    for n in (1, 3, 7):  # batch sizes other than the example's: the batch dim is dynamic
+        x = torch.randn(n, *shape[1:])
+        (got,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+        with torch.no_grad():
+            want = model(x)
+        torch.testing.assert_close(torch.from_numpy(got), want, rtol=0, atol=ONNX_ATOL)
+        worst = max(worst, (torch.from_numpy(got) - want).abs().max().item())
+    return worst
+
+
+@pytest.mark.parametrize("name", ["bn", "bnn"])  # every norm: test_onnx_export_of_every_norm (slow)
+def test_onnx_export_runs_in_onnxruntime_like_eager(name: str, tmp_path) -> None:
+    model, _ = _trained(_spec(name))
+    _onnx_parity(model, tmp_path)
+
+
+@pytest.mark.parametrize("name", ["rms", pytest.param("ln", marks=pytest.mark.slow)])
+def test_onnx_export_of_channels_last_tokens(name: str, tmp_path) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(C, C), normkit.build(name, C, channel_dim=-1)).eval()
+    _onnx_parity(model, tmp_path, channels_last_tokens=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", _norms())
+def test_onnx_export_of_every_norm(name: str, tmp_path) -> None:
+    model, _ = _trained(_spec(name))
+    _onnx_parity(model, tmp_path)
+
+
+# -- fold ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec", ["bn", "brn", "bn(affine=false)", "bn(momentum=none)"])
+def test_fold_removes_batch_norms_and_keeps_the_function(spec: str) -> None:
+    model, x = _trained(spec)
+    want = model(x)
+    summary = normkit.fold(model)
+    assert summary.folded == [("1", "0")] and summary.kept == []
+    assert isinstance(model[1], nn.Identity)
+    torch.testing.assert_close(model(x), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("spec", "why"), [
+    ("gn(groups=2)", "per-sample statistics"),
+    ("sn", "per-sample statistics"),
+    ("dbn", "not a fixed per-channel affine"),
+    ("iternorm", "not a fixed per-channel affine"),
+    ("bgn(groups=2)", "not a fixed per-channel affine"),
+    ("evonorm-b0", "not a fixed per-channel affine"),
+    ("ln", "per-sample statistics"),
+    ("bnn", "not a fixed per-channel affine"),
+    ("frn", "nonlinearity"),
+])
+def test_fold_keeps_what_is_not_a_fixed_affine_and_says_why(spec: str, why: str) -> None:
+    model, x = _trained(spec)
+    want = model(x)
+    summary = normkit.fold(model)
+    assert summary.folded == [] and summary.kept[0][0] == "1" and why in summary.kept[0][1]
+    torch.testing.assert_close(model(x), want, rtol=0, atol=0)
+
+
+def test_fold_keeps_a_proxy_normalized_norm_act_layer() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, C, 1), normkit.build("gn(groups=2)+pn", C, activation="relu")).eval()
+    summary = normkit.fold(model)
+    assert summary.folded == [] and "nonlinearity" in summary.kept[0][1]
+
+
+class _DataDependent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(3, C, 1), normkit.build("bn", C)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn(self.conv(x)) if x.sum() > 0 else x
+
+
+def test_fold_of_a_model_fx_cannot_trace_is_one_line() -> None:
+    with pytest.raises(normkit.NormkitError, match="torch.fx cannot trace _DataDependent") as err:
+        normkit.fold(_DataDependent().eval())
+    assert "\n" not in str(err.value)
+
+
+def test_fold_keeps_norms_with_an_activation_or_no_conv_before_or_in_training() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(normkit.build("bn", 3), nn.Conv2d(3, C, 1),
+                          normkit.build("bn", C, activation="relu"), nn.Conv2d(C, C, 1), normkit.build("bn", C))
+    kept = dict(normkit.fold(model.train()).kept)
+    assert all("training mode" in why for why in kept.values()) and len(kept) == 3
+    kept = dict(normkit.fold(model.eval()).kept)
+    assert "no conv/linear right before it" in kept["0"] and "nonlinearity" in kept["2"]
+    assert isinstance(model[4], nn.Identity)
+
+
+class _LinearThenConv1d(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc, self.bn = nn.Linear(5, C, bias=False), normkit.build("bn", C)
+        self.conv, self.torch_bn = nn.Conv1d(C, C, 1), nn.BatchNorm1d(C)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.bn(self.fc(x)))
+        return self.torch_bn(self.conv(h.unsqueeze(-1)))
+
+
+def test_fold_of_linear_then_batch_norm_and_of_torch_batch_norm() -> None:
+    torch.manual_seed(0)
+    model = _LinearThenConv1d()
+    x = torch.randn(6, 5)
+    with torch.no_grad():
+        model.train()(x)
+    model.eval()
+    want = model(x)
+    summary = normkit.fold(model)
+    assert summary.folded == [("bn", "fc"), ("torch_bn", "conv")] and model.fc.bias is not None
+    assert isinstance(model.bn, nn.Identity) and isinstance(model.torch_bn, nn.Identity)
+    torch.testing.assert_close(model(x), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("spec", ["bn", "brn"])
+def test_torch_fuse_conv_bn_eval_accepts_batch_statistics_layers(spec: str) -> None:
+    from torch.nn.utils.fusion import fuse_conv_bn_eval
+
+    model, x = _trained(spec)
+    norm = model[1]
+    assert (norm.num_features, norm.affine, norm.momentum) == (C, True, 0.1) and norm.eps == 1e-5
+    assert norm.running_mean.shape == norm.running_var.shape == (C,)
+    fused = fuse_conv_bn_eval(model[0], norm)
+    torch.testing.assert_close(fused(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("spec", ["gn(groups=2)", "bnn", "sn", "dbn", "bgn(groups=2)", "evonorm-b0"])
+def test_layers_that_are_not_plain_batch_norms_have_no_eps_so_torch_fusers_skip_them(spec: str) -> None:
+    assert not hasattr(normkit.build(spec, C), "eps")
+    assert not hasattr(normkit.build("bn", C, activation="relu"), "eps")
+    assert normkit.build("gn(groups=2)", C).num_features == C
+
+
+# -- to_torch -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("spec", "channel_dim", "shape", "torch_cls"), [
+    ("bn", 1, (4, C, 5, 5), nn.BatchNorm2d),
+    ("bn", 1, (4, C), nn.BatchNorm1d),
+    ("bn", 1, (4, C, 2, 3, 3), nn.BatchNorm3d),
+    ("bn(affine=false)", 1, (4, C, 5, 5), nn.BatchNorm2d),
+    ("ln", -1, (4, 5, C), nn.LayerNorm),
+    ("ln", 1, (4, C, 5, 5), nn.GroupNorm),
+    ("gn(groups=2)", 1, (4, C, 5, 5), nn.GroupNorm),
+    ("rms", -1, (4, 5, C), nn.RMSNorm),
+])
+def test_to_torch_gives_torchs_module_with_the_same_function(spec, channel_dim, shape, torch_cls) -> None:
+    torch.manual_seed(0)
+    layer = normkit.build(spec, C, channel_dim=channel_dim)
+    x = torch.randn(*shape)
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.normal_()
+        layer.train()
+        layer(x)
+    layer.eval()
+    model = nn.Sequential(nn.Identity(), layer)
+    want = model(x)
+    summary = normkit.to_torch(model, x)
+    assert type(model[1]) is torch_cls and summary.replaced == [("1", torch_cls.__name__)]
+    assert not model[1].training
+    torch.testing.assert_close(model(x), want, rtol=1e-6, atol=1e-6)
+    trained = copy.deepcopy(model).train()
+    trained(x)  # torch's module trains like the normkit layer it replaced
+
+
+@pytest.mark.parametrize(("spec", "why"), [("bnn", "not a plain"), ("rms", "no torch module"),
+                                          ("bn", "activation")])
+def test_to_torch_keeps_other_specs_and_says_why(spec: str, why: str) -> None:
+    layer = normkit.build(spec, C, activation="relu" if why == "activation" else None)
+    model = nn.Sequential(layer)
+    summary = normkit.to_torch(model)
+    assert model[0] is layer and summary.replaced == [] and why in summary.kept[0][1]
+
+
+class _SharedConvOutput(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.after_add, self.beside = nn.Conv2d(3, C, 1), normkit.build("bn", C), normkit.build("bn", C)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        return self.after_add(y + 1) + self.beside(y)
+
+
+def test_fold_keeps_norms_whose_conv_output_is_shared_or_transformed() -> None:
+    kept = dict(normkit.fold(_SharedConvOutput().eval()).kept)
+    assert kept == {"after_add": "no conv/linear right before it (its input comes from add)",
+                    "beside": "conv's output is also used elsewhere"}
