@@ -48,8 +48,31 @@ def _given(ctx: typer.Context) -> dict[str, Any]:
     return given
 
 
+def grid_edge_warnings(table: list[dict[str, Any]]) -> list[str]:
+    """One line per (cell, norm, key) whose chosen value is the smallest or largest value tried:
+    the best value may lie beyond the grid, so the tuned arm may be handicapped."""
+    grids: dict[str, set[Any]] = {}
+    for row in table:
+        for key, value in row["values"].items():
+            grids.setdefault(key, set()).add(value)
+    warnings = []
+    for row in table:
+        if not row["chosen"]:
+            continue
+        cell = ", ".join(f"{k}={v}" for k, v in row["cell"].items())
+        for key, value in row["values"].items():
+            values = sorted(grids[key])
+            if len(values) > 1 and value in (values[0], values[-1]):
+                side = "smallest" if value == values[0] else "largest"
+                where = f"{row['norm']} [{cell}]" if cell else row["norm"]
+                warnings.append(f"warning: tuning chose {key}={value} for {where}, the {side} value tried; "
+                                f"the best may lie beyond the grid, so extend --tune {key}=... past it")
+    return warnings
+
+
 def print_tuning(table: list[dict[str, Any]], console: Any) -> None:
-    """The tuning table: every candidate's mean val accuracy per (cell, norm), the choice marked."""
+    """The tuning table: every candidate's mean val accuracy per (cell, norm), the choice marked,
+    then a warning for every choice at an edge of its grid."""
     from rich.table import Table
 
     out = Table(title="tuning (val accuracy, mean over tune seeds)")
@@ -62,6 +85,8 @@ def print_tuning(table: list[dict[str, Any]], console: Any) -> None:
         out.add_row(cell, row["norm"], values, f"{100 * acc:.2f}" if acc > -1 else "diverged",
                     "*" if row["chosen"] else "")
     console.print(out)
+    for line in grid_edge_warnings(table):
+        console.print(line, markup=False, soft_wrap=True)
 
 
 def _flags(keys: set[str]) -> str:
@@ -155,6 +180,10 @@ def compare_cmd(
     = D["download"],
     num_workers: Annotated[int, typer.Option(help="DataLoader workers.", rich_help_panel=DATA)]
     = D["num_workers"],
+    cpu_threads: Annotated[int | None, typer.Option(help="torch CPU threads per run (default: 1 for models "
+                                                         "under a million parameters on CPU, else torch's, "
+                                                         "shared out between parallel runs).", rich_help_panel=DATA,
+                                                    show_default=False)] = D["cpu_threads"],
     config: Annotated[Path | None, typer.Option(help="YAML file of option values (keys as the options, "
                                                      "e.g. batch_size: 64); command-line flags win.",
                                                 rich_help_panel=OUTPUT)] = None,

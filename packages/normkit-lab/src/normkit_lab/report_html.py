@@ -57,7 +57,8 @@ def _name(s: NormSummary, many: bool) -> str:
 def _table(summary: Summary, many: bool) -> str:
     unit = summary.metric.unit
     heads = ["norm", "n", f"{summary.label} ({unit}) ± s.e.", f"Δ vs {summary.baseline}", "95% CI",
-             "p", "Holm p", "TOST Holm p", "verdict", f"MDE ({unit})", "seeds needed", "s/epoch", "samples/s",
+             "p", "Holm p", "TOST Holm p", "verdict", f"MDE ({unit})", "seeds to detect", "seeds for equivalence",
+             "s/epoch", "samples/s",
              "peak MB", "params", "diverged", "failed", "tuned"]
     tuned = any(s.tuned for s in summary.rows)
     shown = heads if tuned else heads[:-1]
@@ -73,6 +74,7 @@ def _table(summary: Summary, many: bool) -> str:
         cells = [_name(s, many), str(s.primary.n), mean, "baseline" if d is None else _num(d.mean, ".2f", True),
                  ci, _p(d.p_value if d else None), _p(v.p_holm if v else None),
                  _p(v.p_tost_holm if v else None), verdict, _num(v.mde if v else None, ".3g"), needed,
+                 "" if v is None or v.seeds_equivalence is None else str(v.seeds_equivalence),
                  _num(s.time_per_epoch_s, ".2f"), _num(s.throughput, ",.0f"), _num(s.peak_mem_mb, ",.0f"),
                  _num(s.params, ","), str(s.diverged), str(s.failed),
                  ", ".join(f"{k}={val}" for k, val in s.tuned.items())]
@@ -112,9 +114,13 @@ def _how_to_read(summary: Summary) -> str:
         f"finished, with its 95% t interval. Verdicts: Holm-adjusted paired t-test p &lt; 0.05 gives "
         f"<i>better</i> or <i>worse</i>; otherwise a Holm-adjusted two one-sided test (TOST) against the "
         f"margin ±{summary.margin:g} {_e(m.unit)} gives <i>equivalent</i>; otherwise <i>inconclusive</i>. "
-        f"MDE is the difference this number of seeds detects with 80% power; <i>seeds needed</i> is the "
-        f"number of seeds whose MDE reaches the margin (from the observed spread of the differences). "
-        f"Fewer than 3 paired seeds give no verdict.</p>")
+        f"A significant difference whose whole 95% interval lies inside the margin is marked "
+        f"<i>(within margin)</i>. When every seed gives the same difference the exact sign test replaces "
+        f"the t-test. Planning numbers use the level of the strictest Holm step, alpha / m (Bonferroni, m = "
+        f"the number of comparisons): MDE is the difference this number of seeds detects with 80% power; "
+        f"<i>seeds to detect</i> is the number of seeds whose MDE reaches the margin, and <i>seeds for "
+        f"equivalence</i> the number whose TOST shows equivalence with 80% power if the true difference is 0 "
+        f"(both from the observed spread of the differences). Fewer than 3 paired seeds give no verdict.</p>")
 
 
 def render_html(summary: Summary, *, title: str, figures: Mapping[str, bytes], config: Mapping[str, Any],

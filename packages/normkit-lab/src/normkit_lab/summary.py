@@ -137,6 +137,8 @@ class Summary:
             "p_tost": v.p_tost if v else None, "p_tost_holm": v.p_tost_holm if v else None,
             "margin": self.margin, "mde": v.mde if v else None,
             "seeds_needed": v.seeds_needed if v else None, "seeds_note": v.seeds_note if v else "",
+            "seeds_equivalence": v.seeds_equivalence if v else None,
+            "planning_alpha": v.planning_alpha if v else None,
             "time_per_epoch_s": s.time_per_epoch_s, "throughput_samples_s": s.throughput,
             "peak_mem_mb": s.peak_mem_mb, "params": s.params,
         }
