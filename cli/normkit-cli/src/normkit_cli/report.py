@@ -123,6 +123,8 @@ def print_summary(results: Results, summary: Summary, console: Console) -> None:
 
     table, dropped = fitted_table(results, summary, console)
     console.print(table)
+    if summary.interactions:
+        console.print(interaction_table(summary))
     left_out = [d for d in dropped if d != FOLD]
     if left_out:
         console.print(f"(too narrow for {', '.join(left_out)}: see summary.csv or report.html)")
@@ -138,6 +140,23 @@ def print_summary(results: Results, summary: Summary, console: Console) -> None:
     if level is not None and "MDE" not in dropped:
         console.print(f"MDE: the difference detected with 80% power at level {level:.3g} (alpha / comparisons, "
                       f"the strictest Holm step)", markup=False)
+
+
+def interaction_table(summary: Summary) -> Table:
+    """Sweeps: per norm and pair of cells of one key, the change of its gap to the baseline."""
+    table = Table(title=Text(f"interactions: does the gap to {summary.baseline} depend on the swept key? "
+                             f"(gap at 'to' minus gap at 'from', paired by seed, + = the norm gains; Holm over "
+                             f"{plural(len(summary.interactions), 'test')}; margin ±{summary.margin:g})"),
+                  box=box.SIMPLE_HEAD, title_justify="left", collapse_padding=True, pad_edge=False)
+    for name in ("norm", "key", "from → to", "n", "Δ gap", "95% CI", "Holm p", "verdict"):
+        table.add_column(name, justify="left" if name in ("norm", "key", "verdict") else "right")
+    for i in summary.interactions:
+        t = i.test
+        interval = "" if t.low is None or t.high is None else f"[{t.low:+.2f}, {t.high:+.2f}]"
+        table.add_row(*(Text(x) for x in (
+            i.norm, i.key, f"{i.cell_a[i.key]} → {i.cell_b[i.key]}", str(t.n), _num(i.mean, "+.2f"), interval,
+            "" if t.p_holm is None else f"{t.p_holm:.3g}", i.verdict)))
+    return table
 
 
 def _print_files(store: ResultsDir, written: list[Path], console: Console) -> None:

@@ -123,6 +123,36 @@ def _how_to_read(summary: Summary) -> str:
         f"(both from the observed spread of the differences). Fewer than 3 paired seeds give no verdict.</p>")
 
 
+def _interactions(summary: Summary) -> str:
+    """Sweeps: the interaction tests (does a norm's gap to the baseline depend on the swept key?)."""
+    if not summary.interactions:
+        return ""
+    heads = ["norm", "key", "from", "to", "n", "Δ gap (to − from)", "95% CI", "p", "Holm p", "TOST Holm p",
+             "verdict"]
+    out = ["<h2>Interactions</h2>",
+           f"<p>For every norm and every pair of cells that differ in one swept key, the per-seed difference "
+           f"of its gaps to {_e(summary.baseline)} (gap at <i>to</i> minus gap at <i>from</i>; + means the "
+           f"norm gains on the baseline), with a 95% t interval and paired t-test, Holm-adjusted over all "
+           f"{len(summary.interactions)} interaction tests. <i>depends on KEY</i>: Holm p &lt; 0.05; <i>same "
+           f"gap (within margin)</i>: TOST shows the gaps differ by less than ±{summary.margin:g} "
+           f"{_e(summary.metric.unit)}; otherwise <i>no evidence that it depends</i>, which is not evidence "
+           f"that it does not.</p>",
+           '<div class="wide"><table><tr>' + "".join(
+               f'<th class="{"l" if h in ("norm", "key", "verdict") else ""}">{_e(h)}</th>' for h in heads) + "</tr>"]
+    for i in summary.interactions:
+        t = i.test
+        ci = "" if t.low is None or t.high is None else f"[{t.low:+.2f}, {t.high:+.2f}]"
+        cells = [i.norm, i.key, i.cell_a[i.key], i.cell_b[i.key], t.n, _num(i.mean, ".2f", True), ci, _p(t.p),
+                 _p(t.p_holm), _p(t.p_tost_holm), i.verdict]
+        cls = "v-worse" if i.verdict.startswith("depends") else "v-equivalent" if i.verdict.startswith(
+            "same") else "v-inconclusive"
+        tds = [f'<td class="{"l" if k in (0, 1) else ""}">{_e(c)}</td>' for k, c in enumerate(cells[:-1])]
+        tds.append(f'<td class="l {cls}">{_e(cells[-1])}</td>')
+        out.append("<tr>" + "".join(tds) + "</tr>")
+    out.append("</table></div>")
+    return "\n".join(out)
+
+
 def render_html(summary: Summary, *, title: str, figures: Mapping[str, bytes], config: Mapping[str, Any],
                 command: str, environment: Any, sources: Sequence[str] = (), figures_note: str = "") -> str:
     """The whole page as a string (every interpolated text escaped)."""
@@ -137,6 +167,7 @@ def render_html(summary: Summary, *, title: str, figures: Mapping[str, bytes], c
         *(f'<p class="note">{_e(n)}</p>' for n in notes),
         "<h2>Verdicts</h2>", _readings(summary, many), _how_to_read(summary),
         "<h2>Table</h2>", _table(summary, many),
+        _interactions(summary),
         "<h2>Figures</h2>",
     ]
     if figures_note:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from normkit_lab.errors import ConfigError
+from normkit_lab.interactions import Interaction, interactions
 from normkit_lab.metrics import METRICS, Metric, run_value
 from normkit_lab.results import run_rows
 from normkit_lab.stats import MeanSem, PairedDifference, mean_sem, paired_difference
@@ -108,6 +109,7 @@ class Summary:
     select: str
     margin: float
     notes: list[str]
+    interactions: list[Interaction] = field(default_factory=list)  # sweeps only: see interactions.py
 
     @property
     def label(self) -> str:
@@ -117,6 +119,10 @@ class Summary:
     def as_rows(self) -> list[dict[str, Any]]:
         """Flat rows for summary.csv/json (the keys are a contract: see docs/experiments.md)."""
         return [self._row(s) for s in self.rows]
+
+    def interactions_of(self, s: NormSummary) -> list[dict[str, Any]]:
+        """The interaction tests that end at this row's cell (cell B of the pair), as dicts."""
+        return [i.as_dict() for i in self.interactions if i.norm == s.norm and cell_key(i.cell_b) == cell_key(s.cell)]
 
     def _row(self, s: NormSummary) -> dict[str, Any]:
         d, v = s.vs_baseline, s.verdict
@@ -141,6 +147,7 @@ class Summary:
             "planning_alpha": v.planning_alpha if v else None,
             "time_per_epoch_s": s.time_per_epoch_s, "throughput_samples_s": s.throughput,
             "peak_mem_mb": s.peak_mem_mb, "params": s.params,
+            "interactions": self.interactions_of(s),
         }
 
 
@@ -200,13 +207,16 @@ def summarize(runs: Sequence[Run], norms: Sequence[str], baseline: str, metric: 
             diff = None if norm == baseline else paired_difference(
                 [values[norm][s] for s in seeds], [values[baseline][s] for s in seeds])
             partial.append({"norm": norm, "cell": cell, "mine": mine, "values": values[norm], "diff": diff,
-                            "oriented": [metric.sign * (values[norm][s] - values[baseline][s]) for s in seeds]})
+                            "oriented": {s: metric.sign * (values[norm][s] - values[baseline][s]) for s in seeds}})
     compared = [p for p in partial if p["diff"] is not None]
-    for p, verdict in zip(compared, decide([p["oriented"] for p in compared], margin), strict=True):
+    for p, verdict in zip(compared, decide([list(p["oriented"].values()) for p in compared], margin), strict=True):
         p["verdict"] = verdict
     rows = [_norm_summary(p) for p in partial]
+    cells = _cells(runs)
+    index = {cell_key(c): i for i, c in enumerate(cells)}
+    gaps = {(index[cell_key(p["cell"])], p["norm"]): p["oriented"] for p in compared}
     return Summary(rows=rows, baseline=baseline, metric=metric, source=source, select=select, margin=margin,
-                   notes=notes)
+                   notes=notes, interactions=interactions(gaps, cells, norms, baseline, margin))
 
 
 def _norm_summary(p: dict[str, Any]) -> NormSummary:
