@@ -125,6 +125,8 @@ def print_summary(results: Results, summary: Summary, console: Console) -> None:
     console.print(table)
     if summary.interactions:
         console.print(interaction_table(summary))
+    if summary.diagnostics:
+        console.print(diagnostics_table(summary))
     left_out = [d for d in dropped if d != FOLD]
     if left_out:
         console.print(f"(too narrow for {', '.join(left_out)}: see summary.csv or report.html)")
@@ -156,6 +158,28 @@ def interaction_table(summary: Summary) -> Table:
         table.add_row(*(Text(x) for x in (
             i.norm, i.key, f"{i.cell_a[i.key]} → {i.cell_b[i.key]}", str(t.n), _num(i.mean, "+.2f"), interval,
             "" if t.p_holm is None else f"{t.p_holm:.3g}", i.verdict)))
+    return table
+
+
+def diagnostics_table(summary: Summary) -> Table:
+    """--diagnostics: each representation measure of each norm against the baseline, paired by seed."""
+    from normkit_lab.diagnostic_verdicts import MEANING
+    from normkit_lab.summary import cell_label
+
+    many = len({cell_label(d.cell) for d in summary.diagnostics}) > 1
+    table = Table(title=Text(f"representation measures vs {summary.baseline}, paired by seed (Holm within each "
+                             f"family: {'; '.join(f'{k}: {v}' for k, v in MEANING.items())})"),
+                  box=box.SIMPLE_HEAD, title_justify="left", collapse_padding=True, pad_edge=False)
+    names = ["norm", *(["cell"] if many else []), "measure", "n", summary.baseline, "norm value", "Δ", "95% CI",
+             "Holm p", "verdict"]
+    for name in names:
+        table.add_column(name, justify="left" if name in ("norm", "cell", "measure", "verdict") else "right")
+    for d in summary.diagnostics:
+        interval = "" if d.low is None or d.high is None else f"[{d.low:+.3g}, {d.high:+.3g}]"
+        values = [d.norm, *([cell_label(d.cell) or "-"] if many else []), d.measure, str(d.n),
+                  _num(d.baseline_mean, ".4g"), _num(d.norm_mean, ".4g"), _num(d.diff, "+.3g"), interval,
+                  "" if d.p_holm is None else f"{d.p_holm:.3g}", d.verdict]
+        table.add_row(*(Text(v) for v in values))
     return table
 
 

@@ -153,6 +153,38 @@ def _interactions(summary: Summary) -> str:
     return "\n".join(out)
 
 
+def _diagnostics(summary: Summary) -> str:
+    """--diagnostics: verdicts for the representation measures (see diagnostic_verdicts.py)."""
+    from normkit_lab.diagnostic_verdicts import MEANING
+
+    if not summary.diagnostics:
+        return ""
+    many = len({cell_key(d.cell) for d in summary.diagnostics}) > 1
+    heads = ["norm", "measure", "n", summary.baseline, "norm value", "Δ (norm − baseline)", "95% CI", "p", "Holm p",
+             "verdict"]
+    meaning = "; ".join(f"{k}: {v}" for k, v in MEANING.items())
+    out = ["<h2>Representation measures</h2>",
+           f"<p>Each measure of each norm minus the same measure of {_e(summary.baseline)} on the same seed, "
+           f"with a 95% t interval and paired t-test (exact sign test when every seed gives the same "
+           f"difference), Holm-adjusted within its family (every depth of qq_r2 is one family; zeta one; "
+           f"lambda one). <i>higher</i>/<i>lower</i>: Holm p &lt; 0.05. ({_e(meaning)}.) The per-norm means "
+           f"and figures are in diagnostics.md.</p>",
+           '<div class="wide"><table><tr>' + "".join(
+               f'<th class="{"l" if h in ("norm", "measure", "verdict") else ""}">{_e(h)}</th>' for h in heads)
+           + "</tr>"]
+    for d in summary.diagnostics:
+        name = f"{d.norm} [{cell_label(d.cell)}]" if many and d.cell else d.norm
+        ci = "" if d.low is None or d.high is None else f"[{d.low:+.3g}, {d.high:+.3g}]"
+        cells = [name, d.measure, d.n, _num(d.baseline_mean, ".4g"), _num(d.norm_mean, ".4g"),
+                 _num(d.diff, ".3g", True), ci, _p(d.p), _p(d.p_holm)]
+        tds = [f'<td class="{"l" if k in (0, 1) else ""}">{_e(c)}</td>' for k, c in enumerate(cells)]
+        cls = "v-equivalent" if d.verdict in ("higher", "lower") else "v-inconclusive"
+        tds.append(f'<td class="l {cls}">{_e(d.verdict)}</td>')
+        out.append("<tr>" + "".join(tds) + "</tr>")
+    out.append("</table></div>")
+    return "\n".join(out)
+
+
 def render_html(summary: Summary, *, title: str, figures: Mapping[str, bytes], config: Mapping[str, Any],
                 command: str, environment: Any, sources: Sequence[str] = (), figures_note: str = "") -> str:
     """The whole page as a string (every interpolated text escaped)."""
@@ -168,6 +200,7 @@ def render_html(summary: Summary, *, title: str, figures: Mapping[str, bytes], c
         "<h2>Verdicts</h2>", _readings(summary, many), _how_to_read(summary),
         "<h2>Table</h2>", _table(summary, many),
         _interactions(summary),
+        _diagnostics(summary),
         "<h2>Figures</h2>",
     ]
     if figures_note:

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from normkit_lab.diagnostic_verdicts import DiagnosticVerdict, diagnostic_verdicts, measures_of
 from normkit_lab.errors import ConfigError
 from normkit_lab.interactions import Interaction, interactions
 from normkit_lab.metrics import METRICS, Metric, run_value
@@ -40,6 +41,7 @@ class Run:
     phase: str = COMPARE_PHASE
     error: str | None = None
     epochs: list[dict[str, Any]] = field(default_factory=list)
+    diagnostics: dict[str, Any] | None = None  # the --diagnostics extras, when the run has them
 
 
 def cell_key(cell: Mapping[str, Any]) -> str:
@@ -67,7 +69,8 @@ def runs_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Run]:
         runs.append(Run(norm=norm, seed=seed, status=last.get("status") or "ok", params=last.get("params"),
                         cell=dict(last.get("cell") or {}), tuned=dict(last.get("tuned") or {}), phase=phase,
                         error=last.get("error") or (last.get("extras") or {}).get("error"),
-                        epochs=[dict(r) for r in group if r.get("epoch") is not None]))
+                        epochs=[dict(r) for r in group if r.get("epoch") is not None],
+                        diagnostics=(last.get("extras") or {}).get("diagnostics")))
     return runs
 
 
@@ -110,6 +113,7 @@ class Summary:
     margin: float
     notes: list[str]
     interactions: list[Interaction] = field(default_factory=list)  # sweeps only: see interactions.py
+    diagnostics: list[DiagnosticVerdict] = field(default_factory=list)  # --diagnostics runs only
 
     @property
     def label(self) -> str:
@@ -148,6 +152,8 @@ class Summary:
             "time_per_epoch_s": s.time_per_epoch_s, "throughput_samples_s": s.throughput,
             "peak_mem_mb": s.peak_mem_mb, "params": s.params,
             "interactions": self.interactions_of(s),
+            "diagnostic_verdicts": [d.as_dict() for d in self.diagnostics
+                                    if d.norm == s.norm and cell_key(d.cell) == cell_key(s.cell)],
         }
 
 
@@ -215,8 +221,13 @@ def summarize(runs: Sequence[Run], norms: Sequence[str], baseline: str, metric: 
     cells = _cells(runs)
     index = {cell_key(c): i for i, c in enumerate(cells)}
     gaps = {(index[cell_key(p["cell"])], p["norm"]): p["oriented"] for p in compared}
+    measured = {(index[cell_key(r.cell)], r.norm): {} for r in runs}
+    for r in runs:
+        if r.status == "ok" and r.diagnostics:
+            measured[(index[cell_key(r.cell)], r.norm)][r.seed] = measures_of(r.diagnostics)
     return Summary(rows=rows, baseline=baseline, metric=metric, source=source, select=select, margin=margin,
-                   notes=notes, interactions=interactions(gaps, cells, norms, baseline, margin))
+                   notes=notes, interactions=interactions(gaps, cells, norms, baseline, margin),
+                   diagnostics=diagnostic_verdicts(measured, cells, norms, baseline))
 
 
 def _norm_summary(p: dict[str, Any]) -> NormSummary:
