@@ -27,7 +27,8 @@ from normkit_cli.text import plural
 EXPERIMENT, TRAINING, DATA, OUTPUT, SCALE = "Experiment", "Training", "Data and device", "Output", "Scale out"
 # Options that steer the command rather than name a config key: they say where and how runs execute.
 _CONTROL = ("config", "out", "resume", "jobs", "jobs_per_gpu", "executor", "ray_address", "slurm_partition",
-            "slurm_time", "slurm_gpus_per_node", "slurm_cpus_per_task", "slurm_param", "keep_checkpoints", "log")
+            "slurm_time", "slurm_gpus_per_node", "slurm_cpus_per_task", "slurm_param", "keep_checkpoints", "log",
+            "all_pairs")
 
 
 def _given(ctx: typer.Context) -> dict[str, Any]:
@@ -197,6 +198,9 @@ def compare_cmd(
                                                    "decomposition, lambdas, noise robustness); see "
                                                    "docs/diagnostics.md.", rich_help_panel=OUTPUT)]
     = D["diagnostics"],
+    all_pairs: Annotated[bool, typer.Option(help="Also compare every pair of norms (Holm over all pairs) and rank "
+                                                 "them; `normkit report --all-pairs` does it for saved results.",
+                                            rich_help_panel=OUTPUT)] = False,
     keep_checkpoints: Annotated[bool, typer.Option(help="Keep every run's final weights in checkpoints/ "
                                                         "(each run's per-epoch checkpoint is always removed "
                                                         "when it ends).", rich_help_panel=OUTPUT)] = False,
@@ -296,6 +300,7 @@ def compare_cmd(
         typer.echo(f"error: compare stopped by an unexpected {type(exc).__name__}: {one_line(str(exc))}; "
                    f"finished runs are kept; {resume_hint}", err=True)
         raise typer.Exit(1) from None
+    results.all_pairs = all_pairs
     show(results, store, console)
     failed = [run for run in results.runs if run.status == "failed"]
     if failed:

@@ -127,6 +127,8 @@ def print_summary(results: Results, summary: Summary, console: Console) -> None:
         console.print(interaction_table(summary))
     if summary.diagnostics:
         console.print(diagnostics_table(summary))
+    if summary.ranks:
+        console.print(ranking_table(summary))
     left_out = [d for d in dropped if d != FOLD]
     if left_out:
         console.print(f"(too narrow for {', '.join(left_out)}: see summary.csv or report.html)")
@@ -183,6 +185,31 @@ def diagnostics_table(summary: Summary) -> Table:
     return table
 
 
+def ranking_table(summary: Summary) -> Table:
+    """--all-pairs: the norms of each cell ranked by significant wins minus losses over all pairs."""
+    from normkit_lab.summary import cell_label
+
+    many = len({cell_label(r.cell) for r in summary.ranks}) > 1
+    table = Table(title=Text(f"ranking over all {plural(len(summary.pairs), 'pair')} of norms (paired by seed, "
+                             f"Holm over all pairs; by wins - losses, then mean)"),
+                  box=box.SIMPLE_HEAD, title_justify="left", collapse_padding=True, pad_edge=False)
+    names = [*(["cell"] if many else []), "rank", "norm", summary.metric.unit if summary.metric.unit == "%" else
+             summary.metric.field, "wins", "losses", "equivalent", "significant pairs"]
+    for name in names:
+        table.add_column(name, justify="left" if name in ("cell", "norm", "significant pairs") else "right")
+    for r in summary.ranks:
+        beats = [f"> {p.other}" if p.verdict.verdict.startswith("better") else f"< {p.other}"
+                 for p in summary.pairs if p.norm == r.norm and p.cell == r.cell
+                 and p.verdict.verdict.startswith(("better", "worse"))]
+        beats += [f"> {p.norm}" if p.verdict.verdict.startswith("worse") else f"< {p.norm}"
+                  for p in summary.pairs if p.other == r.norm and p.cell == r.cell
+                  and p.verdict.verdict.startswith(("better", "worse"))]
+        values = [*([cell_label(r.cell) or "-"] if many else []), str(r.rank), r.norm, _num(r.mean, ".2f"),
+                  str(r.wins), str(r.losses), str(r.equivalent), ", ".join(beats)]
+        table.add_row(*(Text(v) for v in values))
+    return table
+
+
 def _print_files(store: ResultsDir, written: list[Path], console: Console) -> None:
     from normkit_lab import plots
     from normkit_lab.report import REPORT_HTML
@@ -220,6 +247,8 @@ def report_cmd(
                                                     "saved one, else final).")] = None,
     out: Annotated[Path | None, typer.Option(help="Write the (merged) runs, summary, figures and report.html "
                                                   "to this new directory (never overwritten).")] = None,
+    all_pairs: Annotated[bool, typer.Option(help="Also compare every pair of norms (Holm over all pairs) and "
+                                                 "rank them.")] = False,
 ) -> None:
     """Print the verdict table of one results directory, or of several merged.
 
@@ -234,6 +263,7 @@ def report_cmd(
     results = load_results(dirs, baseline, metric)
     overrides = {k: v for k, v in (("margin", margin), ("select", select)) if v is not None}
     results.config = {**results.config, **overrides}
+    results.all_pairs = all_pairs
     summary = results.summary()  # checks select before anything is written
     term = console()
     if out is None:

@@ -185,6 +185,39 @@ def _diagnostics(summary: Summary) -> str:
     return "\n".join(out)
 
 
+def _ranking(summary: Summary) -> str:
+    """--all-pairs: every pair of norms and the ranking (see pairs.py)."""
+    if not summary.ranks:
+        return ""
+    many = len({cell_key(r.cell) for r in summary.ranks}) > 1
+    out = ["<h2>All pairs and ranking</h2>",
+           f"<p>Every pair of norms in a cell, paired by seed (Δ = norm − vs), with the verdict rule above "
+           f"Holm-adjusted over all {len(summary.pairs)} pairs. Rank: significant wins minus losses, then the "
+           f"mean.</p>", "<table><tr>" + "".join(
+               f'<th class="{"l" if h in ("cell", "norm") else ""}">{_e(h)}</th>'
+               for h in [*(["cell"] if many else []), "rank", "norm", summary.label, "wins", "losses",
+                         "equivalent"]) + "</tr>"]
+    for r in summary.ranks:
+        cells = [*([cell_label(r.cell) or "-"] if many else []), r.rank, r.norm, _num(r.mean, ".2f"), r.wins,
+                 r.losses, r.equivalent]
+        out.append("<tr>" + "".join(f'<td class="{"l" if i == len(cells) - 5 else ""}">{_e(c)}</td>'
+                                    for i, c in enumerate(cells)) + "</tr>")
+    out.append("</table>")
+    heads = ["norm", "vs", "n", "Δ", "95% CI", "p", "Holm p", "TOST Holm p", "verdict"]
+    out.append('<div class="wide"><table><tr>' + "".join(
+        f'<th class="{"l" if h in ("norm", "vs", "verdict") else ""}">{_e(h)}</th>' for h in heads) + "</tr>")
+    for p in summary.pairs:
+        d, v = p.diff, p.verdict
+        ci = d.note if d.low is None or d.high is None else f"[{d.low:+.2f}, {d.high:+.2f}]"
+        name = f"{p.norm} [{cell_label(p.cell)}]" if many and p.cell else p.norm
+        cells = [name, p.other, d.n, _num(d.mean, ".2f", True), ci, _p(v.p), _p(v.p_holm), _p(v.p_tost_holm)]
+        tds = [f'<td class="{"l" if i < 2 else ""}">{_e(c)}</td>' for i, c in enumerate(cells)]
+        tds.append(f'<td class="l {_verdict_class(v.verdict)}">{_e(v.verdict)}</td>')
+        out.append("<tr>" + "".join(tds) + "</tr>")
+    out.append("</table></div>")
+    return "\n".join(out)
+
+
 def render_html(summary: Summary, *, title: str, figures: Mapping[str, bytes], config: Mapping[str, Any],
                 command: str, environment: Any, sources: Sequence[str] = (), figures_note: str = "") -> str:
     """The whole page as a string (every interpolated text escaped)."""
@@ -201,6 +234,7 @@ def render_html(summary: Summary, *, title: str, figures: Mapping[str, bytes], c
         "<h2>Table</h2>", _table(summary, many),
         _interactions(summary),
         _diagnostics(summary),
+        _ranking(summary),
         "<h2>Figures</h2>",
     ]
     if figures_note:

@@ -20,6 +20,7 @@ from normkit_lab.diagnostic_verdicts import DiagnosticVerdict, diagnostic_verdic
 from normkit_lab.errors import ConfigError
 from normkit_lab.interactions import Interaction, interactions
 from normkit_lab.metrics import METRICS, Metric, run_value
+from normkit_lab.pairs import PairVerdict, Rank, all_pairs, ranking
 from normkit_lab.results import run_rows
 from normkit_lab.stats import MeanSem, PairedDifference, mean_sem, paired_difference
 from normkit_lab.training import RunResult
@@ -114,6 +115,8 @@ class Summary:
     notes: list[str]
     interactions: list[Interaction] = field(default_factory=list)  # sweeps only: see interactions.py
     diagnostics: list[DiagnosticVerdict] = field(default_factory=list)  # --diagnostics runs only
+    pairs: list[PairVerdict] = field(default_factory=list)  # --all-pairs only: see pairs.py
+    ranks: list[Rank] = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -154,7 +157,16 @@ class Summary:
             "interactions": self.interactions_of(s),
             "diagnostic_verdicts": [d.as_dict() for d in self.diagnostics
                                     if d.norm == s.norm and cell_key(d.cell) == cell_key(s.cell)],
+            **self._rank_of(s),
         }
+
+    def _rank_of(self, s: NormSummary) -> dict[str, Any]:
+        """--all-pairs: the row's rank, wins/losses/equivalences and its pairs against earlier norms."""
+        rank = next((r for r in self.ranks if r.norm == s.norm and cell_key(r.cell) == cell_key(s.cell)), None)
+        return {"rank": rank.rank if rank else None, "wins": rank.wins if rank else None,
+                "losses": rank.losses if rank else None, "equivalent_to": rank.equivalent if rank else None,
+                "pairs": [p.as_dict() for p in self.pairs
+                          if p.norm == s.norm and cell_key(p.cell) == cell_key(s.cell)]}
 
 
 def _median(values: list[float]) -> float | None:
@@ -189,15 +201,17 @@ def _cells(runs: Sequence[Run]) -> list[dict[str, Any]]:
 
 
 def summarize(runs: Sequence[Run], norms: Sequence[str], baseline: str, metric: Metric,
-              select: str = "final", margin: float | None = None) -> Summary:
+              select: str = "final", margin: float | None = None, pairs: bool = False) -> Summary:
     """One NormSummary per (cell, norm) (cells in order of appearance, norms in `norms` order).
 
     Only comparison-phase runs count (tuning runs are on other seeds and pick hyperparameters).
+    `pairs`: also compare every pair of norms and rank them (`--all-pairs`, see pairs.py).
     """
     runs = [r for r in runs if r.phase == COMPARE_PHASE]
     margin = metric.default_margin if margin is None else margin
     source, notes = source_field(runs, metric, select)
     partial: list[dict[str, Any]] = []
+    per_cell: list[tuple[dict[str, Any], dict[str, dict[int, float]]]] = []
     for cell in _cells(runs):
         ck = cell_key(cell)
         # in seed order, so every mean is the same whatever order the runs finished in (parallel executors)
@@ -207,6 +221,7 @@ def summarize(runs: Sequence[Run], norms: Sequence[str], baseline: str, metric: 
             value = run_value(run.epochs, metric, select, source) if run.status == "ok" else None
             if value is not None and run.norm in values:
                 values[run.norm][run.seed] = value
+        per_cell.append((cell, values))
         for norm in norms:
             mine = [r for r in in_cell if r.norm == norm]
             seeds = sorted(set(values[norm]) & set(values[baseline]))
@@ -225,9 +240,11 @@ def summarize(runs: Sequence[Run], norms: Sequence[str], baseline: str, metric: 
     for r in runs:
         if r.status == "ok" and r.diagnostics:
             measured[(index[cell_key(r.cell)], r.norm)][r.seed] = measures_of(r.diagnostics)
+    compared_pairs = all_pairs(per_cell, norms, metric.sign, margin) if pairs else []
     return Summary(rows=rows, baseline=baseline, metric=metric, source=source, select=select, margin=margin,
                    notes=notes, interactions=interactions(gaps, cells, norms, baseline, margin),
-                   diagnostics=diagnostic_verdicts(measured, cells, norms, baseline))
+                   diagnostics=diagnostic_verdicts(measured, cells, norms, baseline), pairs=compared_pairs,
+                   ranks=ranking(compared_pairs, per_cell, norms, metric.sign) if pairs else [])
 
 
 def _norm_summary(p: dict[str, Any]) -> NormSummary:
