@@ -112,7 +112,8 @@ def mean_over_nets(runs: dict[str, list[list[dict[str, float]]]]) -> dict[str, l
 def spread_over_nets(runs: dict[str, list[list[dict[str, float]]]], term: str = "dataset"
                      ) -> dict[str, list[dict[str, float | None]]]:
     """Per norm and depth, the mean, sd and 95% t interval of one power share over the nets (the
-    nets are independent draws, so this says how much the mean could move with other draws)."""
+    nets are independent draws, so this says how much the mean could move with other draws). A share
+    lies in [0, 1], so the interval is clipped to it."""
     out: dict[str, list[dict[str, float | None]]] = {}
     for norm, nets in runs.items():
         rows = []
@@ -121,7 +122,7 @@ def spread_over_nets(runs: dict[str, list[list[dict[str, float]]]], term: str = 
             ms, ci = mean_sem(values), t_interval(values)
             rows.append({"depth": d + 1, "n": len(values), "mean": ms.mean,
                          "sd": None if ms.sem is None else ms.sem * math.sqrt(len(values)),
-                         "ci95_low": ci[0] if ci else None, "ci95_high": ci[1] if ci else None})
+                         "ci95_low": max(0.0, ci[0]) if ci else None, "ci95_high": min(1.0, ci[1]) if ci else None})
         out[norm] = rows
     return out
 
