@@ -140,7 +140,8 @@ def print_summary(results: Results, summary: Summary, console: Console) -> None:
             console.print(f"failed: {where} {error}", markup=False)
     if any(s.verdict is not None and s.verdict.verdict.startswith("no verdict") for s in summary.rows):
         console.print("no verdict (n<3): fewer than 3 paired seeds; run more seeds")
-    level = next((s.verdict.planning_alpha for s in summary.rows if s.verdict is not None), None)
+    level = next((s.verdict.planning_alpha for s in summary.rows if s.verdict is not None and s.verdict.mde
+                  is not None), None)
     if level is not None and "MDE" not in dropped:
         console.print(f"MDE: the difference detected with 80% power at level {level:.3g} (alpha / comparisons, "
                       f"the strictest Holm step)", markup=False)
