@@ -77,7 +77,8 @@ def test_zero_spread_is_finite():
     assert (same.mean, same.low, same.high, same.p_value) == (0.0, 0.0, 0.0, 1.0)
     shifted = paired_difference([1.5, 2.5, 3.5], [1.0, 2.0, 3.0])  # exact binary fractions
     assert (shifted.mean, shifted.low, shifted.high) == (0.5, 0.5, 0.5)
-    assert shifted.p_value == 0.0 and shifted.note == "no spread"
+    # the exact sign test, not the t-test's limit p = 0: 3 of 3 positive gives 2 * 0.5^3
+    assert shifted.p_value == pytest.approx(0.25) and shifted.note == "no spread"
 
 
 def test_unequal_lengths_refused():
@@ -132,7 +133,8 @@ def test_tost_agrees_with_the_90_percent_interval():
 
 def test_tost_limits():
     assert tost_p([0.1], 0.5) is None
-    assert tost_p([0.25, 0.25, 0.25], 0.5) == 0.0 and tost_p([0.75, 0.75, 0.75], 0.5) == 1.0
+    # zero spread: each one-sided test is an exact sign test, 3 of 3 inside gives 0.5^3 (never 0)
+    assert tost_p([0.25, 0.25, 0.25], 0.5) == 0.125 and tost_p([0.75, 0.75, 0.75], 0.5) == 1.0
 
 
 def _noncentral_t_power(es: float, n: int) -> float:
@@ -169,7 +171,8 @@ def test_seeds_needed():
     assert seeds_needed(1.0, 0.5) == 34
     assert minimum_detectable_effect(1.0, 34) <= 0.5 < minimum_detectable_effect(1.0, 33)
     assert seeds_needed(0.01, 0.5) == 3  # the minimum for a verdict
-    assert seeds_needed(0.0, 0.5) == 3
+    assert seeds_needed(0.0, 0.5) is None  # zero spread says nothing about the true spread
+    assert minimum_detectable_effect(0.0, 5) is None  # unknown, never 0
     assert seeds_needed(100.0, 0.5) is None  # more than the cap
     assert seeds_needed(None, 0.5) is None
 

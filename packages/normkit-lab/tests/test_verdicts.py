@@ -18,7 +18,9 @@ def test_each_verdict():
         [CLEAR_GAIN, [-v for v in CLEAR_GAIN], TINY, NOISY], margin=0.5)
     assert [v.verdict for v in (better, worse, equivalent, inconclusive)] == [BETTER, WORSE, EQUIVALENT,
                                                                              INCONCLUSIVE]
-    assert inconclusive.mde == pytest.approx(minimum_detectable_effect(sps.tstd(NOISY), 5))
+    # planning numbers at the strictest Holm step: 4 comparisons -> alpha / 4
+    assert inconclusive.planning_alpha == pytest.approx(0.05 / 4)
+    assert inconclusive.mde == pytest.approx(minimum_detectable_effect(sps.tstd(NOISY), 5, alpha=0.05 / 4))
     assert inconclusive.seeds_needed is not None and inconclusive.seeds_needed > 5
 
 

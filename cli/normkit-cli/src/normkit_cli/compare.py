@@ -28,7 +28,8 @@ from normkit_cli.text import plural
 EXPERIMENT, TRAINING, DATA, OUTPUT, SCALE = "Experiment", "Training", "Data and device", "Output", "Scale out"
 # Options that steer the command rather than name a config key: they say where and how runs execute.
 _CONTROL = ("config", "out", "resume", "jobs", "jobs_per_gpu", "executor", "ray_address", "slurm_partition",
-            "slurm_time", "slurm_gpus_per_node", "slurm_cpus_per_task", "slurm_param", "keep_checkpoints", "log")
+            "slurm_time", "slurm_gpus_per_node", "slurm_cpus_per_task", "slurm_param", "keep_checkpoints", "log",
+            "all_pairs")
 
 
 def _given(ctx: typer.Context) -> dict[str, Any]:
@@ -49,8 +50,31 @@ def _given(ctx: typer.Context) -> dict[str, Any]:
     return given
 
 
+def grid_edge_warnings(table: list[dict[str, Any]]) -> list[str]:
+    """One line per (cell, norm, key) whose chosen value is the smallest or largest value tried:
+    the best value may lie beyond the grid, so the tuned arm may be handicapped."""
+    grids: dict[str, set[Any]] = {}
+    for row in table:
+        for key, value in row["values"].items():
+            grids.setdefault(key, set()).add(value)
+    warnings = []
+    for row in table:
+        if not row["chosen"]:
+            continue
+        cell = ", ".join(f"{k}={v}" for k, v in row["cell"].items())
+        for key, value in row["values"].items():
+            values = sorted(grids[key])
+            if len(values) > 1 and value in (values[0], values[-1]):
+                side = "smallest" if value == values[0] else "largest"
+                where = f"{row['norm']} [{cell}]" if cell else row["norm"]
+                warnings.append(f"warning: tuning chose {key}={value} for {where}, the {side} value tried; "
+                                f"the best may lie beyond the grid, so extend --tune {key}=... past it")
+    return warnings
+
+
 def print_tuning(table: list[dict[str, Any]], console: Any) -> None:
-    """The tuning table: every candidate's mean val accuracy per (cell, norm), the choice marked."""
+    """The tuning table: every candidate's mean val accuracy per (cell, norm), the choice marked,
+    then a warning for every choice at an edge of its grid."""
     from rich.table import Table
 
     out = Table(title="tuning (val accuracy, mean over tune seeds)")
@@ -63,6 +87,8 @@ def print_tuning(table: list[dict[str, Any]], console: Any) -> None:
         out.add_row(cell, row["norm"], values, f"{100 * acc:.2f}" if acc > -1 else "diverged",
                     "*" if row["chosen"] else "")
     console.print(out)
+    for line in grid_edge_warnings(table):
+        console.print(line, markup=False, soft_wrap=True)
 
 
 def _flags(keys: set[str]) -> str:
@@ -159,6 +185,10 @@ def compare_cmd(
     = D["download"],
     num_workers: Annotated[int, typer.Option(parser=ascii_int(), help="DataLoader workers.", rich_help_panel=DATA)]
     = D["num_workers"],
+    cpu_threads: Annotated[int | None, typer.Option(help="torch CPU threads per run (default: 1 for models "
+                                                         "under a million parameters on CPU, else torch's, "
+                                                         "shared out between parallel runs).", rich_help_panel=DATA,
+                                                    show_default=False)] = D["cpu_threads"],
     config: Annotated[Path | None, typer.Option(help="YAML file of option values (keys as the options, "
                                                      "e.g. batch_size: 64); command-line flags win.",
                                                 rich_help_panel=OUTPUT)] = None,
@@ -172,6 +202,9 @@ def compare_cmd(
                                                    "decomposition, lambdas, noise robustness); see "
                                                    "docs/diagnostics.md.", rich_help_panel=OUTPUT)]
     = D["diagnostics"],
+    all_pairs: Annotated[bool, typer.Option(help="Also compare every pair of norms (Holm over all pairs) and rank "
+                                                 "them; `normkit report --all-pairs` does it for saved results.",
+                                            rich_help_panel=OUTPUT)] = False,
     keep_checkpoints: Annotated[bool, typer.Option(help="Keep every run's final weights in checkpoints/ "
                                                         "(each run's per-epoch checkpoint is always removed "
                                                         "when it ends).", rich_help_panel=OUTPUT)] = False,
@@ -275,6 +308,7 @@ def compare_cmd(
         typer.echo(f"error: compare stopped by an unexpected {type(exc).__name__}: {one_line(str(exc))}; "
                    f"finished runs are kept; {resume_hint}", err=True)
         raise typer.Exit(1) from None
+    results.all_pairs = all_pairs
     show(results, store, console)
     failed = [run for run in results.runs if run.status == "failed"]
     if failed:

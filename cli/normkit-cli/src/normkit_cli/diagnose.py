@@ -52,19 +52,21 @@ def _random_net(norms: list[str], depth: int, width: int, batch: int, image_size
     from normkit_lab.results import atomic_write_text, json_text
 
     start = time.perf_counter()
-    result = random_net.random_net_experiment(norms, depth=depth, width=width, batch=batch,
-                                              image_size=image_size, seeds=seeds)
+    runs = random_net.random_net_runs(norms, depth=depth, width=width, batch=batch, image_size=image_size,
+                                      seeds=seeds)  # checks every spec before computing any
+    result, spread = random_net.mean_over_nets(runs), random_net.spread_over_nets(runs)
     elapsed = time.perf_counter() - start
     typer.echo(f"random net: conv3x3 (circular) -> norm -> random affine -> ReLU, depth {depth}, width {width}, "
                f"batch {batch} of {image_size}x{image_size} Gaussian images, mean of {plural(seeds, 'net')}, "
                f"{elapsed:.1f} s")
     typer.echo("dataset-scale power share of post-norm values (near 1 = channel-wise collapse):\n")
-    typer.echo(random_net_table(result, every=max(1, depth // 8)))
+    typer.echo(random_net_table(result, every=max(1, depth // 8), spread=spread))
     if out is None:
         return
     out.mkdir(parents=True, exist_ok=True)
     settings = {"depth": depth, "width": width, "batch": batch, "image_size": image_size, "seeds": seeds}
-    atomic_write_text(out / "random_net.json", json_text({"settings": settings, "norms": result}))
+    atomic_write_text(out / "random_net.json", json_text({"settings": settings, "norms": result,
+                                                          "dataset_share_spread": spread}))
     written = [out / "random_net.json"]
     if figures.available():
         title = f"random net, depth {depth}, width {width}"

@@ -123,6 +123,12 @@ def print_summary(results: Results, summary: Summary, console: Console) -> None:
 
     table, dropped = fitted_table(results, summary, console)
     console.print(table)
+    if summary.interactions:
+        console.print(interaction_table(summary))
+    if summary.diagnostics:
+        console.print(diagnostics_table(summary))
+    if summary.ranks:
+        console.print(ranking_table(summary))
     left_out = [d for d in dropped if d != FOLD]
     if left_out:
         console.print(f"(too narrow for {', '.join(left_out)}: see summary.csv or report.html)")
@@ -134,6 +140,75 @@ def print_summary(results: Results, summary: Summary, console: Console) -> None:
             console.print(f"failed: {where} {error}", markup=False)
     if any(s.verdict is not None and s.verdict.verdict.startswith("no verdict") for s in summary.rows):
         console.print("no verdict (n<3): fewer than 3 paired seeds; run more seeds")
+    level = next((s.verdict.planning_alpha for s in summary.rows if s.verdict is not None and s.verdict.mde
+                  is not None), None)
+    if level is not None and "MDE" not in dropped:
+        console.print(f"MDE: the difference detected with 80% power at level {level:.3g} (alpha / comparisons, "
+                      f"the strictest Holm step)", markup=False)
+
+
+def interaction_table(summary: Summary) -> Table:
+    """Sweeps: per norm and pair of cells of one key, the change of its gap to the baseline."""
+    table = Table(title=Text(f"interactions: does the gap to {summary.baseline} depend on the swept key? "
+                             f"(gap at 'to' minus gap at 'from', paired by seed, + = the norm gains; Holm over "
+                             f"{plural(len(summary.interactions), 'test')}; margin ±{summary.margin:g})"),
+                  box=box.SIMPLE_HEAD, title_justify="left", collapse_padding=True, pad_edge=False)
+    for name in ("norm", "key", "from → to", "n", "Δ gap", "95% CI", "Holm p", "verdict"):
+        table.add_column(name, justify="left" if name in ("norm", "key", "verdict") else "right")
+    for i in summary.interactions:
+        t = i.test
+        interval = "" if t.low is None or t.high is None else f"[{t.low:+.2f}, {t.high:+.2f}]"
+        table.add_row(*(Text(x) for x in (
+            i.norm, i.key, f"{i.cell_a[i.key]} → {i.cell_b[i.key]}", str(t.n), _num(i.mean, "+.2f"), interval,
+            "" if t.p_holm is None else f"{t.p_holm:.3g}", i.verdict)))
+    return table
+
+
+def diagnostics_table(summary: Summary) -> Table:
+    """--diagnostics: each representation measure of each norm against the baseline, paired by seed."""
+    from normkit_lab.diagnostic_verdicts import MEANING
+    from normkit_lab.summary import cell_label
+
+    many = len({cell_label(d.cell) for d in summary.diagnostics}) > 1
+    table = Table(title=Text(f"representation measures vs {summary.baseline}, paired by seed (Holm within each "
+                             f"family: {'; '.join(f'{k}: {v}' for k, v in MEANING.items())})"),
+                  box=box.SIMPLE_HEAD, title_justify="left", collapse_padding=True, pad_edge=False)
+    names = ["norm", *(["cell"] if many else []), "measure", "n", summary.baseline, "norm value", "Δ", "95% CI",
+             "Holm p", "verdict"]
+    for name in names:
+        table.add_column(name, justify="left" if name in ("norm", "cell", "measure", "verdict") else "right")
+    for d in summary.diagnostics:
+        interval = "" if d.low is None or d.high is None else f"[{d.low:+.3g}, {d.high:+.3g}]"
+        values = [d.norm, *([cell_label(d.cell) or "-"] if many else []), d.measure, str(d.n),
+                  _num(d.baseline_mean, ".4g"), _num(d.norm_mean, ".4g"), _num(d.diff, "+.3g"), interval,
+                  "" if d.p_holm is None else f"{d.p_holm:.3g}", d.verdict]
+        table.add_row(*(Text(v) for v in values))
+    return table
+
+
+def ranking_table(summary: Summary) -> Table:
+    """--all-pairs: the norms of each cell ranked by significant wins minus losses over all pairs."""
+    from normkit_lab.summary import cell_label
+
+    many = len({cell_label(r.cell) for r in summary.ranks}) > 1
+    table = Table(title=Text(f"ranking over all {plural(len(summary.pairs), 'pair')} of norms (paired by seed, "
+                             f"Holm over all pairs; by wins - losses, then mean)"),
+                  box=box.SIMPLE_HEAD, title_justify="left", collapse_padding=True, pad_edge=False)
+    names = [*(["cell"] if many else []), "rank", "norm", summary.metric.unit if summary.metric.unit == "%" else
+             summary.metric.field, "wins", "losses", "equivalent", "significant pairs"]
+    for name in names:
+        table.add_column(name, justify="left" if name in ("cell", "norm", "significant pairs") else "right")
+    for r in summary.ranks:
+        beats = [f"> {p.other}" if p.verdict.verdict.startswith("better") else f"< {p.other}"
+                 for p in summary.pairs if p.norm == r.norm and p.cell == r.cell
+                 and p.verdict.verdict.startswith(("better", "worse"))]
+        beats += [f"> {p.norm}" if p.verdict.verdict.startswith("worse") else f"< {p.norm}"
+                  for p in summary.pairs if p.other == r.norm and p.cell == r.cell
+                  and p.verdict.verdict.startswith(("better", "worse"))]
+        values = [*([cell_label(r.cell) or "-"] if many else []), str(r.rank), r.norm, _num(r.mean, ".2f"),
+                  str(r.wins), str(r.losses), str(r.equivalent), ", ".join(beats)]
+        table.add_row(*(Text(v) for v in values))
+    return table
 
 
 def _print_files(store: ResultsDir, written: list[Path], console: Console) -> None:
@@ -173,6 +248,8 @@ def report_cmd(
                                                     "saved one, else final).")] = None,
     out: Annotated[Path | None, typer.Option(help="Write the (merged) runs, summary, figures and report.html "
                                                   "to this new directory (never overwritten).")] = None,
+    all_pairs: Annotated[bool, typer.Option(help="Also compare every pair of norms (Holm over all pairs) and "
+                                                 "rank them.")] = False,
 ) -> None:
     """Print the verdict table of one results directory, or of several merged.
 
@@ -187,6 +264,7 @@ def report_cmd(
     results = load_results(dirs, baseline, metric)
     overrides = {k: v for k, v in (("margin", margin), ("select", select)) if v is not None}
     results.config = {**results.config, **overrides}
+    results.all_pairs = all_pairs
     summary = results.summary()  # checks select before anything is written
     term = console()
     if out is None:

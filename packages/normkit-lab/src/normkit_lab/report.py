@@ -29,8 +29,10 @@ from normkit_lab.training import RunResult
 
 REPORT_HTML = "report.html"
 
-# Keys that may differ between merged directories besides the runtime ones.
-_MERGE_FREE = RUNTIME_KEYS | {"norms", "seeds", "baseline", "margin", "select"}
+# Keys that may differ between merged directories besides the runtime ones. The primary metric (and
+# so its margin) only chooses what is read from the runs, which record every metric: the merged
+# report uses --metric, else the first directory's.
+_MERGE_FREE = RUNTIME_KEYS | {"norms", "seeds", "baseline", "margin", "select", "metric"}
 
 
 @dataclass
@@ -44,6 +46,7 @@ class Results:
     sources: list[Path] = field(default_factory=list)
     metric: str = DEFAULT_METRIC  # the primary metric's name (see normkit_lab.metrics.METRICS)
     rows: list[dict[str, Any]] | None = None  # the runs.jsonl rows when read from disk (every key kept)
+    all_pairs: bool = False  # also compare every pair of norms and rank them (--all-pairs)
 
     def run_views(self) -> list[Run]:
         """The runs as the summary reads them: from the rows when known, else from the RunResults."""
@@ -53,7 +56,7 @@ class Results:
         """Statistics and verdicts per (cell, norm), with `select` and `margin` from the config."""
         metric = metric_named(self.metric)
         return summarize(self.run_views(), self.norms, self.baseline, metric,
-                         select=select_of(self.config), margin=margin_of(self.config, metric))
+                         select=select_of(self.config), margin=margin_of(self.config, metric), pairs=self.all_pairs)
 
 
 def read_config(store: ResultsDir) -> dict[str, Any]:

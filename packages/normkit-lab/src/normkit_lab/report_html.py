@@ -57,7 +57,8 @@ def _name(s: NormSummary, many: bool) -> str:
 def _table(summary: Summary, many: bool) -> str:
     unit = summary.metric.unit
     heads = ["norm", "n", f"{summary.label} ({unit}) ± s.e.", f"Δ vs {summary.baseline}", "95% CI",
-             "p", "Holm p", "TOST Holm p", "verdict", f"MDE ({unit})", "seeds needed", "s/epoch", "samples/s",
+             "p", "Holm p", "TOST Holm p", "verdict", f"MDE ({unit})", "seeds to detect", "seeds for equivalence",
+             "s/epoch", "samples/s",
              "peak MB", "params", "diverged", "failed", "tuned"]
     tuned = any(s.tuned for s in summary.rows)
     shown = heads if tuned else heads[:-1]
@@ -73,6 +74,7 @@ def _table(summary: Summary, many: bool) -> str:
         cells = [_name(s, many), str(s.primary.n), mean, "baseline" if d is None else _num(d.mean, ".2f", True),
                  ci, _p(d.p_value if d else None), _p(v.p_holm if v else None),
                  _p(v.p_tost_holm if v else None), verdict, _num(v.mde if v else None, ".3g"), needed,
+                 "" if v is None or v.seeds_equivalence is None else str(v.seeds_equivalence),
                  _num(s.time_per_epoch_s, ".2f"), _num(s.throughput, ",.0f"), _num(s.peak_mem_mb, ",.0f"),
                  _num(s.params, ","), str(s.diverged), str(s.failed),
                  ", ".join(f"{k}={val}" for k, val in s.tuned.items())]
@@ -112,9 +114,108 @@ def _how_to_read(summary: Summary) -> str:
         f"finished, with its 95% t interval. Verdicts: Holm-adjusted paired t-test p &lt; 0.05 gives "
         f"<i>better</i> or <i>worse</i>; otherwise a Holm-adjusted two one-sided test (TOST) against the "
         f"margin ±{summary.margin:g} {_e(m.unit)} gives <i>equivalent</i>; otherwise <i>inconclusive</i>. "
-        f"MDE is the difference this number of seeds detects with 80% power; <i>seeds needed</i> is the "
-        f"number of seeds whose MDE reaches the margin (from the observed spread of the differences). "
-        f"Fewer than 3 paired seeds give no verdict.</p>")
+        f"A significant difference whose whole 95% interval lies inside the margin is marked "
+        f"<i>(within margin)</i>. When every seed gives the same difference the exact sign test replaces "
+        f"the t-test. Planning numbers use the level of the strictest Holm step, alpha / m (Bonferroni, m = "
+        f"the number of comparisons): MDE is the difference this number of seeds detects with 80% power; "
+        f"<i>seeds to detect</i> is the number of seeds whose MDE reaches the margin, and <i>seeds for "
+        f"equivalence</i> the number whose TOST shows equivalence with 80% power if the true difference is 0 "
+        f"(both from the observed spread of the differences). Fewer than 3 paired seeds give no verdict.</p>")
+
+
+def _interactions(summary: Summary) -> str:
+    """Sweeps: the interaction tests (does a norm's gap to the baseline depend on the swept key?)."""
+    if not summary.interactions:
+        return ""
+    heads = ["norm", "key", "from", "to", "n", "Δ gap (to − from)", "95% CI", "p", "Holm p", "TOST Holm p",
+             "verdict"]
+    out = ["<h2>Interactions</h2>",
+           f"<p>For every norm and every pair of cells that differ in one swept key, the per-seed difference "
+           f"of its gaps to {_e(summary.baseline)} (gap at <i>to</i> minus gap at <i>from</i>; + means the "
+           f"norm gains on the baseline), with a 95% t interval and paired t-test, Holm-adjusted over all "
+           f"{len(summary.interactions)} interaction tests. <i>depends on KEY</i>: Holm p &lt; 0.05; <i>same "
+           f"gap (within margin)</i>: TOST shows the gaps differ by less than ±{summary.margin:g} "
+           f"{_e(summary.metric.unit)}; otherwise <i>no evidence that it depends</i>, which is not evidence "
+           f"that it does not.</p>",
+           '<div class="wide"><table><tr>' + "".join(
+               f'<th class="{"l" if h in ("norm", "key", "verdict") else ""}">{_e(h)}</th>' for h in heads) + "</tr>"]
+    for i in summary.interactions:
+        t = i.test
+        ci = "" if t.low is None or t.high is None else f"[{t.low:+.2f}, {t.high:+.2f}]"
+        cells = [i.norm, i.key, i.cell_a[i.key], i.cell_b[i.key], t.n, _num(i.mean, ".2f", True), ci, _p(t.p),
+                 _p(t.p_holm), _p(t.p_tost_holm), i.verdict]
+        cls = "v-worse" if i.verdict.startswith("depends") else "v-equivalent" if i.verdict.startswith(
+            "same") else "v-inconclusive"
+        tds = [f'<td class="{"l" if k in (0, 1) else ""}">{_e(c)}</td>' for k, c in enumerate(cells[:-1])]
+        tds.append(f'<td class="l {cls}">{_e(cells[-1])}</td>')
+        out.append("<tr>" + "".join(tds) + "</tr>")
+    out.append("</table></div>")
+    return "\n".join(out)
+
+
+def _diagnostics(summary: Summary) -> str:
+    """--diagnostics: verdicts for the representation measures (see diagnostic_verdicts.py)."""
+    from normkit_lab.diagnostic_verdicts import MEANING
+
+    if not summary.diagnostics:
+        return ""
+    many = len({cell_key(d.cell) for d in summary.diagnostics}) > 1
+    heads = ["norm", "measure", "n", summary.baseline, "norm value", "Δ (norm − baseline)", "95% CI", "p", "Holm p",
+             "verdict"]
+    meaning = "; ".join(f"{k}: {v}" for k, v in MEANING.items())
+    out = ["<h2>Representation measures</h2>",
+           f"<p>Each measure of each norm minus the same measure of {_e(summary.baseline)} on the same seed, "
+           f"with a 95% t interval and paired t-test (exact sign test when every seed gives the same "
+           f"difference), Holm-adjusted within its family (every depth of qq_r2 is one family; zeta one; "
+           f"lambda one). <i>higher</i>/<i>lower</i>: Holm p &lt; 0.05. ({_e(meaning)}.) The per-norm means "
+           f"and figures are in diagnostics.md.</p>",
+           '<div class="wide"><table><tr>' + "".join(
+               f'<th class="{"l" if h in ("norm", "measure", "verdict") else ""}">{_e(h)}</th>' for h in heads)
+           + "</tr>"]
+    for d in summary.diagnostics:
+        name = f"{d.norm} [{cell_label(d.cell)}]" if many and d.cell else d.norm
+        ci = "" if d.low is None or d.high is None else f"[{d.low:+.3g}, {d.high:+.3g}]"
+        cells = [name, d.measure, d.n, _num(d.baseline_mean, ".4g"), _num(d.norm_mean, ".4g"),
+                 _num(d.diff, ".3g", True), ci, _p(d.p), _p(d.p_holm)]
+        tds = [f'<td class="{"l" if k in (0, 1) else ""}">{_e(c)}</td>' for k, c in enumerate(cells)]
+        cls = "v-equivalent" if d.verdict in ("higher", "lower") else "v-inconclusive"
+        tds.append(f'<td class="l {cls}">{_e(d.verdict)}</td>')
+        out.append("<tr>" + "".join(tds) + "</tr>")
+    out.append("</table></div>")
+    return "\n".join(out)
+
+
+def _ranking(summary: Summary) -> str:
+    """--all-pairs: every pair of norms and the ranking (see pairs.py)."""
+    if not summary.ranks:
+        return ""
+    many = len({cell_key(r.cell) for r in summary.ranks}) > 1
+    out = ["<h2>All pairs and ranking</h2>",
+           f"<p>Every pair of norms in a cell, paired by seed (Δ = norm − vs), with the verdict rule above "
+           f"Holm-adjusted over all {len(summary.pairs)} pairs. Rank: significant wins minus losses, then the "
+           f"mean.</p>", "<table><tr>" + "".join(
+               f'<th class="{"l" if h in ("cell", "norm") else ""}">{_e(h)}</th>'
+               for h in [*(["cell"] if many else []), "rank", "norm", summary.label, "wins", "losses",
+                         "equivalent"]) + "</tr>"]
+    for r in summary.ranks:
+        cells = [*([cell_label(r.cell) or "-"] if many else []), r.rank, r.norm, _num(r.mean, ".2f"), r.wins,
+                 r.losses, r.equivalent]
+        out.append("<tr>" + "".join(f'<td class="{"l" if i == len(cells) - 5 else ""}">{_e(c)}</td>'
+                                    for i, c in enumerate(cells)) + "</tr>")
+    out.append("</table>")
+    heads = ["norm", "vs", "n", "Δ", "95% CI", "p", "Holm p", "TOST Holm p", "verdict"]
+    out.append('<div class="wide"><table><tr>' + "".join(
+        f'<th class="{"l" if h in ("norm", "vs", "verdict") else ""}">{_e(h)}</th>' for h in heads) + "</tr>")
+    for p in summary.pairs:
+        d, v = p.diff, p.verdict
+        ci = d.note if d.low is None or d.high is None else f"[{d.low:+.2f}, {d.high:+.2f}]"
+        name = f"{p.norm} [{cell_label(p.cell)}]" if many and p.cell else p.norm
+        cells = [name, p.other, d.n, _num(d.mean, ".2f", True), ci, _p(v.p), _p(v.p_holm), _p(v.p_tost_holm)]
+        tds = [f'<td class="{"l" if i < 2 else ""}">{_e(c)}</td>' for i, c in enumerate(cells)]
+        tds.append(f'<td class="l {_verdict_class(v.verdict)}">{_e(v.verdict)}</td>')
+        out.append("<tr>" + "".join(tds) + "</tr>")
+    out.append("</table></div>")
+    return "\n".join(out)
 
 
 def render_html(summary: Summary, *, title: str, figures: Mapping[str, bytes], config: Mapping[str, Any],
@@ -131,6 +232,9 @@ def render_html(summary: Summary, *, title: str, figures: Mapping[str, bytes], c
         *(f'<p class="note">{_e(n)}</p>' for n in notes),
         "<h2>Verdicts</h2>", _readings(summary, many), _how_to_read(summary),
         "<h2>Table</h2>", _table(summary, many),
+        _interactions(summary),
+        _diagnostics(summary),
+        _ranking(summary),
         "<h2>Figures</h2>",
     ]
     if figures_note:

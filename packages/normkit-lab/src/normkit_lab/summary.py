@@ -16,8 +16,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from normkit_lab.diagnostic_verdicts import DiagnosticVerdict, diagnostic_verdicts, measures_of
 from normkit_lab.errors import ConfigError
+from normkit_lab.interactions import Interaction, interactions
 from normkit_lab.metrics import METRICS, Metric, run_value
+from normkit_lab.pairs import PairVerdict, Rank, all_pairs, ranking
 from normkit_lab.results import run_rows
 from normkit_lab.stats import MeanSem, PairedDifference, mean_sem, paired_difference
 from normkit_lab.training import RunResult
@@ -39,6 +42,7 @@ class Run:
     phase: str = COMPARE_PHASE
     error: str | None = None
     epochs: list[dict[str, Any]] = field(default_factory=list)
+    diagnostics: dict[str, Any] | None = None  # the --diagnostics extras, when the run has them
 
 
 def cell_key(cell: Mapping[str, Any]) -> str:
@@ -66,7 +70,8 @@ def runs_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Run]:
         runs.append(Run(norm=norm, seed=seed, status=last.get("status") or "ok", params=last.get("params"),
                         cell=dict(last.get("cell") or {}), tuned=dict(last.get("tuned") or {}), phase=phase,
                         error=last.get("error") or (last.get("extras") or {}).get("error"),
-                        epochs=[dict(r) for r in group if r.get("epoch") is not None]))
+                        epochs=[dict(r) for r in group if r.get("epoch") is not None],
+                        diagnostics=(last.get("extras") or {}).get("diagnostics")))
     return runs
 
 
@@ -108,6 +113,10 @@ class Summary:
     select: str
     margin: float
     notes: list[str]
+    interactions: list[Interaction] = field(default_factory=list)  # sweeps only: see interactions.py
+    diagnostics: list[DiagnosticVerdict] = field(default_factory=list)  # --diagnostics runs only
+    pairs: list[PairVerdict] = field(default_factory=list)  # --all-pairs only: see pairs.py
+    ranks: list[Rank] = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -117,6 +126,10 @@ class Summary:
     def as_rows(self) -> list[dict[str, Any]]:
         """Flat rows for summary.csv/json (the keys are a contract: see docs/experiments.md)."""
         return [self._row(s) for s in self.rows]
+
+    def interactions_of(self, s: NormSummary) -> list[dict[str, Any]]:
+        """The interaction tests that end at this row's cell (cell B of the pair), as dicts."""
+        return [i.as_dict() for i in self.interactions if i.norm == s.norm and cell_key(i.cell_b) == cell_key(s.cell)]
 
     def _row(self, s: NormSummary) -> dict[str, Any]:
         d, v = s.vs_baseline, s.verdict
@@ -137,9 +150,23 @@ class Summary:
             "p_tost": v.p_tost if v else None, "p_tost_holm": v.p_tost_holm if v else None,
             "margin": self.margin, "mde": v.mde if v else None,
             "seeds_needed": v.seeds_needed if v else None, "seeds_note": v.seeds_note if v else "",
+            "seeds_equivalence": v.seeds_equivalence if v else None,
+            "planning_alpha": v.planning_alpha if v else None,
             "time_per_epoch_s": s.time_per_epoch_s, "throughput_samples_s": s.throughput,
             "peak_mem_mb": s.peak_mem_mb, "params": s.params,
+            "interactions": self.interactions_of(s),
+            "diagnostic_verdicts": [d.as_dict() for d in self.diagnostics
+                                    if d.norm == s.norm and cell_key(d.cell) == cell_key(s.cell)],
+            **self._rank_of(s),
         }
+
+    def _rank_of(self, s: NormSummary) -> dict[str, Any]:
+        """--all-pairs: the row's rank, wins/losses/equivalences and its pairs against earlier norms."""
+        rank = next((r for r in self.ranks if r.norm == s.norm and cell_key(r.cell) == cell_key(s.cell)), None)
+        return {"rank": rank.rank if rank else None, "wins": rank.wins if rank else None,
+                "losses": rank.losses if rank else None, "equivalent_to": rank.equivalent if rank else None,
+                "pairs": [p.as_dict() for p in self.pairs
+                          if p.norm == s.norm and cell_key(p.cell) == cell_key(s.cell)]}
 
 
 def _median(values: list[float]) -> float | None:
@@ -174,15 +201,17 @@ def _cells(runs: Sequence[Run]) -> list[dict[str, Any]]:
 
 
 def summarize(runs: Sequence[Run], norms: Sequence[str], baseline: str, metric: Metric,
-              select: str = "final", margin: float | None = None) -> Summary:
+              select: str = "final", margin: float | None = None, pairs: bool = False) -> Summary:
     """One NormSummary per (cell, norm) (cells in order of appearance, norms in `norms` order).
 
     Only comparison-phase runs count (tuning runs are on other seeds and pick hyperparameters).
+    `pairs`: also compare every pair of norms and rank them (`--all-pairs`, see pairs.py).
     """
     runs = [r for r in runs if r.phase == COMPARE_PHASE]
     margin = metric.default_margin if margin is None else margin
     source, notes = source_field(runs, metric, select)
     partial: list[dict[str, Any]] = []
+    per_cell: list[tuple[dict[str, Any], dict[str, dict[int, float]]]] = []
     for cell in _cells(runs):
         ck = cell_key(cell)
         # in seed order, so every mean is the same whatever order the runs finished in (parallel executors)
@@ -192,19 +221,30 @@ def summarize(runs: Sequence[Run], norms: Sequence[str], baseline: str, metric: 
             value = run_value(run.epochs, metric, select, source) if run.status == "ok" else None
             if value is not None and run.norm in values:
                 values[run.norm][run.seed] = value
+        per_cell.append((cell, values))
         for norm in norms:
             mine = [r for r in in_cell if r.norm == norm]
             seeds = sorted(set(values[norm]) & set(values[baseline]))
             diff = None if norm == baseline else paired_difference(
                 [values[norm][s] for s in seeds], [values[baseline][s] for s in seeds])
             partial.append({"norm": norm, "cell": cell, "mine": mine, "values": values[norm], "diff": diff,
-                            "oriented": [metric.sign * (values[norm][s] - values[baseline][s]) for s in seeds]})
+                            "oriented": {s: metric.sign * (values[norm][s] - values[baseline][s]) for s in seeds}})
     compared = [p for p in partial if p["diff"] is not None]
-    for p, verdict in zip(compared, decide([p["oriented"] for p in compared], margin), strict=True):
+    for p, verdict in zip(compared, decide([list(p["oriented"].values()) for p in compared], margin), strict=True):
         p["verdict"] = verdict
     rows = [_norm_summary(p) for p in partial]
+    cells = _cells(runs)
+    index = {cell_key(c): i for i, c in enumerate(cells)}
+    gaps = {(index[cell_key(p["cell"])], p["norm"]): p["oriented"] for p in compared}
+    measured = {(index[cell_key(r.cell)], r.norm): {} for r in runs}
+    for r in runs:
+        if r.status == "ok" and r.diagnostics:
+            measured[(index[cell_key(r.cell)], r.norm)][r.seed] = measures_of(r.diagnostics)
+    compared_pairs = all_pairs(per_cell, norms, metric.sign, margin) if pairs else []
     return Summary(rows=rows, baseline=baseline, metric=metric, source=source, select=select, margin=margin,
-                   notes=notes)
+                   notes=notes, interactions=interactions(gaps, cells, norms, baseline, margin),
+                   diagnostics=diagnostic_verdicts(measured, cells, norms, baseline), pairs=compared_pairs,
+                   ranks=ranking(compared_pairs, per_cell, norms, metric.sign) if pairs else [])
 
 
 def _norm_summary(p: dict[str, Any]) -> NormSummary:

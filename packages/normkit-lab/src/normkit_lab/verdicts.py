@@ -4,14 +4,21 @@ Input: for each (cell, norm) comparison of a run, the per-seed paired difference
 positive = better (norm - baseline, sign flipped for lower-is-better metrics). Rule, per comparison:
 
     n < 3                                       -> "no verdict (n<3)"
-    Holm-adjusted two-sided paired t p < 0.05   -> "better" / "worse" by the sign of the mean
+    Holm-adjusted two-sided paired t p < 0.05   -> "better" / "worse" by the sign of the mean, with
+                                                   " (within margin)" when the 95% interval lies
+                                                   inside (-m, m): real, but smaller than the margin
     Holm-adjusted TOST p < 0.05 (margin m)      -> "equivalent"
     otherwise                                   -> "inconclusive" (with the MDE and seeds needed)
 
 Both families (difference tests and equivalence tests) are Holm-adjusted over the comparisons that
 can get a verdict (n >= 3), so each kind of claim keeps a familywise error of at most 5% however
 many norms and cells are compared. With one comparison the TOST rule is exactly "the 90% t interval
-lies inside (-m, m)".
+lies inside (-m, m)". With zero spread the p-values come from the exact sign test (stats.py).
+
+Planning numbers are given at the decision rule: with m comparisons in the family the strictest Holm
+step tests at alpha / m (Bonferroni), so the MDE, the seeds needed to detect the margin and the
+seeds needed to show equivalence (TOST, 80% power at a true difference of 0) all use alpha / m. At
+the other Holm steps the level is larger, so these numbers are conservative.
 """
 
 from __future__ import annotations
@@ -22,9 +29,18 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
-from normkit_lab.stats import ALPHA, holm, minimum_detectable_effect, seeds_needed, tost_p
+from normkit_lab.stats import (
+    ALPHA,
+    holm,
+    minimum_detectable_effect,
+    paired_p,
+    seeds_for_equivalence,
+    seeds_needed,
+    tost_p,
+)
 
 BETTER, WORSE, EQUIVALENT, INCONCLUSIVE = "better", "worse", "equivalent", "inconclusive"
+WITHIN_MARGIN = " (within margin)"
 BASELINE, NO_VERDICT = "baseline", "no verdict (n<3)"
 MIN_PAIRS = 3
 SEEDS_CAP = 1000
@@ -34,9 +50,11 @@ SEEDS_CAP = 1000
 class Verdict:
     """A comparison's verdict and the numbers behind it (p-values None where undefined).
 
-    mde: the true difference (metric unit) this n detects with 80% power at two-sided alpha 0.05,
-    from the observed sd of the differences; seeds_needed: fewest pairs whose MDE is at most the
-    margin (None with `seeds_note` saying why).
+    mde: the true difference (metric unit) this n detects with 80% power at two-sided level
+    `planning_alpha` (alpha / m, the strictest Holm step), from the observed sd of the differences;
+    seeds_needed: fewest pairs whose MDE is at most the margin; seeds_equivalence: fewest pairs
+    whose TOST shows equivalence with 80% power when the true difference is 0 (None with
+    `seeds_note` saying why).
     """
 
     verdict: str
@@ -49,44 +67,60 @@ class Verdict:
     mde: float | None
     seeds_needed: int | None
     seeds_note: str = ""
+    seeds_equivalence: int | None = None
+    planning_alpha: float = ALPHA
+    low: float | None = None  # the 95% t interval of the mean difference (oriented: + = better)
+    high: float | None = None
 
 
-def _paired_p(d: np.ndarray) -> float | None:
-    """Two-sided one-sample t-test of mean 0 (the paired t-test); limits when there is no spread."""
+def interval95(d: np.ndarray) -> tuple[float | None, float | None]:
+    """The 95% t interval of the mean of `d` (the single value with zero spread; None for n < 2)."""
     if d.size < 2:
-        return None
-    if float(d.std(ddof=1)) == 0.0:
-        return 1.0 if float(d.mean()) == 0.0 else 0.0
-    return float(sps.ttest_1samp(d, 0.0).pvalue)
+        return None, None
+    mean, sd = float(d.mean()), float(d.std(ddof=1))
+    half = 0.0 if sd == 0.0 else float(sps.t.ppf(0.975, d.size - 1)) * sd / np.sqrt(d.size)
+    return mean - half, mean + half
 
 
 def decide(differences: Sequence[Sequence[float]], margin: float, alpha: float = ALPHA) -> list[Verdict]:
     """The verdict of every comparison, Holm-adjusted over those with at least three pairs."""
     ds = [np.asarray(d, dtype=np.float64) for d in differences]
     eligible = [d.size >= MIN_PAIRS for d in ds]
-    raw = [_paired_p(d) for d in ds]
+    raw = [paired_p(d) for d in ds]
     tost = [tost_p(d, margin) for d in ds]
     p_holm = holm([p if ok else None for p, ok in zip(raw, eligible, strict=True)])
     tost_holm = holm([p if ok else None for p, ok in zip(tost, eligible, strict=True)])
+    level = alpha / max(1, sum(eligible))  # the strictest Holm step (Bonferroni)
     out = []
     for i, d in enumerate(ds):
         n = int(d.size)
         sd = float(d.std(ddof=1)) if n >= 2 else None
-        mde = minimum_detectable_effect(sd, n)
-        needed = seeds_needed(sd, margin, cap=SEEDS_CAP)
+        mde = minimum_detectable_effect(sd, n, alpha=level)
+        needed = seeds_needed(sd, margin, cap=SEEDS_CAP, alpha=level)
+        equivalence = seeds_for_equivalence(sd, margin, cap=SEEDS_CAP, alpha=level)
         note = "" if needed is not None else (
-            f"more than {SEEDS_CAP}" if sd is not None else "needs at least 2 pairs to estimate")
+            "needs at least 2 pairs to estimate" if sd is None
+            else "unknown: no spread between seeds" if sd == 0.0 else f"more than {SEEDS_CAP}")
+        low, high = interval95(d)
         ph, th = p_holm[i], tost_holm[i]
         if not eligible[i]:
             verdict = NO_VERDICT
         elif ph is not None and ph < alpha:
             verdict = BETTER if float(d.mean()) > 0 else WORSE
+            if low is not None and high is not None and -margin < low and high < margin:
+                verdict += WITHIN_MARGIN
         elif th is not None and th < alpha:
             verdict = EQUIVALENT
         else:
             verdict = INCONCLUSIVE
-        out.append(Verdict(verdict, n, raw[i], ph, tost[i], th, margin, mde, needed, note))
+        out.append(Verdict(verdict, n, raw[i], ph, tost[i], th, margin, mde, needed, note, equivalence, level,
+                           low, high))
     return out
+
+
+def is_difference(verdict: str) -> bool:
+    """True for better/worse verdicts, within the margin or not."""
+    return verdict.split(" (")[0] in (BETTER, WORSE)
 
 
 def reading(verdict: Verdict, norm: str, baseline: str, metric_label: str, unit: str,
@@ -102,11 +136,14 @@ def reading(verdict: Verdict, norm: str, baseline: str, metric_label: str, unit:
     if verdict.verdict == NO_VERDICT:
         return (f"{norm} vs {baseline}: only {verdict.n} paired seed(s); at least {MIN_PAIRS} are needed "
                 f"for any verdict, so run more seeds.")
-    if verdict.verdict in (BETTER, WORSE):
+    if is_difference(verdict.verdict):
         beyond = interval is not None and (interval[0] >= verdict.margin or interval[1] <= -verdict.margin)
         size = (f"and its 95% interval lies beyond the margin of {m}" if beyond
+                else f"but its whole 95% interval lies inside the margin of {m}, so it is smaller than what "
+                     f"you called negligible" if verdict.verdict.endswith(WITHIN_MARGIN)
                 else f"though it may still be smaller than the margin of {m}")
-        return (f"{norm} is {verdict.verdict} than {baseline} on {metric_label} (Holm-adjusted p = "
+        direction = verdict.verdict.split(" (")[0]
+        return (f"{norm} is {direction} than {baseline} on {metric_label} (Holm-adjusted p = "
                 f"{verdict.p_holm:.3g}): a real difference for this model, data and recipe, {size}.")
     if verdict.verdict == EQUIVALENT:
         return (f"{norm} and {baseline} are equivalent on {metric_label}: the difference is shown to be "
@@ -118,5 +155,9 @@ def reading(verdict: Verdict, norm: str, baseline: str, metric_label: str, unit:
         more = "that is already below the margin: a few more seeds would likely settle it"
     else:
         more = f"about {verdict.seeds_needed} seeds would detect a difference of the margin"
+    if verdict.seeds_equivalence is not None:
+        more += (f"; about {verdict.seeds_equivalence} seeds would show equivalence within the margin (TOST, "
+                 f"80% power if the true difference is 0)")
     return (f"{norm} vs {baseline} is inconclusive: neither a difference nor equivalence within {m} is "
-            f"shown with {verdict.n} seeds; this run detects differences of {mde} (80% power), and {more}.")
+            f"shown with {verdict.n} seeds; this run detects differences of {mde} (80% power at level "
+            f"{verdict.planning_alpha:.3g}, alpha / comparisons: the strictest Holm step), and {more}.")

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 import normkit
 from normkit_lab.diagnostics.layers import attached, named_norm_layers
 from normkit_lab.diagnostics.power import PowerAccumulator
+from normkit_lab.stats import mean_sem, t_interval
 
 DEFAULT_NORMS = ("bn", "ln", "ln+pn")
 AFFINE_STD = 0.2
@@ -81,18 +82,53 @@ def installed_norms(specs: tuple[str, ...] = DEFAULT_NORMS) -> list[str]:
     return found
 
 
-def random_net_experiment(norms: list[str], *, depth: int = 20, width: int = 24, batch: int = 16,
-                          image_size: int = 16, seeds: int = 3) -> dict[str, list[dict[str, float]]]:
-    """Per norm, the power shares per depth averaged over `seeds` random nets (seeds 0..seeds-1)."""
+def check_settings(norms: list[str], *, depth: int, width: int, batch: int, image_size: int, seeds: int,
+                   in_channels: int = 3) -> None:
+    """Refuse bad settings and every spec that cannot build a layer of this net (e.g. `gn` whose 32
+    groups do not divide the width) before anything is computed: one SpecError, at once."""
     if depth < 1 or width < 1 or batch < 2 or image_size < 1 or seeds < 1:
         raise normkit.SpecError(f"random net: depth, width, image size and seeds must be >= 1 and batch >= 2, "
                                 f"got depth={depth}, width={width}, batch={batch}, image_size={image_size}, "
                                 f"seeds={seeds}")
     for norm in norms:
         normkit.parse(norm)
-    result = {}
-    for norm in norms:
-        runs = [random_net_power(norm, depth=depth, width=width, batch=batch, image_size=image_size, seed=s)
-                for s in range(seeds)]
-        result[norm] = [{t: sum(run[d][t] for run in runs) / seeds for t in runs[0][d]} for d in range(depth)]
-    return result
+        RandomConvNet(norm, 1, width, in_channels)  # builds the norm at this width: the cheap check
+
+
+def random_net_runs(norms: list[str], *, depth: int = 20, width: int = 24, batch: int = 16,
+                    image_size: int = 16, seeds: int = 3) -> dict[str, list[list[dict[str, float]]]]:
+    """Per norm, per random net (seeds 0..seeds-1), the power shares per depth; specs checked first."""
+    check_settings(norms, depth=depth, width=width, batch=batch, image_size=image_size, seeds=seeds)
+    return {norm: [random_net_power(norm, depth=depth, width=width, batch=batch, image_size=image_size, seed=s)
+                   for s in range(seeds)] for norm in norms}
+
+
+def mean_over_nets(runs: dict[str, list[list[dict[str, float]]]]) -> dict[str, list[dict[str, float]]]:
+    """Per norm, the power shares per depth averaged over its nets."""
+    return {norm: [{t: sum(net[d][t] for net in nets) / len(nets) for t in nets[0][d]}
+                   for d in range(len(nets[0]))] for norm, nets in runs.items()}
+
+
+def spread_over_nets(runs: dict[str, list[list[dict[str, float]]]], term: str = "dataset"
+                     ) -> dict[str, list[dict[str, float | None]]]:
+    """Per norm and depth, the mean, sd and 95% t interval of one power share over the nets (the
+    nets are independent draws, so this says how much the mean could move with other draws). A share
+    lies in [0, 1], so the interval is clipped to it."""
+    out: dict[str, list[dict[str, float | None]]] = {}
+    for norm, nets in runs.items():
+        rows = []
+        for d in range(len(nets[0])):
+            values = [net[d][term] for net in nets]
+            ms, ci = mean_sem(values), t_interval(values)
+            rows.append({"depth": d + 1, "n": len(values), "mean": ms.mean,
+                         "sd": None if ms.sem is None else ms.sem * math.sqrt(len(values)),
+                         "ci95_low": max(0.0, ci[0]) if ci else None, "ci95_high": min(1.0, ci[1]) if ci else None})
+        out[norm] = rows
+    return out
+
+
+def random_net_experiment(norms: list[str], *, depth: int = 20, width: int = 24, batch: int = 16,
+                          image_size: int = 16, seeds: int = 3) -> dict[str, list[dict[str, float]]]:
+    """Per norm, the power shares per depth averaged over `seeds` random nets (seeds 0..seeds-1)."""
+    return mean_over_nets(random_net_runs(norms, depth=depth, width=width, batch=batch, image_size=image_size,
+                                          seeds=seeds))

@@ -81,10 +81,22 @@ def markdown(diag: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def random_net_table(result: dict[str, list[dict[str, float]]], every: int = 1) -> str:
-    """Dataset-scale share per depth (rows) and norm (columns) of the random-net experiment."""
+def random_net_table(result: dict[str, list[dict[str, float]]], every: int = 1,
+                     spread: dict[str, list[dict[str, Any]]] | None = None) -> str:
+    """Dataset-scale share per depth (rows) and norm (columns) of the random-net experiment; with
+    `spread` (random_net.spread_over_nets), each mean is followed by its 95% interval over nets."""
     depth = max(len(v) for v in result.values())
     picks = sorted({*range(0, depth, every), depth - 1})
-    rows = [[str(d + 1)] + [_fmt(v[d]["dataset"]) if d < len(v) else "" for v in result.values()]
-            for d in picks]
-    return _table(["depth", *(f"{n} dataset share" for n in result)], rows)
+
+    def text(norm: str, d: int) -> str:
+        if d >= len(result[norm]):
+            return ""
+        row = (spread or {}).get(norm, [])[d] if spread and d < len(spread.get(norm, [])) else None
+        if row is None or row.get("ci95_low") is None:
+            return _fmt(result[norm][d]["dataset"])
+        return f"{_fmt(result[norm][d]['dataset'])} [{_fmt(row['ci95_low'])}, {_fmt(row['ci95_high'])}]"
+
+    rows = [[str(d + 1)] + [text(norm, d) for norm in result] for d in picks]
+    intervals = any(r.get("ci95_low") is not None for rows_ in (spread or {}).values() for r in rows_)
+    suffix = " [95% CI over nets]" if intervals else ""
+    return _table(["depth", *(f"{n} dataset share{suffix}" for n in result)], rows)
