@@ -13,7 +13,9 @@ from normkit.feeding_conv import prepare_feeding_convs
 from normkit.grammar import split_specs
 from normkit.hookspecs import RegisterItem, RegisterNorm, RegisterStage, hookimpl
 from normkit.layer import NormLayer
+from normkit.norm_layer_factory import norm_layer
 from normkit.optim import param_groups
+from normkit.sources import register_source
 from normkit.spec import Spec, parse
 
 __version__ = "0.1.0"
@@ -34,8 +36,10 @@ __all__ = [
     "convert",
     "convert_sync",
     "hookimpl",
+    "norm_layer",
     "param_groups",
     "parse",
     "prepare_feeding_convs",
+    "register_source",
     "split_specs",
 ]
