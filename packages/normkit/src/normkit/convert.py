@@ -98,7 +98,11 @@ def _plan(model: nn.Module, spec: Spec) -> list[_Site]:
             if reader is None:
                 visit(child, path + ".")
                 continue
-            site = _Site(parent, name, path, child, reader(child))
+            try:
+                source = reader(child)
+            except SpecError as exc:
+                raise SpecError(f"cannot convert {path} ({exc}") from None
+            site = _Site(parent, name, path, child, source)
             if site.source.activation is not None:
                 if needs_act or includes_act:
                     site.act_name = _activation_name(site.source.activation)

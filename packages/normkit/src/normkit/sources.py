@@ -70,7 +70,7 @@ def _group(m: nn.Module) -> Source:
 def _last_dim(m: nn.Module, what: str) -> int:
     shape = tuple(m.normalized_shape)
     if len(shape) != 1:
-        raise SpecError(f"cannot convert {type(m).__name__} over {shape}: only a {what} over the last dim "
+        raise SpecError(f"{type(m).__name__} over {shape}): only {what} over the last dim "
                         "(channels-last tokens) is supported")
     return shape[0]
 
