@@ -48,7 +48,9 @@ class ConversionSummary:
         lines = [f"converted {len(self.replaced)} norm layers to {self.spec!r}"]
         for r in self.replaced:
             extra = f", owns {r.activation}" if r.activation else ""
-            if r.activation and r.activation.endswith(" dropped"):
+            if r.activation and r.activation.startswith("kept "):
+                extra = f", {r.activation}"
+            elif r.activation and r.activation.endswith(" dropped"):
                 extra = f", {r.activation}: the norm includes its activation"
             lines.append(f"  {r.path}: {r.old} -> {r.new} (copied {', '.join(r.copied) or 'nothing'}{extra})")
         return "\n".join(lines)
