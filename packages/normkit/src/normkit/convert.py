@@ -10,9 +10,9 @@ from torch import nn
 
 from normkit.activation_drop import DropPlan, apply_drops, plan_drops
 from normkit.build import build_with_settings
+from normkit.causal import declares_causal, pools_tokens
 from normkit.errors import SpecError
 from normkit.feeding_conv import conv_steps, feeding_convs, prepare_feeding_convs
-from normkit.causal import declares_causal, pools_tokens
 from normkit.layer import NormLayer
 from normkit.layouts import keep_activation, per_position
 from normkit.sources import Source, reader_for
