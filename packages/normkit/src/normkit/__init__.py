@@ -15,7 +15,9 @@ from normkit.fold import FoldSummary, fold
 from normkit.grammar import split_specs
 from normkit.hookspecs import RegisterItem, RegisterNorm, RegisterStage, hookimpl
 from normkit.layer import NormLayer
+from normkit.norm_layer_factory import norm_layer
 from normkit.optim import param_groups
+from normkit.sources import register_source
 from normkit.spec import Spec, parse
 from normkit.to_torch import ToTorchSummary, to_torch
 from normkit.trace import NormTracer, leaf_modules, symbolic_trace
@@ -43,9 +45,11 @@ __all__ = [
     "fold",
     "hookimpl",
     "leaf_modules",
+    "norm_layer",
     "param_groups",
     "parse",
     "prepare_feeding_convs",
+    "register_source",
     "split_specs",
     "symbolic_trace",
     "to_torch",

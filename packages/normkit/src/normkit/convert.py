@@ -10,14 +10,15 @@ from torch import nn
 
 from normkit.activation_drop import DropPlan, apply_drops, plan_drops
 from normkit.build import build_with_settings
+from normkit.causal import declares_causal, pools_tokens
 from normkit.errors import SpecError
 from normkit.feeding_conv import conv_steps, feeding_convs, prepare_feeding_convs
 from normkit.layer import NormLayer
+from normkit.layouts import keep_activation, per_position
+from normkit.sources import Source, reader_for
 from normkit.spec import Spec, parse
 from normkit.sync import ProcessSync
 
-_TORCH_NORMS = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm,
-                nn.modules.instancenorm._InstanceNorm)
 _STATE = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
 
 
@@ -47,7 +48,9 @@ class ConversionSummary:
         lines = [f"converted {len(self.replaced)} norm layers to {self.spec!r}"]
         for r in self.replaced:
             extra = f", owns {r.activation}" if r.activation else ""
-            if r.activation and r.activation.endswith(" dropped"):
+            if r.activation and r.activation.startswith("kept "):
+                extra = f", {r.activation}"
+            elif r.activation and r.activation.endswith(" dropped"):
                 extra = f", {r.activation}: the norm includes its activation"
             lines.append(f"  {r.path}: {r.old} -> {r.new} (copied {', '.join(r.copied) or 'nothing'}{extra})")
         return "\n".join(lines)
@@ -68,30 +71,23 @@ def _activation_name(module: nn.Module) -> str | None:
     return None
 
 
-def _layout(path: str, module: nn.Module) -> tuple[int, int, dict[str, Any]]:
-    """(num_channels, channel_dim, settings to carry over) of a torch norm layer."""
-    if isinstance(module, nn.modules.batchnorm._BatchNorm):
-        return module.num_features, 1, {"eps": module.eps, "momentum": module.momentum,
-                                        "affine": module.affine,
-                                        "track_running_stats": module.track_running_stats}
-    if isinstance(module, nn.modules.instancenorm._InstanceNorm):
-        return module.num_features, 1, {"eps": module.eps, "affine": module.affine}
-    if isinstance(module, nn.GroupNorm):
-        return module.num_channels, 1, {"eps": module.eps, "groups": module.num_groups,
-                                        "affine": module.affine}
-    shape = tuple(module.normalized_shape)
-    if len(shape) != 1:
-        raise SpecError(f"cannot convert {path} (LayerNorm over {shape}): only LayerNorm over the "
-                        "last dim (channels-last tokens) is supported")
-    return shape[0], -1, {"eps": module.eps, "affine": module.elementwise_affine}
-
-
 def _needs_activation(spec: Spec) -> bool:
     return any(p.entry.kind in ("activation", "post_activation") for p in spec.parts)
 
 
-def _plan(model: nn.Module, spec: Spec) -> list[tuple[nn.Module, str, str, nn.Module, str | None, str | None]]:
-    """Find every norm (parent, child name, path, module, activation name, activation child)."""
+@dataclass
+class _Site:
+    parent: nn.Module
+    name: str
+    path: str
+    old: nn.Module
+    source: Source
+    act_name: str | None = None  # the activation handed to the spec
+    act_child: str | None = None  # the Sequential sibling the spec took over
+
+
+def _plan(model: nn.Module, spec: Spec) -> list[_Site]:
+    """Every known norm in `model`, with the activation the spec takes over (if it takes one)."""
     plan = []
     needs_act = _needs_activation(spec)
     includes_act = spec.norm.entry.includes_activation
@@ -100,57 +96,77 @@ def _plan(model: nn.Module, spec: Spec) -> list[tuple[nn.Module, str, str, nn.Mo
         children = list(parent.named_children())
         for i, (name, child) in enumerate(children):
             path = f"{prefix}{name}"
-            if isinstance(child, _TORCH_NORMS):
-                act_name = act_child = None
-                if needs_act:
-                    nxt = children[i + 1] if i + 1 < len(children) else None
-                    if isinstance(parent, nn.Sequential) and nxt is not None:
-                        act_name = _activation_name(nxt[1])
-                        act_child = nxt[0] if act_name else None
-                    if act_name is None:
-                        raise SpecError(
-                            f"cannot place {spec.text!r} at {path}: no activation module directly "
-                            "follows it in an nn.Sequential, so there is no activation step to take "
-                            "over; build the model from norm-activation blocks (docs/norms/proxy.md)"
-                        )
-                if includes_act and isinstance(parent, nn.Sequential) and i + 1 < len(children):
-                    act_name = _activation_name(children[i + 1][1])
-                    act_child = children[i + 1][0] if act_name else None
-                plan.append((parent, name, path, child, act_name, act_child))
-            else:
+            reader = reader_for(child, path)
+            if reader is None:
                 visit(child, path + ".")
+                continue
+            try:
+                source = reader(child)
+            except SpecError as exc:
+                raise SpecError(f"cannot convert {path} ({exc}") from None
+            site = _Site(parent, name, path, child, source)
+            if site.source.activation is not None:
+                if needs_act or includes_act:
+                    site.act_name = _activation_name(site.source.activation)
+                    if site.act_name is None:
+                        raise SpecError(f"cannot place {spec.text!r} at {path}: its activation "
+                                        f"{site.source.activation!r} is not one normkit can take over")
+            elif needs_act or includes_act:
+                nxt = children[i + 1] if i + 1 < len(children) else None
+                if isinstance(parent, nn.Sequential) and nxt is not None:
+                    site.act_name = _activation_name(nxt[1])
+                    site.act_child = nxt[0] if site.act_name else None
+                if needs_act and site.act_name is None:
+                    raise SpecError(
+                        f"cannot place {spec.text!r} at {path}: no activation module directly "
+                        "follows it in an nn.Sequential, so there is no activation step to take "
+                        "over; build the model from norm-activation blocks (docs/norms/proxy.md)"
+                    )
+            plan.append(site)
 
     visit(model, "")
     return plan
 
 
-def convert(model: nn.Module, spec: str | Spec) -> ConversionSummary:
-    """Replace every BatchNorm*/SyncBatchNorm/GroupNorm/LayerNorm/InstanceNorm* in `model`.
+def convert(model: nn.Module, spec: str | Spec, *, causal: bool | None = None,
+            allow_empty: bool = False) -> ConversionSummary:
+    """Replace every known norm layer in `model` (normkit.sources: torch, timm, torchvision, HF).
 
-    Channel count and layout come from each layer; affine parameters, running statistics and
-    settings (eps, momentum, groups, affine) are copied where the new layer has them. Specs with
-    an activation or post-activation step take over the activation module that directly follows
-    the norm in an nn.Sequential (replaced by nn.Identity). Norms that include their activation
-    (frn, evonorm) drop the activation that directly follows them (activation_drop.py); steps that
-    act on the conv feeding the norm (`+ws`) get it (feeding_conv.py). Nothing is changed when
+    Channel count, layout and partition come from each layer; affine parameters, running
+    statistics and settings (eps, momentum, groups, affine) are copied where the new layer has
+    them. A norm-act source (timm BatchNormAct2d) keeps its activation, or hands it to a spec that
+    owns one (`+pn`, frn, evonorm); otherwise specs with an activation step take over the
+    activation module that directly follows the norm in an nn.Sequential. A layer-norm-family
+    target on a per-position norm (LayerNorm2d) keeps normalizing each position over channels.
+    Token-pooling targets are refused in a model that declares itself causal unless
+    `causal=False`; converting no layer is an error unless `allow_empty`. Nothing is changed when
     any layer cannot be converted. Returns a summary of what was replaced.
     """
     parsed = parse(spec)
-    if isinstance(model, _TORCH_NORMS):
+    if reader_for(model, "model") is not None:
         raise SpecError("convert() replaces norms inside a model; use normkit.build() for one layer")
     plan = _plan(model, parsed)
+    if not plan and not allow_empty:
+        raise SpecError(f"convert found no norm layer normkit knows in {type(model).__name__}; register "
+                        "its norm class with normkit.register_source, or pass allow_empty=True")
+    is_causal = declares_causal(model) if causal is None else causal
     built = []
-    for parent, name, path, old, act_name, act_child in plan:
-        channels, channel_dim, settings = _layout(path, old)
-        try:
-            new = build_with_settings(parsed, channels, channel_dim=channel_dim, activation=act_name,
-                                      overrides={}, norm_settings=settings)
-        except SpecError as exc:
-            raise SpecError(f"cannot convert {path} ({type(old).__name__}({channels})): {exc}") from exc
-        copied = _copy_state(old, new)
-        owned = f"{act_name} dropped" if parsed.norm.entry.includes_activation and act_name else act_name
-        built.append((parent, name, new, act_child, Replacement(path, type(old).__name__, parsed.text,
-                                                                copied, owned)))
+    for site in plan:
+        new = _build(parsed, site)
+        if is_causal:
+            reason = pools_tokens(new)
+            if reason is not None:
+                raise SpecError(f"cannot convert {site.path}: {type(model).__name__} is causal and "
+                                f"{parsed.text!r} {reason}, leaking future tokens; use a per-token norm "
+                                "(ln, rms, lnn, dyt) or pass causal=False if the model is not causal")
+        copied = _copy_state(site.old, new, site.source)
+        owned = site.act_name
+        if parsed.norm.entry.includes_activation and site.act_name:
+            owned = f"{site.act_name} dropped"
+        elif site.act_name is None and site.source.activation is not None:
+            owned = f"kept {type(site.source.activation).__name__}"
+        built.append((site.parent, site.name, new, site.act_child,
+                      Replacement(site.path, type(site.old).__name__, parsed.text, copied, owned)))
     _check_feeding_convs(model, built)  # before any change: a '+ws' norm needs a conv before it
     drops = _plan_traced_drops(model, built) if parsed.norm.entry.includes_activation else None
     summary = ConversionSummary(parsed.text)
@@ -166,6 +182,29 @@ def convert(model: nn.Module, spec: str | Spec) -> ConversionSummary:
             records[path].activation = f"{drop.activation} dropped"
     prepare_feeding_convs(model)
     return summary
+
+
+def _build(parsed: Spec, site: _Site) -> nn.Module:
+    src = site.source
+
+    def build(channel_dim: int) -> nn.Module:
+        try:
+            return build_with_settings(parsed, src.channels, channel_dim=channel_dim, activation=site.act_name,
+                                       overrides={}, norm_settings=src.settings)
+        except SpecError as exc:
+            raise SpecError(f"cannot convert {site.path} ({type(site.old).__name__}({src.channels})): "
+                            f"{exc}") from exc
+
+    new = build(src.channel_dim)
+    if src.per_position and isinstance(new, NormLayer) and new.partition is not None \
+            and new.partition.kind == "layer":
+        new = per_position(build(-1))  # same statistics as the source: over C at each position
+    if src.activation is not None and site.act_name is None:
+        if not isinstance(new, NormLayer):
+            raise SpecError(f"cannot convert {site.path}: {parsed.text!r} is built by a plugin factory and "
+                            f"cannot keep the source's activation {src.activation!r}; use a pipeline norm")
+        keep_activation(new, src.activation)
+    return new
 
 
 def _check_feeding_convs(model: nn.Module, built: list) -> None:
@@ -185,7 +224,7 @@ def _plan_traced_drops(model: nn.Module, built: list) -> DropPlan:
     return plan_drops(model, by_parent)
 
 
-def _copy_state(old: nn.Module, new: nn.Module) -> list[str]:
+def _copy_state(old: nn.Module, new: nn.Module, source: Source) -> list[str]:
     ref = next(iter(old.parameters()), None)
     if ref is None:
         ref = next(iter(old.buffers()), None)
@@ -195,7 +234,7 @@ def _copy_state(old: nn.Module, new: nn.Module) -> list[str]:
     copied = []
     with torch.no_grad():
         for key in _STATE:
-            src, dst = getattr(old, key, None), getattr(new, key, None)
+            src, dst = getattr(old, key, None), getattr(new, source.state.get(key, key), None)
             if isinstance(src, torch.Tensor) and isinstance(dst, torch.Tensor) and src.shape == dst.shape:
                 dst.copy_(src)
                 copied.append(key)

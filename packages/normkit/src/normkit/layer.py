@@ -72,6 +72,9 @@ class NormLayer(nn.Module):
         self.probes: list[Probe] = []
         self.recording = False
         self.records: dict[str, Tensor] = {}
+        self._initial_extra = {n: b.detach().clone() for n, b in self.named_buffers(recurse=False)
+                               if n not in _TORCH_BUFFERS}
+        self._register_load_state_dict_pre_hook(_fill_torch_checkpoint, with_module=True)
 
     # -- helpers for steps ------------------------------------------------------------------
 
@@ -214,9 +217,9 @@ class NormLayer(nn.Module):
                 inp = x if step.fused_input_dtype else xf
                 try:
                     out = step.fused_forward(inp, self)
-                except NormkitError:
-                    raise
                 except Exception as exc:
+                    if _passes_through(exc):
+                        raise
                     raise self.step_error(step, inp, exc) from exc
                 if out is not None:
                     break
@@ -224,7 +227,8 @@ class NormLayer(nn.Module):
             out = self._generic(xf)
         elif self.has_activation or self.post is not None:
             out = self._after_norm(out, normalized_only=not self.applies_recovery)
-        return out.to(in_dtype) if out.dtype != in_dtype else out
+        out = out.to(in_dtype) if out.dtype != in_dtype else out
+        return _contiguous_like(out, x)
 
     def _syncing(self) -> bool:
         """True when this step's batch statistics are reduced across processes (training only)."""
@@ -251,9 +255,9 @@ class NormLayer(nn.Module):
             for step in self.steps:
                 try:
                     g = step.forward(g, groups, self)
-                except NormkitError:
-                    raise
                 except Exception as exc:
+                    if _passes_through(exc):
+                        raise
                     raise self.step_error(step, x, exc) from exc
             y3 = groups.ungroup(g)
         else:
@@ -282,9 +286,9 @@ class NormLayer(nn.Module):
     def _post(self, y3: Tensor) -> Tensor:
         try:
             return self.post.forward(y3, None, self)
-        except NormkitError:
-            raise
         except Exception as exc:
+            if _passes_through(exc):
+                raise
             raise self.step_error(self.post, y3, exc) from exc
 
     def _after_norm(self, out: Tensor, normalized_only: bool) -> Tensor:
@@ -328,6 +332,33 @@ class NormLayer(nn.Module):
     def extra_repr(self) -> str:
         layout = "N,*,C" if self.tokens else "N,C,*"
         return f"{self.spec!r}, {self.num_channels}, layout={layout}"
+
+
+_TORCH_BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
+
+
+def _fill_torch_checkpoint(module: NormLayer, state_dict: dict, prefix: str, *args: Any) -> None:
+    """A checkpoint of a torch norm (none of this layer's extra buffers) loads strictly: the extra
+    buffers (e.g. bnn's running_lambda) take their initial values. A normkit checkpoint missing
+    only some of them still fails strict loading."""
+    extra = module._initial_extra
+    if extra and not any(prefix + name in state_dict for name in extra):
+        for name, value in extra.items():
+            current = getattr(module, name)
+            state_dict[prefix + name] = value.to(device=current.device, dtype=current.dtype)
+
+
+def _passes_through(exc: Exception) -> bool:
+    """normkit's own errors and torch's control flow (checkpoint recomputation stops, dynamo graph
+    breaks: exceptions defined in torch's submodules) are not a step's failure."""
+    return isinstance(exc, NormkitError) or type(exc).__module__.startswith("torch.")
+
+
+def _contiguous_like(out: Tensor, x: Tensor) -> Tensor:
+    """The output contiguous in the input's memory format (channels-last stays channels-last)."""
+    if x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
+        return out.contiguous(memory_format=torch.channels_last)
+    return out.contiguous()
 
 
 def _check_step(step: Any, spec: str, kind: type[Step] = Step) -> None:

@@ -89,6 +89,8 @@ class NormFactory:
 class GPT(nn.Module):
     """Token and position embeddings, decoder blocks, final norm (pre/sandwich), tied head."""
 
+    causal = True  # normkit.convert refuses token-pooling norms here unless told causal=False
+
     def __init__(self, norm: NormFactory, vocab: int, context: int, width: int, depth: int, heads: int,
                  hidden: int, placement: str) -> None:
         super().__init__()
