@@ -133,7 +133,8 @@ def command_line() -> str:
 
 def _title(results: Results) -> str:
     cfg = results.config
-    return (f"{cfg.get('model')} on {cfg.get('dataset')}, {cfg.get('epochs')} epochs: "
+    epochs = cfg.get("epochs")
+    return (f"{cfg.get('model')} on {cfg.get('dataset')}, {epochs} epoch{'' if epochs == 1 else 's'}: "
             f"{', '.join(results.norms)} against {results.baseline}")
 
 
