@@ -1,10 +1,10 @@
 """What a local Ray instance that normkit starts exposes, read from the real instance's sockets.
 
 Every TCP port the instance's processes listen on (found through /proc: the sockets in each
-process's file descriptors, matched against /proc/net/tcp{,6}) either is on loopback or refuses a
-caller without Ray's token: gRPC answers UNAUTHENTICATED on the service that port serves, HTTP
-answers 401. No port answers anything without the token, also when RAY_AUTH_MODE=disabled is set
-in the environment (Ray's gRPC servers listen on all interfaces; see docs/scaling.md).
+process's file descriptors, matched against /proc/net/tcp{,6}) is on loopback; and, as a second
+lock, no port answers a caller without Ray's token (gRPC answers UNAUTHENTICATED on the service that
+port serves, HTTP answers 401), also when RAY_AUTH_MODE=disabled is set in the environment
+(see docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -43,6 +43,17 @@ def _listening() -> dict[int, tuple[str, int]]:
             raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))  # per-word little endian
             found[int(fields[9])] = (str(ipaddress.ip_address(raw)), int(hex_port, 16))
     return found
+
+
+def _is_loopback(address: str) -> bool:
+    """127.0.0.0/8 and ::1, also written as an IPv4-mapped IPv6 address (::ffff:127.0.0.1)."""
+    return ipaddress.ip_address(_plain(address)).is_loopback
+
+
+def _plain(address: str) -> str:
+    """An IPv4-mapped IPv6 address as the IPv4 address a client dials."""
+    ip = ipaddress.ip_address(address)
+    return str(getattr(ip, "ipv4_mapped", None) or ip)
 
 
 def _ray_listeners() -> list[tuple[str, str, int]]:
@@ -93,7 +104,7 @@ def _refuses_without_token(address: str, port: int) -> str:
 
 
 @pytest.mark.parametrize("auth_mode", [None, "disabled"], ids=["default", "RAY_AUTH_MODE=disabled"])
-def test_every_port_of_the_local_instance_is_loopback_or_refuses_callers_without_the_token(
+def test_every_port_of_the_local_instance_is_loopback_and_refuses_callers_without_the_token(
         monkeypatch: pytest.MonkeyPatch, auth_mode: str | None) -> None:
     import ray
 
@@ -111,12 +122,14 @@ def test_every_port_of_the_local_instance_is_loopback_or_refuses_callers_without
         names = {name.rsplit("/", 1)[-1] for name, _, _ in listeners}
         assert {"gcs_server", "raylet"} <= names, listeners
         assert not any("dashboard" in name for name in names), listeners
-        answers = {(name, address, port): ("loopback" if ipaddress.ip_address(address).is_loopback
-                                           else _refuses_without_token(address, port))
+        exposed = [(name, address, port) for name, address, port in listeners if not _is_loopback(address)]
+        assert not exposed, listeners
+        answers = {(name, address, port): _refuses_without_token(_plain(address), port)
                    for name, address, port in listeners}
-        accepted = {k: v for k, v in answers.items() if v not in ("loopback", "grpc UNAUTHENTICATED", "http 401")}
+        accepted = {k: v for k, v in answers.items() if v not in ("grpc UNAUTHENTICATED", "http 401")}
         assert not accepted, answers
     finally:
         ray.shutdown()
         executor._local_env.close()
-    assert os.environ.get("RAY_AUTH_MODE") == auth_mode  # this process's setting is back as it was
+    assert os.environ.get("RAY_AUTH_MODE") == auth_mode  # this process's settings are back as they were
+    assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" not in os.environ

@@ -91,9 +91,9 @@ class RayExecutor:
             if address is None:
                 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no network calls, no notice
                 try:
-                    self._local_env.enter_context(_token_authentication())
+                    self._local_env.enter_context(_loopback_instance(ray))
                     with _quiet_logger("ray._private.authentication.authentication_token_setup"):
-                        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False,
+                        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, _node_ip_address="127.0.0.1",
                                  object_store_memory=LOCAL_OBJECT_STORE_BYTES, **quiet)
                 except Exception as exc:
                     self._local_env.close()
@@ -252,25 +252,40 @@ def _task_error(exc: Any) -> BaseException:
 
 
 @contextlib.contextmanager
-def _token_authentication() -> Iterator[None]:
-    """Start the local instance with Ray's token authentication even when RAY_AUTH_MODE says
-    otherwise; this process's RAY_AUTH_MODE is restored when the instance is shut down.
+def _loopback_instance(ray: Any) -> Iterator[None]:
+    """Start the local instance on loopback only and with Ray's token authentication; this
+    process's settings are restored when the instance is shut down.
 
-    Ray's gRPC servers (GCS, raylet and its object manager, every worker) listen on all interfaces
-    and its runtime-env agent on the node's address; Ray turns `_node_ip_address="127.0.0.1"` into
-    the node's address, so they cannot be kept to loopback. A new local instance with RAY_AUTH_MODE
-    unset gets Ray's default, token authentication with the user's token (~/.ray/auth_token, made
-    when missing): each port then refuses a caller without the token. With no dashboard nothing
-    else listens (docs/scaling.md).
+    Ray binds its servers (GCS, raylet and its object manager, every worker, the runtime-env agent)
+    to the node's address, and turns `_node_ip_address="127.0.0.1"` into the machine's network
+    address unless Ray's cluster mode is off (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`, read by
+    `ray._private.services.get_node_ip_address`): with it off, the node address is 127.0.0.1 and
+    nothing listens beyond loopback. Token authentication stays on as a second lock, also when
+    RAY_AUTH_MODE says otherwise; with no dashboard nothing else listens (docs/scaling.md).
     """
-    saved = os.environ.pop("RAY_AUTH_MODE", None)
+    from ray._private import ray_constants
+
+    saved_auth = os.environ.pop("RAY_AUTH_MODE", None)
+    saved_cluster_env = os.environ.get(_CLUSTER_MODE_ENV)
+    saved_cluster = ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[_CLUSTER_MODE_ENV] = "0"  # for the processes Ray starts
+    ray_constants.ENABLE_RAY_CLUSTER = False  # for this one, which imported Ray already
     try:
         yield
     finally:
-        if saved is None:
-            os.environ.pop("RAY_AUTH_MODE", None)  # Ray sets it to "token" for this process
-        else:
-            os.environ["RAY_AUTH_MODE"] = saved
+        ray_constants.ENABLE_RAY_CLUSTER = saved_cluster
+        _restore_env(_CLUSTER_MODE_ENV, saved_cluster_env)
+        _restore_env("RAY_AUTH_MODE", saved_auth)  # Ray sets it to "token" for this process
+
+
+_CLUSTER_MODE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def _restore_env(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 
 
 def _probe(address: str) -> None:
