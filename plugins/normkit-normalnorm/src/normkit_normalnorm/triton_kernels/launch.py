@@ -27,7 +27,9 @@ from normkit_normalnorm.triton_kernels.split_kernels import (
 
 
 def _num_warps(block: int) -> int:
-    return min(max(block // 256, 1), 16)
+    """block/256 warps, at most 8 (as the Triton layer-norm tutorial): at 16 warps ptxas has 128
+    registers per thread and the row kernels spilled at block 4096 on sm_80 (aot.py check)."""
+    return min(max(block // 256, 1), 8)
 
 
 def _strides(x3: Tensor) -> dict[str, int]:
@@ -134,7 +136,7 @@ def backward(dy: Tensor, x3: Tensor, weight: Tensor | None, stats: Tensor, geo: 
     flags = {"HAS_W": has_w, "HAS_B": has_bias, "NOISE": noise, "NSTAT": NSTAT, "LAMBDA_GRAD": lambda_grad}
     common = dict(C=geo.c, S=geo.s, G=geo.groups, CG=geo.group_channels, **_strides(x3), PART=geo.part)
     dev = x3.device
-    if geo.size <= config.row_max:
+    if geo.size <= min(config.row_max, config.backward_row_max):
         per_class = geo.n_groups // geo.classes
         splits = max(1, min(per_class, config.backward_programs(dev) // geo.classes))
         per_split = math.ceil(per_class / splits)
