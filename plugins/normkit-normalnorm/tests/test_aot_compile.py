@@ -23,7 +23,7 @@ def _heaviest_row_backward(block: int) -> aot.Case:
 
 def test_largest_row_backward_compiles_for_sm80_without_spills():
     """The largest block the launcher gives the row backward (the config that spilled before)."""
-    result = aot.compile_case(_heaviest_row_backward(config.row_max), "sm_80")
+    result = aot.compile_case(_heaviest_row_backward(min(config.row_max, config.backward_row_max)), "sm_80")
     assert result.error == ""
     assert result.registers > 0 and result.ptx_lines > 0
     assert (result.spill_store, result.spill_load) == (0, 0)

@@ -19,7 +19,7 @@ class KernelConfig:
 
     row_max: int = 4096
     backward_row_max: int = 2048
-    chunk: int = 4096
+    chunk: int = 2048
     pointwise_block: int = 1024
     interpreter_programs: int = 4
 
