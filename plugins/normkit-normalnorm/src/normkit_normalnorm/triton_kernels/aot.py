@@ -97,7 +97,7 @@ def launch_cases(full: bool) -> Iterator[Case]:
     """
     from normkit_normalnorm.triton_kernels.config import config
     from normkit_normalnorm.triton_kernels.geometry import NSTAT
-    from normkit_normalnorm.triton_kernels.launch import _num_warps
+    from normkit_normalnorm.triton_kernels.launch import _num_warps, _spread_warps
 
     def flag_sets(names: tuple[str, ...]) -> list[dict[str, bool]]:
         if full:
@@ -138,7 +138,8 @@ def launch_cases(full: bool) -> Iterator[Case]:
             if kernel in uses_nstat:
                 base.append(("NSTAT", NSTAT))
             for flags in flag_sets(names):
-                yield Case(kernel, dtype, (*base, *flags.items()), _num_warps(br * bt))
+                warps = (_spread_warps if kernel == "split_spread" else _num_warps)(br * bt)
+                yield Case(kernel, dtype, (*base, *flags.items()), warps)
     for dtype in DTYPES:
         for flags in flag_sets(("HAS_W", "HAS_B", "CHANNELS_LAST", "CLAMP_MIN", "CLAMP_MAX")):
             yield Case("eval_pointwise", dtype, (("BLOCK", config.pointwise_block), *flags.items()), 4)
@@ -157,7 +158,8 @@ def _ptxas_report(ptx: str) -> tuple[int, int, int, int]:
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "k.ptx"
         src.write_text(ptx)
-        proc = subprocess.run([str(_ptxas()), "-v", f"-arch={target.group(1)}", str(src), "-o",
+        proc = subprocess.run([str(_ptxas()), "-lineinfo", "--regAllocOptLevel=2", "-v",  # as Triton runs it
+                               f"-arch={target.group(1)}", str(src), "-o",
                                str(Path(tmp) / "k.cubin")], check=False, capture_output=True, text=True)
         if proc.returncode:
             raise RuntimeError(f"ptxas: {proc.stderr.strip()[-200:]}")
