@@ -145,10 +145,12 @@ def launch_cases(full: bool) -> Iterator[Case]:
             yield Case("eval_pointwise", dtype, (("BLOCK", config.pointwise_block), *flags.items()), 4)
 
 
-def _ptxas() -> Path:
+def _ptxas(target: str) -> Path:
+    """The ptxas Triton bundles for `target` (a separate one for sm_100 and later)."""
     import triton
 
-    return Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    name = "ptxas-blackwell" if int(re.sub(r"\D", "", target)) >= 100 else "ptxas"
+    return Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name
 
 
 def _ptxas_report(ptx: str) -> tuple[int, int, int, int]:
@@ -158,7 +160,7 @@ def _ptxas_report(ptx: str) -> tuple[int, int, int, int]:
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "k.ptx"
         src.write_text(ptx)
-        proc = subprocess.run([str(_ptxas()), "-lineinfo", "--regAllocOptLevel=2", "-v",  # as Triton runs it
+        proc = subprocess.run([str(_ptxas(target.group(1))), "-lineinfo", "--regAllocOptLevel=2", "-v",  # as Triton runs it
                                f"-arch={target.group(1)}", str(src), "-o",
                                str(Path(tmp) / "k.cubin")], check=False, capture_output=True, text=True)
         if proc.returncode:
