@@ -50,7 +50,6 @@ class Result:
     spill_load: int
     shared: int
     ptx_lines: int
-    sass_lines: int
     error: str = ""
 
     @property
@@ -191,18 +190,14 @@ def compile_case(case: Case, arch: str) -> Result:
                                   options={"num_warps": case.num_warps})
         ptx = compiled.asm["ptx"]
         regs, st, ld, _ = _ptxas_report(ptx)
-        shared = int(compiled.metadata.shared)
-        sass = compiled.asm.get("sass", "")
-        return Result(case, arch, regs, st, ld, shared, _instructions(ptx),
-                      _instructions(sass) if isinstance(sass, str) else 0)
+        return Result(case, arch, regs, st, ld, int(compiled.metadata.shared), _instructions(ptx))
     except Exception as exc:  # noqa: BLE001 - any compiler failure is a row of the table and exit 1
-        return Result(case, arch, 0, 0, 0, 0, 0, 0, error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
+        return Result(case, arch, 0, 0, 0, 0, 0, error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
 
 
-def _instructions(text: str) -> int:
-    """Instruction lines of PTX (tab-indented, ending in ';') or SASS (`/*0010*/` addressed)."""
-    return sum(1 for line in text.splitlines()
-               if line.startswith("\t") and line.rstrip().endswith(";") or re.match(r"\s+/\*[0-9a-f]{4,}\*/", line))
+def _instructions(ptx: str) -> int:
+    """PTX instruction lines (tab-indented, ending in ';')."""
+    return sum(1 for line in ptx.splitlines() if line.startswith("\t") and line.rstrip().endswith(";"))
 
 
 def _compile(job: tuple[Case, str]) -> Result:
