@@ -310,7 +310,6 @@ BAD_OTHER = [
     (["show", "bn", "--channels", "10000000000"], "above normkit's limit of 16,777,216 channels"),
     (["show", "bn", "--channels", "0"], "--channels"),
     (["bench", "--repeats", "100000000"], "--repeats"),
-    (["bench", "--kernels", "--arch", "gfx90a"], "sm_80,sm_90"),
     (["diagnose", "--random-net", "--depth", "1000000"], "--depth"),
     (["diagnose", "--random-net", "--batch", "4096", "--width", "4096", "--image-size", "1024"], "1 GiB"),
     (["diagnose", "--norms", "bn", "--seed", "-1"], "--seed"),

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from normkit_cli.errors import fail, one_line_errors
+from normkit_cli.errors import one_line_errors
 from normkit_lab.limits import MAX_CPU_THREADS, MAX_REPEATS
 
 if TYPE_CHECKING:  # torch is imported when the command runs, not for --help
@@ -68,14 +68,8 @@ def bench_cmd(
     repeats: Annotated[int, typer.Option(min=1, max=MAX_REPEATS,
                                                         help="Timed repetitions per layer (median reported).")] = 20,
     threads: Annotated[int, typer.Option(min=1, max=MAX_CPU_THREADS, help="torch CPU threads.")] = 2,
-    kernels: Annotated[bool, typer.Option("--kernels", help=(
-        "Instead: compile normkit-normalnorm's Triton kernels for --arch without a GPU and print "
-        "registers, spills and shared memory; exit 1 on a failure or spill."))] = False,
-    arch: Annotated[str, typer.Option(help="GPU targets for --kernels, comma-separated.")] = "sm_80,sm_90",
 ) -> None:
     """Time normkit's bn/gn/ln against torch's native layers (CPU, forward+backward, medians)."""
-    if kernels:
-        raise typer.Exit(code=_kernel_check(arch))
     import torch
 
     import normkit
@@ -93,16 +87,6 @@ def bench_cmd(
         table.add_row(spec, "x".join(map(str, shape)), f"{t_ours * 1e3:.2f}", f"{t_native * 1e3:.2f}",
                       f"{t_ours / t_native:.2f}x")
     Console().print(table)
-
-
-def _kernel_check(arch: str) -> int:
-    """The ahead-of-time compile check of the normality kernels (normkit_normalnorm...aot)."""
-    try:
-        from normkit_normalnorm.triton_kernels import aot
-    except ImportError as exc:
-        raise fail(f"--kernels needs normkit-normalnorm and triton installed ({exc}); "
-                   "pip install the plugin, then rerun") from None
-    return aot.main(["--arch", arch])
 
 
 def register(app: typer.Typer) -> None:
