@@ -404,3 +404,21 @@ def test_gpu_benchmark_shapes_match_reference(partition, shape, tokens, dtype):
     tol = 1e-3 if dtype == torch.float32 else 5e-2
     for g_, w_ in zip(got, want):
         torch.testing.assert_close(g_.float(), w_.float(), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize(("partition", "shape", "tokens"), [("batch", (4, 3, 10), False), ("layer", (3, 24, 1), True)])
+def test_row_forward_with_split_backward_matches_row_backward(monkeypatch, partition, shape, tokens):
+    """Groups between backward_row_max and row_max run the row forward and the split backward
+    (the backward spills first on a GPU); with noise, both backwards regenerate the same noise."""
+    x3 = make_input(shape, 31)
+    weight, bias = params(shape[1], 32)
+    dy = torch.randn(shape, generator=torch.Generator().manual_seed(33))
+    kw = {"partition": partition, "tokens": tokens, "training": True, "noise": 0.4}
+    torch.manual_seed(5)
+    want = run(normality_triton, x3, weight, bias, dy, **kw)
+    monkeypatch.setattr(config, "backward_row_max", 0)
+    monkeypatch.setattr(config, "chunk", 16)
+    torch.manual_seed(5)
+    got = run(normality_triton, x3, weight, bias, dy, **kw)
+    assert torch.equal(got[0], want[0])
+    assert_close(got, want, tol=1e-5)

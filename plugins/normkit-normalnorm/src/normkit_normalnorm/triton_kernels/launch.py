@@ -27,7 +27,14 @@ from normkit_normalnorm.triton_kernels.split_kernels import (
 
 
 def _num_warps(block: int) -> int:
-    return min(max(block // 256, 1), 16)
+    """block/256 warps, at most 8 (as the Triton layer-norm tutorial): at 16 warps ptxas has 128
+    registers per thread and the row kernels spilled at block 4096 on sm_80 (aot.py check)."""
+    return min(max(block // 256, 1), 8)
+
+
+def _spread_warps(block: int) -> int:
+    """Warps of split_spread: half of _num_warps; at 8 warps ptxas spills 4 bytes on sm_80."""
+    return max(1, _num_warps(block) // 2)
 
 
 def _strides(x3: Tensor) -> dict[str, int]:
@@ -110,7 +117,8 @@ def forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, geo: Geometr
         spread = torch.empty_like(sum_x)
         for first, out in ((True, sum_x), (False, spread)):
             split_spread[grid](x3, moments, newton, sum_x, out, M=geo.size, BLOCK_CH=block_ch,
-                               FIRST=first, num_warps=warps, **tiles, **scalars, **opts.clamp_flags)
+                               FIRST=first, num_warps=_spread_warps(br * bt), **tiles, **scalars,
+                               **opts.clamp_flags)
     split_output[grid](x3, y, w, b, stats, moments, newton, spread, **running, M=geo.size, noise=opts.noise,
                        seed=seed, BLOCK_CH=block_ch, NOISE=noise, DETACH=opts.detach_lambda,
                        num_warps=warps, **tiles, **scalars, **opts.clamp_flags, **flags)
@@ -134,7 +142,7 @@ def backward(dy: Tensor, x3: Tensor, weight: Tensor | None, stats: Tensor, geo: 
     flags = {"HAS_W": has_w, "HAS_B": has_bias, "NOISE": noise, "NSTAT": NSTAT, "LAMBDA_GRAD": lambda_grad}
     common = dict(C=geo.c, S=geo.s, G=geo.groups, CG=geo.group_channels, **_strides(x3), PART=geo.part)
     dev = x3.device
-    if geo.size <= config.row_max:
+    if geo.size <= min(config.row_max, config.backward_row_max):
         per_class = geo.n_groups // geo.classes
         splits = max(1, min(per_class, config.backward_programs(dev) // geo.classes))
         per_split = math.ceil(per_class / splits)
