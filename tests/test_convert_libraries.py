@@ -66,12 +66,6 @@ MODELS = {
 }
 SLOW = {"tv-convnext_tiny", "timm-efficientnet_b0", "timm-regnetx_002", "tv-mobilenet_v3_small"}
 
-KNOWN_BUGS = {
-    # found by this test: a bnn layer of efficientnet_b0 (32x32 input) returns NaN in eval from a finite
-    # input after two SGD steps; the bug is in bnn's eval transform, not in convert
-    ("timm-efficientnet_b0", "bnn"): pytest.mark.xfail(strict=True, reason="bnn eval NaN (normalnorm plugin)"),
-}
-
 
 def _cases(with_other: bool) -> list:
     cases = []
@@ -79,8 +73,7 @@ def _cases(with_other: bool) -> list:
         slow = name in SLOW or (with_other and not name.startswith(("hf-", "tv-resnet")))
         marks = [pytest.mark.slow] if slow else []
         for spec in (others if with_other else [same]):
-            known = [KNOWN_BUGS[(name, spec)]] if with_other and (name, spec) in KNOWN_BUGS else []
-            cases.append(pytest.param(name, spec, marks=marks + known, id=f"{name}-{spec}"))
+            cases.append(pytest.param(name, spec, marks=marks, id=f"{name}-{spec}"))
     return cases
 
 
@@ -112,6 +105,10 @@ def test_other_kinds_train_and_round_trip_their_state(name: str, spec: str) -> N
         out = _out(model, x).float()
         target = torch.zeros(out.shape[:-1], dtype=torch.long)
         nn.functional.cross_entropy(out.flatten(0, -2), target.flatten()).backward()
+        # Clipped as training recipes do: efficientnet_b0 on a 32x32 batch of 4 normalizes 4 values per
+        # channel in its last stages, and unclipped SGD steps there (gradients ~800 with bn, 30-100x that
+        # with bnn) blow the weights up until eval overflows; that is the recipe diverging, not convert.
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
     model.eval()
     with torch.no_grad():
