@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from normkit.errors import NormkitError, NormShapeError, PluginError, SpecError, StepError, first_line
 from normkit.limits import check_num_channels
 from normkit.stages import BuildContext, Pipeline, PostActivationStep, Standardize, Step
+from normkit.sync import warn_if_per_process
 
 if TYPE_CHECKING:
     from normkit.sync import ProcessSync
@@ -203,6 +204,8 @@ class NormLayer(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         self._check(x)
+        if self.training and self.sync is None and self.partition is not None and self.partition.uses_batch:
+            warn_if_per_process(self)
         if torch.is_autocast_enabled(x.device.type):  # statistics stay float32 under autocast
             with torch.autocast(x.device.type, enabled=False):
                 return self._forward(x)

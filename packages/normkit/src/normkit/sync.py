@@ -15,6 +15,7 @@ their element counts. Eval uses running statistics and never communicates.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -22,6 +23,35 @@ from torch import Tensor
 
 if TYPE_CHECKING:
     from normkit.stages import Groups
+
+
+class PerProcessBatchStatistics(UserWarning):
+    """A batch-statistics layer trains inside a process group of several processes without syncing."""
+
+
+_warned_per_process = False
+
+
+def warn_if_per_process(layer: torch.nn.Module) -> None:
+    """Warn once per process when an unsynced batch-statistics layer trains under torch.distributed.
+
+    Tools that sync torch's BatchNorm (Lightning's `Trainer(sync_batchnorm=True)`,
+    `nn.SyncBatchNorm.convert_sync_batchnorm`) do not see normkit's layers; this says so instead of
+    leaving them silently per-process. Silence it with `warnings.filterwarnings("ignore",
+    category=PerProcessBatchStatistics)` where per-process statistics are meant.
+    """
+    global _warned_per_process
+    if _warned_per_process or torch.compiler.is_compiling() or torch.jit.is_tracing():
+        return
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        _warned_per_process = True
+        warnings.warn(PerProcessBatchStatistics(
+            f"normkit: {type(layer).__name__} layers with batch statistics compute them per process "
+            f"({dist.get_world_size()} processes); call normkit.convert_sync(model) before wrapping it in "
+            f"DDP (with Lightning: plugins=[normkit.lightning_sync.NormkitSyncBatchNorm()]) for statistics "
+            f"over all processes"), stacklevel=4)
 
 
 class ProcessSync:
