@@ -1,5 +1,6 @@
 """fold, to_torch and ONNX export on real third-party models built from their configs (no
-downloads): timm resnet18, torchvision resnet18 and mobilenet_v3_small converted with normkit."""
+downloads): timm resnet18, efficientnet_b0 and regnetx_002, torchvision resnet18 and
+mobilenet_v3_small converted with normkit."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ torchvision = pytest.importorskip("torchvision")
 
 def _model(name: str) -> nn.Module:
     torch.manual_seed(0)
-    if name == "timm-resnet18":
+    if name.startswith("timm-"):
         timm = pytest.importorskip("timm")
-        return timm.create_model("resnet18", pretrained=False, num_classes=5)
+        return timm.create_model(name.removeprefix("timm-"), pretrained=False, num_classes=5)
     return getattr(torchvision.models, name)(num_classes=5)
 
 
@@ -33,7 +34,9 @@ def _converted(name: str, spec: str) -> tuple[nn.Module, torch.Tensor]:
     return model.eval(), torch.randn(2, 3, 32, 32)
 
 
-MODELS = [("timm-resnet18", 20), ("resnet18", 20), ("mobilenet_v3_small", 34)]
+MODELS = [("timm-resnet18", 20), ("resnet18", 20), ("mobilenet_v3_small", 34),
+          # timm norm-act layers (BatchNormAct2d): converted to bn with their activation, folded keeping it
+          pytest.param("timm-efficientnet_b0", 49, marks=pytest.mark.slow), ("timm-regnetx_002", 44)]
 
 
 @pytest.mark.parametrize(("name", "norms"), MODELS)
@@ -86,7 +89,9 @@ def _onnx_max_error(model: nn.Module, x: torch.Tensor, tmp_path) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("name", "spec"), [(n, s) for n, _ in MODELS for s in ("bn", "bnn")])
+@pytest.mark.parametrize(("name", "spec"), [(n, s) for n in ("timm-resnet18", "resnet18", "mobilenet_v3_small",
+                                                              "timm-efficientnet_b0", "timm-regnetx_002")
+                                             for s in ("bn", "bnn")])
 def test_converted_and_folded_models_export_to_onnx(name: str, spec: str, tmp_path) -> None:
     model, x = _converted(name, spec)
     normkit.fold(model)

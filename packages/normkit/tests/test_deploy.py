@@ -143,7 +143,7 @@ def test_fold_removes_batch_norms_and_keeps_the_function(spec: str) -> None:
     ("evonorm-b0", "not a fixed per-channel affine"),
     ("ln", "per-sample statistics"),
     ("bnn", "not a fixed per-channel affine"),
-    ("frn", "nonlinearity"),
+    ("frn", "per-sample statistics"),
 ])
 def test_fold_keeps_what_is_not_a_fixed_affine_and_says_why(spec: str, why: str) -> None:
     model, x = _trained(spec)
@@ -175,15 +175,21 @@ def test_fold_of_a_model_fx_cannot_trace_is_one_line() -> None:
     assert "\n" not in str(err.value)
 
 
-def test_fold_keeps_norms_with_an_activation_or_no_conv_before_or_in_training() -> None:
+def test_fold_keeps_norms_with_no_conv_before_or_in_training_and_keeps_a_folded_norms_activation() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(normkit.build("bn", 3), nn.Conv2d(3, C, 1),
                           normkit.build("bn", C, activation="relu"), nn.Conv2d(C, C, 1), normkit.build("bn", C))
     kept = dict(normkit.fold(model.train()).kept)
     assert all("training mode" in why for why in kept.values()) and len(kept) == 3
-    kept = dict(normkit.fold(model.eval()).kept)
-    assert "no conv/linear right before it" in kept["0"] and "nonlinearity" in kept["2"]
-    assert isinstance(model[4], nn.Identity)
+    model(torch.randn(8, 3, 4, 4) * 3 + 1)  # running statistics that are not the identity
+    model.eval()
+    x = torch.randn(2, 3, 4, 4)
+    want = model(x)
+    summary = normkit.fold(model)
+    assert "no conv/linear right before it" in dict(summary.kept)["0"] and len(summary.kept) == 1
+    assert summary.folded == [("2", "1"), ("4", "3")]
+    assert isinstance(model[2], nn.ReLU) and isinstance(model[4], nn.Identity)  # the activation stays
+    torch.testing.assert_close(model(x), want, rtol=1e-5, atol=1e-6)
 
 
 class _LinearThenConv1d(nn.Module):

@@ -51,7 +51,7 @@ def _torch_eval_affine(norm: nn.Module) -> tuple[Tensor, Tensor] | str:
 
 def _eval_affine(norm: nn.Module) -> tuple[Tensor, Tensor] | str:
     if isinstance(norm, NormLayer):
-        return norm.eval_affine()
+        return norm.eval_affine(before_activation=True)
     if isinstance(norm, _TORCH_NORMS):
         return _torch_eval_affine(norm)
     return f"{type(norm).__name__} is not a fixed per-channel affine in eval"
@@ -107,8 +107,10 @@ def fold(model: nn.Module) -> FoldSummary:
     """Fold every foldable norm into the conv/linear before it, in place, and say what was kept.
 
     Foldable: a norm that is exactly a per-channel affine in eval (bn, brn and other batch norms
-    with running statistics, torch's BatchNorm), with no activation in it, whose input is the
-    output of a Conv1d/2d/3d or Linear that nothing else reads. Folded norms become nn.Identity.
+    with running statistics, torch's BatchNorm), whose input is the output of a Conv1d/2d/3d or
+    Linear that nothing else reads. Folded norms become nn.Identity, or their activation module
+    when they apply one after the affine (`activation=`, a converted timm BatchNormAct2d); a
+    post-activation stage (`+pn`) is not foldable.
     Call `model.eval()` first. The model must trace with torch.fx (normkit's norms are leaves).
     """
     modules = dict(model.named_modules())
@@ -147,6 +149,7 @@ def fold(model: nn.Module) -> FoldSummary:
             summary.kept.append((node.target, mismatch))
             continue
         _fold_into(layer, *affine)
-        _set(model, node.target, nn.Identity())
+        keeps_act = isinstance(norm, NormLayer) and norm.has_activation
+        _set(model, node.target, norm.act if keeps_act else nn.Identity())
         summary.folded.append((node.target, layer_path))
     return summary

@@ -151,13 +151,17 @@ class NormLayer(nn.Module):
     def momentum(self) -> float | None:
         return self._running_stats_step().momentum
 
-    def eval_affine(self) -> tuple[Tensor, Tensor] | str:
+    def eval_affine(self, *, before_activation: bool = False) -> tuple[Tensor, Tensor] | str:
         """`(scale, shift)` per channel (float64) when this layer is exactly `x * scale + shift` in
-        its current mode, else one line saying why not (what `normkit.fold` reports)."""
+        its current mode, else one line saying why not (what `normkit.fold` reports). With
+        `before_activation`, a layer that is exactly `act(x * scale + shift)` gives its affine too
+        (the caller keeps `self.act`); a post-activation stage (`+pn`) never does."""
         if self.training:
             return "in training mode (call model.eval() first)"
-        if self.has_activation or self.post is not None:
-            return f"has a nonlinearity after the norm ({self.activation_name or self.post_name})"
+        if self.post is not None:
+            return f"has a nonlinearity after the norm ({self.post_name})"
+        if self.has_activation and not before_activation:
+            return f"has a nonlinearity after the norm ({self.activation_name or type(self.act).__name__})"
         if self.probes or (self.sync is not None and self.sync.active()):
             return "has probes or process sync attached"
         scale = torch.ones(self.num_channels, dtype=torch.float64, device=self._device())
