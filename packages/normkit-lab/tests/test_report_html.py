@@ -122,3 +122,45 @@ def test_intervals_are_clipped_to_the_valid_range():
     acc, loss = METRICS["test_acc"], METRICS["test_loss"]
     assert (acc.clip(103.0), acc.clip(-2.0), acc.clip(55.0)) == (100.0, 0.0, 55.0)
     assert (loss.clip(-0.5), loss.clip(7.0)) == (0.0, 7.0)
+
+
+def _figure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the plot functions return their figure instead of PNG bytes, to look at what they drew."""
+    monkeypatch.setattr(plots, "_png", lambda fig: fig)
+
+
+def test_seed_dots_are_apart_and_joined_across_norms(monkeypatch):
+    pytest.importorskip("matplotlib")
+    _figure(monkeypatch)
+    out = []
+    for seed in range(4):  # every seed gives the same bn value: tied dots must still be four places
+        out += rows("bn", seed, [0.5, 0.8])
+        out += rows("gn", seed, [0.5, 0.86 + 0.01 * seed])
+    summary = summarize(runs_from_rows(out), ["bn", "gn"], "bn", METRICS["test_acc"])
+    ax = plots.primary_metric(summary).axes[0]
+    dots = [line for line in ax.lines if line.get_marker() == "o"]
+    assert len(dots) == 2 and len(set(dots[0].get_xdata())) == 4  # four tied bn seeds, four places
+    joins = [line for line in ax.lines if line.get_linestyle() == "-" and len(line.get_xdata()) == 2]
+    assert len(joins) == 4  # one line per seed from bn to gn
+    for line in joins:
+        (x0, x1), y0 = line.get_xdata(), line.get_ydata()[0]
+        assert x1 - x0 == pytest.approx(1.0) and y0 == pytest.approx(79.0)  # same seed place, next column
+    assert sorted(t.get_text() for t in ax.texts) == ["n=4", "n=4"]
+
+
+@pytest.mark.parametrize("values", [(2, 32), (16, 64)])
+def test_sweep_ticks_are_the_swept_values_and_norms_side_by_side(monkeypatch, values):
+    pytest.importorskip("matplotlib")
+    _figure(monkeypatch)
+    out = []
+    for v in values:
+        for seed in range(3):
+            out += rows("bn", seed, [0.5, 0.8 + 0.01 * seed], cell={"batch_size": v})
+            out += rows("gn", seed, [0.5, 0.85 + 0.01 * seed], cell={"batch_size": v})
+    summary = summarize(runs_from_rows(out), ["bn", "gn"], "bn", METRICS["test_acc"])
+    ax = plots.sweep(summary).axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [str(v) for v in values]
+    assert ax.xaxis.get_minor_ticks() == [] or all(not t.label1.get_visible() or not t.label1.get_text()
+                                                     for t in ax.xaxis.get_minor_ticks())
+    first_x = [line.get_xdata()[0] for line in ax.lines if len(line.get_xdata()) == 2 and line.get_marker() == "o"]
+    assert len(first_x) == 2 and first_x[0] != first_x[1]  # dodged, not drawn on top of each other

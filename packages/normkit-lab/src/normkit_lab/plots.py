@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import itertools
+import math
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
@@ -109,30 +111,57 @@ def forest(summary: Summary) -> bytes:
     return _png(fig)
 
 
+def _seed_offsets(seeds: Sequence[int]) -> dict[int, float]:
+    """A fixed horizontal place per seed (the same in every column), so tied values stay apart and a
+    seed's dots can be joined across norms."""
+    order = sorted(seeds)
+    width = 0.3
+    if len(order) == 1:
+        return {order[0]: -0.2}
+    return {seed: -0.2 - width / 2 + width * k / (len(order) - 1) for k, seed in enumerate(order)}
+
+
 def primary_metric(summary: Summary) -> bytes:
-    """The primary metric per (cell, norm): mean, 95% t interval (clipped), each seed a dot."""
+    """The primary metric per (cell, norm): mean, 95% t interval (clipped), each seed a dot at its
+    own place, a seed's dots joined across the norms of a cell (the pairing the verdicts use)."""
     plt = _pyplot()
     many = _many_cells(summary)
     rows = summary.rows
-    fig, ax = plt.subplots(figsize=(max(4.5, 1.1 * len(rows) + 2), 4.2))
+    fig, ax = plt.subplots(figsize=(max(4.5, 1.1 * len(rows) + 2), 4.4))
     metric = summary.metric
     if not any(s.values for s in rows):
         _note(ax, "every run diverged or failed: no finished run to plot")
         return _png(fig)
+    offsets = _seed_offsets(sorted({seed for s in rows for seed in s.values}))
+    by_cell: dict[str, list[tuple[int, NormSummary]]] = {}
     for i, s in enumerate(rows):
-        values = list(s.values.values())
-        ax.plot([i - 0.15] * len(values), values, ".", color="tab:blue", alpha=0.6)
+        by_cell.setdefault(cell_label(s.cell), []).append((i, s))
+    for members in by_cell.values():  # pairing lines: one seed, consecutive norms of one cell
+        for (i, a), (j, b) in itertools.pairwise(members):
+            for seed in sorted(set(a.values) & set(b.values)):
+                ax.plot([i + offsets[seed], j + offsets[seed]], [a.values[seed], b.values[seed]], "-",
+                        color="grey", alpha=0.35, linewidth=0.8, zorder=1)
+    low_y = min(v for s in rows for v in s.values.values())
+    for i, s in enumerate(rows):
+        seeds = sorted(s.values)
+        ax.plot([i + offsets[seed] for seed in seeds], [s.values[seed] for seed in seeds], "o", color="tab:blue",
+                alpha=0.75, markersize=4, zorder=2)
+        ax.annotate(f"n={len(seeds)}", (i, low_y), xytext=(0, -14), textcoords="offset points", ha="center",
+                    fontsize=8, color="dimgrey")
         if s.primary.mean is None:
             continue
-        interval = t_interval(values)
+        interval = t_interval(list(s.values.values()))
         yerr = None
         if interval:
             low, high = metric.clip(interval[0]), metric.clip(interval[1])
             yerr = [[s.primary.mean - low], [high - s.primary.mean]]
-        ax.errorbar([i], [s.primary.mean], yerr=yerr, fmt="s", color="black", capsize=6, markersize=6, zorder=3)
+        ax.errorbar([i + 0.2], [s.primary.mean], yerr=yerr, fmt="s", color="black", capsize=6, markersize=6,
+                    zorder=3)
     ax.set_xticks(range(len(rows)), [_name(s, many) for s in rows], rotation=20 if many else 0)
+    ax.margins(y=0.12)
     ax.set(ylabel=f"{summary.label} ({metric.unit})",
-           title=f"{summary.label.capitalize()} at the {summary.select} epoch\nmean, 95% t interval; dots: seeds")
+           title=f"{summary.label.capitalize()} at the {summary.select} epoch: mean, 95% t interval (squares);\n"
+                 f"seeds (dots, each seed at its own place), grey lines join a seed across norms")
     ax.grid(axis="y", alpha=0.3)
     return _png(fig)
 
@@ -211,9 +240,13 @@ def sweep(summary: Summary) -> bytes | None:
     positions = raw if numeric else list(range(len(cells)))
     fig, ax = plt.subplots(figsize=(7, 4.2))
     norms = list(dict.fromkeys(s.norm for s in summary.rows))
-    for norm in norms:
+    log = numeric and min(raw) > 0 and max(raw) / min(raw) >= 10
+    span = (max(positions) - min(positions)) or 1.0
+    for k, norm in enumerate(norms):
+        dodge = (k - (len(norms) - 1) / 2) * 0.035  # side by side, not on top of each other
         xs, ys, lows, highs = [], [], [], []
         for x, cell in zip(positions, cells, strict=True):
+            x = x * 10 ** (dodge * math.log10(max(raw) / min(raw))) if log else x + dodge * span
             s = next((r for r in summary.rows if r.norm == norm and r.cell == cell), None)
             if s is None or s.primary.mean is None:
                 continue
@@ -230,8 +263,12 @@ def sweep(summary: Summary) -> bytes | None:
         return _png(fig)
     if numeric:
         key = next(iter(keys))[0]
-        if min(raw) > 0 and max(raw) / min(raw) >= 10:
+        if log:
             ax.set_xscale("log")
+            from matplotlib.ticker import NullLocator
+
+            ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xticks(raw, [f"{v:g}" for v in raw])  # ticks at the swept values, written as given
         ax.set_xlabel(key)
     else:
         ax.set_xticks(positions, [cell_label(c) for c in cells], rotation=20)
