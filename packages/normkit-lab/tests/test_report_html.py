@@ -164,3 +164,37 @@ def test_sweep_ticks_are_the_swept_values_and_norms_side_by_side(monkeypatch, va
                                                      for t in ax.xaxis.get_minor_ticks())
     first_x = [line.get_xdata()[0] for line in ax.lines if len(line.get_xdata()) == 2 and line.get_marker() == "o"]
     assert len(first_x) == 2 and first_x[0] != first_x[1]  # dodged, not drawn on top of each other
+
+
+def test_per_seed_table_holds_every_value_and_its_paired_difference():
+    summary, _ = comparison(norm="gn")
+    text = page(summary)
+    assert "<h2>Per seed</h2>" in text
+    section = text.split("<h2>Per seed</h2>", 1)[1].split("<h2>", 1)[0]
+    assert [f"seed {s}" in section for s in range(4)] == [True] * 4
+    # bn seed 3: test_acc 0.83 - 0.01 -> 82.00 %; gn seed 3: 0.896 - 0.01 -> 88.60 %; paired +6.60
+    assert "<td>82.00</td>" in section and "<td>88.60</td>" in section and "<td>+6.60</td>" in section
+    assert section.count("Δ vs bn") == 1
+
+
+@pytest.mark.slow
+def test_report_renders_in_headless_chromium(tmp_path):
+    """What a person sees: the page rendered by Debian's Chromium, screenshotted, not blank."""
+    import shutil
+    import subprocess
+
+    pytest.importorskip("matplotlib")
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("needs Debian's chromium package (apt-get install chromium)")
+    summary, runs = comparison(norm="gn", cells=({"batch_size": 2}, {"batch_size": 16}))
+    html_path, shot = tmp_path / "report.html", tmp_path / "report.png"
+    html_path.write_text(page(summary, figures=plots.render(summary, runs)), encoding="utf-8")
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                    "--window-size=1400,3000", f"--screenshot={shot}", html_path.as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    from matplotlib import image
+
+    pixels = image.imread(str(shot))
+    assert pixels.shape[:2] == (3000, 1400)
+    assert pixels[..., :3].std() > 0.05  # text, tables and figures, not an empty page

@@ -153,6 +153,35 @@ def _interactions(summary: Summary) -> str:
     return "\n".join(out)
 
 
+def _per_seed(summary: Summary, many: bool) -> str:
+    """Every seed's primary metric per norm, and its difference to the baseline on the same seed:
+    the numbers the paired verdicts are computed from."""
+    seeds = sorted({seed for s in summary.rows for seed in s.values})
+    if not seeds:
+        return ""
+    unit = _e(summary.metric.unit)
+    base = {cell_key(s.cell): s.values for s in summary.rows if s.norm == summary.baseline}
+    heads = ["norm", *(f"seed {seed}" for seed in seeds)]
+    out = ["<h2>Per seed</h2>",
+           f"<p>{_e(summary.label.capitalize())} ({unit}) of every finished run, and below it the difference "
+           f"to {_e(summary.baseline)} on the same seed and cell (the pairs behind the verdicts); an empty cell "
+           f"is a run that did not finish.</p>",
+           '<div class="wide"><table><tr>' + "".join(
+               f'<th class="{"l" if h == "norm" else ""}">{_e(h)}</th>' for h in heads) + "</tr>"]
+    for s in summary.rows:
+        values = [_num(s.values.get(seed), ".2f") if seed in s.values else "" for seed in seeds]
+        out.append(f'<tr><td class="l">{_e(_name(s, many))}</td>'
+                   + "".join(f"<td>{_e(v)}</td>" for v in values) + "</tr>")
+        paired = base.get(cell_key(s.cell), {})
+        if s.norm != summary.baseline and paired:
+            deltas = [_num(s.values[seed] - paired[seed], ".2f", True) if seed in s.values and seed in paired
+                      else "" for seed in seeds]
+            out.append(f'<tr><td class="l">  Δ vs {_e(summary.baseline)}</td>'
+                       + "".join(f"<td>{_e(d)}</td>" for d in deltas) + "</tr>")
+    out.append("</table></div>")
+    return "\n".join(out)
+
+
 def _diagnostics(summary: Summary) -> str:
     """--diagnostics: verdicts for the representation measures (see diagnostic_verdicts.py)."""
     from normkit_lab.diagnostic_verdicts import MEANING
@@ -232,6 +261,7 @@ def render_html(summary: Summary, *, title: str, figures: Mapping[str, bytes], c
         *(f'<p class="note">{_e(n)}</p>' for n in notes),
         "<h2>Verdicts</h2>", _readings(summary, many), _how_to_read(summary),
         "<h2>Table</h2>", _table(summary, many),
+        _per_seed(summary, many),
         _interactions(summary),
         _diagnostics(summary),
         _ranking(summary),
