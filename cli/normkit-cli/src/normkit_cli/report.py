@@ -40,6 +40,8 @@ def _num(value: float | None, fmt: str) -> str:
 
 def _cells(s: NormSummary, many: bool, any_failed: bool) -> dict[str, str]:
     """Every column's text for one row (keys are the column ids)."""
+    from normkit_lab.summary import interval_text
+
     d, v = s.vs_baseline, s.verdict
     if d is None:
         diff, interval = "baseline", ""
@@ -47,7 +49,7 @@ def _cells(s: NormSummary, many: bool, any_failed: bool) -> dict[str, str]:
         diff, interval = "-", d.note
     else:
         diff = f"{d.mean:+.2f}"
-        interval = d.note if d.low is None or d.high is None else f"[{d.low:+.2f}, {d.high:+.2f}]"
+        interval = interval_text(d.low, d.high, missing=d.note)
     from normkit_lab.summary import cell_label
 
     row = {"norm": s.norm}
@@ -147,17 +149,27 @@ def print_summary(results: Results, summary: Summary, console: Console) -> None:
                       f"the strictest Holm step)", markup=False)
 
 
+def _verdict_table(title: str, columns: list[str], left: tuple[str, ...]) -> Table:
+    """The plain table the interaction, diagnostic and ranking verdicts are printed in."""
+    table = Table(title=Text(title), box=box.SIMPLE_HEAD, title_justify="left", collapse_padding=True,
+                  pad_edge=False)
+    for name in columns:
+        table.add_column(name, justify="left" if name in left else "right")
+    return table
+
+
 def interaction_table(summary: Summary) -> Table:
     """Sweeps: per norm and pair of cells of one key, the change of its gap to the baseline."""
-    table = Table(title=Text(f"interactions: does the gap to {summary.baseline} depend on the swept key? "
-                             f"(gap at 'to' minus gap at 'from', paired by seed, + = the norm gains; Holm over "
-                             f"{plural(len(summary.interactions), 'test')}; margin ±{summary.margin:g})"),
-                  box=box.SIMPLE_HEAD, title_justify="left", collapse_padding=True, pad_edge=False)
-    for name in ("norm", "key", "from → to", "n", "Δ gap", "95% CI", "Holm p", "verdict"):
-        table.add_column(name, justify="left" if name in ("norm", "key", "verdict") else "right")
+    from normkit_lab.summary import interval_text
+
+    table = _verdict_table(f"interactions: does the gap to {summary.baseline} depend on the swept key? "
+                           f"(gap at 'to' minus gap at 'from', paired by seed, + = the norm gains; Holm over "
+                           f"{plural(len(summary.interactions), 'test')}; margin ±{summary.margin:g})",
+                           ["norm", "key", "from → to", "n", "Δ gap", "95% CI", "Holm p", "verdict"],
+                           ("norm", "key", "verdict"))
     for i in summary.interactions:
         t = i.test
-        interval = "" if t.low is None or t.high is None else f"[{t.low:+.2f}, {t.high:+.2f}]"
+        interval = interval_text(t.low, t.high)
         table.add_row(*(Text(x) for x in (
             i.norm, i.key, f"{i.cell_a[i.key]} → {i.cell_b[i.key]}", str(t.n), _num(i.mean, "+.2f"), interval,
             "" if t.p_holm is None else f"{t.p_holm:.3g}", i.verdict)))
@@ -167,18 +179,16 @@ def interaction_table(summary: Summary) -> Table:
 def diagnostics_table(summary: Summary) -> Table:
     """--diagnostics: each representation measure of each norm against the baseline, paired by seed."""
     from normkit_lab.diagnostic_verdicts import MEANING
-    from normkit_lab.summary import cell_label
+    from normkit_lab.summary import cell_label, interval_text
 
     many = len({cell_label(d.cell) for d in summary.diagnostics}) > 1
-    table = Table(title=Text(f"representation measures vs {summary.baseline}, paired by seed (Holm within each "
-                             f"family: {'; '.join(f'{k}: {v}' for k, v in MEANING.items())})"),
-                  box=box.SIMPLE_HEAD, title_justify="left", collapse_padding=True, pad_edge=False)
     names = ["norm", *(["cell"] if many else []), "measure", "n", summary.baseline, "norm value", "Δ", "95% CI",
              "Holm p", "verdict"]
-    for name in names:
-        table.add_column(name, justify="left" if name in ("norm", "cell", "measure", "verdict") else "right")
+    table = _verdict_table(f"representation measures vs {summary.baseline}, paired by seed (Holm within each "
+                           f"family: {'; '.join(f'{k}: {v}' for k, v in MEANING.items())})",
+                           names, ("norm", "cell", "measure", "verdict"))
     for d in summary.diagnostics:
-        interval = "" if d.low is None or d.high is None else f"[{d.low:+.3g}, {d.high:+.3g}]"
+        interval = interval_text(d.low, d.high, ".3g")
         values = [d.norm, *([cell_label(d.cell) or "-"] if many else []), d.measure, str(d.n),
                   _num(d.baseline_mean, ".4g"), _num(d.norm_mean, ".4g"), _num(d.diff, "+.3g"), interval,
                   "" if d.p_holm is None else f"{d.p_holm:.3g}", d.verdict]
@@ -191,13 +201,11 @@ def ranking_table(summary: Summary) -> Table:
     from normkit_lab.summary import cell_label
 
     many = len({cell_label(r.cell) for r in summary.ranks}) > 1
-    table = Table(title=Text(f"ranking over all {plural(len(summary.pairs), 'pair')} of norms (paired by seed, "
-                             f"Holm over all pairs; by wins - losses, then mean)"),
-                  box=box.SIMPLE_HEAD, title_justify="left", collapse_padding=True, pad_edge=False)
     names = [*(["cell"] if many else []), "rank", "norm", summary.metric.unit if summary.metric.unit == "%" else
              summary.metric.field, "wins", "losses", "equivalent", "significant pairs"]
-    for name in names:
-        table.add_column(name, justify="left" if name in ("cell", "norm", "significant pairs") else "right")
+    table = _verdict_table(f"ranking over all {plural(len(summary.pairs), 'pair')} of norms (paired by seed, "
+                           f"Holm over all pairs; by wins - losses, then mean)", names,
+                           ("cell", "norm", "significant pairs"))
     for r in summary.ranks:
         beats = [f"> {p.other}" if p.verdict.verdict.startswith("better") else f"< {p.other}"
                  for p in summary.pairs if p.norm == r.norm and p.cell == r.cell

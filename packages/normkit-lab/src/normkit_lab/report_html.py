@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from normkit_lab.summary import NormSummary, Summary, cell_key, cell_label
+from normkit_lab.summary import NormSummary, Summary, cell_key, cell_label, interval_text
 from normkit_lab.verdicts import BASELINE, reading
 
 _STYLE = """
@@ -54,6 +54,11 @@ def _name(s: NormSummary, many: bool) -> str:
     return f"{s.norm} [{cell_label(s.cell)}]" if many and s.cell else s.norm
 
 
+def _head(heads: Sequence[Any], left: Sequence[str]) -> str:
+    """A table's header row; the columns named in `left` are left-aligned."""
+    return "<tr>" + "".join(f'<th class="{"l" if h in left else ""}">{_e(h)}</th>' for h in heads) + "</tr>"
+
+
 def _table(summary: Summary, many: bool) -> str:
     unit = summary.metric.unit
     heads = ["norm", "n", f"{summary.label} ({unit}) ± s.e.", f"Δ vs {summary.baseline}", "95% CI",
@@ -62,13 +67,12 @@ def _table(summary: Summary, many: bool) -> str:
              "peak MB", "params", "diverged", "failed", "tuned"]
     tuned = any(s.tuned for s in summary.rows)
     shown = heads if tuned else heads[:-1]
-    out = ['<div class="wide"><table><tr>' + "".join(
-        f'<th class="{"l" if h in ("norm", "verdict", "tuned") else ""}">{_e(h)}</th>' for h in shown) + "</tr>"]
+    out = ['<div class="wide"><table>' + _head(shown, ("norm", "verdict", "tuned"))]
     for s in summary.rows:
         d, v = s.vs_baseline, s.verdict
         mean = "-" if s.primary.mean is None else (
             f"{s.primary.mean:.2f} ± {s.primary.sem:.2f}" if s.primary.sem is not None else f"{s.primary.mean:.2f}")
-        ci = "" if d is None else (d.note if d.low is None else f"[{d.low:+.2f}, {d.high:+.2f}]")
+        ci = "" if d is None else interval_text(d.low, d.high, missing=d.note)
         verdict = v.verdict if v else BASELINE
         needed = "" if v is None else (str(v.seeds_needed) if v.seeds_needed is not None else v.seeds_note)
         cells = [_name(s, many), str(s.primary.n), mean, "baseline" if d is None else _num(d.mean, ".2f", True),
@@ -137,11 +141,10 @@ def _interactions(summary: Summary) -> str:
            f"gap (within margin)</i>: TOST shows the gaps differ by less than ±{summary.margin:g} "
            f"{_e(summary.metric.unit)}; otherwise <i>no evidence that it depends</i>, which is not evidence "
            f"that it does not.</p>",
-           '<div class="wide"><table><tr>' + "".join(
-               f'<th class="{"l" if h in ("norm", "key", "verdict") else ""}">{_e(h)}</th>' for h in heads) + "</tr>"]
+           '<div class="wide"><table>' + _head(heads, ("norm", "key", "verdict"))]
     for i in summary.interactions:
         t = i.test
-        ci = "" if t.low is None or t.high is None else f"[{t.low:+.2f}, {t.high:+.2f}]"
+        ci = interval_text(t.low, t.high)
         cells = [i.norm, i.key, i.cell_a[i.key], i.cell_b[i.key], t.n, _num(i.mean, ".2f", True), ci, _p(t.p),
                  _p(t.p_holm), _p(t.p_tost_holm), i.verdict]
         cls = "v-worse" if i.verdict.startswith("depends") else "v-equivalent" if i.verdict.startswith(
@@ -166,8 +169,7 @@ def _per_seed(summary: Summary, many: bool) -> str:
            f"<p>{_e(summary.label.capitalize())} ({unit}) of every finished run, and below it the difference "
            f"to {_e(summary.baseline)} on the same seed and cell (the pairs behind the verdicts); an empty cell "
            f"is a run that did not finish.</p>",
-           '<div class="wide"><table><tr>' + "".join(
-               f'<th class="{"l" if h == "norm" else ""}">{_e(h)}</th>' for h in heads) + "</tr>"]
+           '<div class="wide"><table>' + _head(heads, ("norm",))]
     for s in summary.rows:
         values = [_num(s.values.get(seed), ".2f") if seed in s.values else "" for seed in seeds]
         out.append(f'<tr><td class="l">{_e(_name(s, many))}</td>'
@@ -198,12 +200,10 @@ def _diagnostics(summary: Summary) -> str:
            f"difference), Holm-adjusted within its family (every depth of qq_r2 is one family; zeta one; "
            f"lambda one). <i>higher</i>/<i>lower</i>: Holm p &lt; 0.05. ({_e(meaning)}.) The per-norm means "
            f"and figures are in diagnostics.md.</p>",
-           '<div class="wide"><table><tr>' + "".join(
-               f'<th class="{"l" if h in ("norm", "measure", "verdict") else ""}">{_e(h)}</th>' for h in heads)
-           + "</tr>"]
+           '<div class="wide"><table>' + _head(heads, ("norm", "measure", "verdict"))]
     for d in summary.diagnostics:
         name = f"{d.norm} [{cell_label(d.cell)}]" if many and d.cell else d.norm
-        ci = "" if d.low is None or d.high is None else f"[{d.low:+.3g}, {d.high:+.3g}]"
+        ci = interval_text(d.low, d.high, ".3g")
         cells = [name, d.measure, d.n, _num(d.baseline_mean, ".4g"), _num(d.norm_mean, ".4g"),
                  _num(d.diff, ".3g", True), ci, _p(d.p), _p(d.p_holm)]
         tds = [f'<td class="{"l" if k in (0, 1) else ""}">{_e(c)}</td>' for k, c in enumerate(cells)]
@@ -222,10 +222,8 @@ def _ranking(summary: Summary) -> str:
     out = ["<h2>All pairs and ranking</h2>",
            f"<p>Every pair of norms in a cell, paired by seed (Δ = norm − vs), with the verdict rule above "
            f"Holm-adjusted over all {len(summary.pairs)} pairs. Rank: significant wins minus losses, then the "
-           f"mean.</p>", "<table><tr>" + "".join(
-               f'<th class="{"l" if h in ("cell", "norm") else ""}">{_e(h)}</th>'
-               for h in [*(["cell"] if many else []), "rank", "norm", summary.label, "wins", "losses",
-                         "equivalent"]) + "</tr>"]
+           f"mean.</p>", "<table>" + _head([*(["cell"] if many else []), "rank", "norm", summary.label, "wins",
+                                             "losses", "equivalent"], ("cell", "norm"))]
     for r in summary.ranks:
         cells = [*([cell_label(r.cell) or "-"] if many else []), r.rank, r.norm, _num(r.mean, ".2f"), r.wins,
                  r.losses, r.equivalent]
@@ -233,11 +231,10 @@ def _ranking(summary: Summary) -> str:
                                     for i, c in enumerate(cells)) + "</tr>")
     out.append("</table>")
     heads = ["norm", "vs", "n", "Δ", "95% CI", "p", "Holm p", "TOST Holm p", "verdict"]
-    out.append('<div class="wide"><table><tr>' + "".join(
-        f'<th class="{"l" if h in ("norm", "vs", "verdict") else ""}">{_e(h)}</th>' for h in heads) + "</tr>")
+    out.append('<div class="wide"><table>' + _head(heads, ("norm", "vs", "verdict")))
     for p in summary.pairs:
         d, v = p.diff, p.verdict
-        ci = d.note if d.low is None or d.high is None else f"[{d.low:+.2f}, {d.high:+.2f}]"
+        ci = interval_text(d.low, d.high, missing=d.note)
         name = f"{p.norm} [{cell_label(p.cell)}]" if many and p.cell else p.norm
         cells = [name, p.other, d.n, _num(d.mean, ".2f", True), ci, _p(v.p), _p(v.p_holm), _p(v.p_tost_holm)]
         tds = [f'<td class="{"l" if i < 2 else ""}">{_e(c)}</td>' for i, c in enumerate(cells)]

@@ -55,6 +55,11 @@ def cell_label(cell: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in cell.items())
 
 
+def interval_text(low: float | None, high: float | None, fmt: str = ".2f", missing: str = "") -> str:
+    """`[-1.23, +0.45]` for a 95% interval, `missing` where it has no bounds (tables and report.html)."""
+    return missing if low is None or high is None else f"[{low:+{fmt}}, {high:+{fmt}}]"
+
+
 def runs_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Run]:
     """Group runs.jsonl rows into runs by (phase, cell, norm, seed), in the order runs finished."""
     grouped: dict[tuple[str, str, str, int], list[Mapping[str, Any]]] = {}
