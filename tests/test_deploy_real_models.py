@@ -4,13 +4,17 @@ mobilenet_v3_small converted with normkit."""
 
 from __future__ import annotations
 
-import logging
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
 import normkit
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from onnx_check import onnx_and_eager  # noqa: E402
 
 torchvision = pytest.importorskip("torchvision")
 
@@ -70,22 +74,8 @@ def test_to_torch_gives_back_torchs_batch_norms() -> None:
 
 
 def _onnx_max_error(model: nn.Module, x: torch.Tensor, tmp_path) -> float:
-    ort = pytest.importorskip("onnxruntime")
-    batch = torch.export.Dim("batch", min=1)
-    path = tmp_path / "model.onnx"
-    logging.disable(logging.WARNING)
-    try:
-        torch.onnx.export(model, (x,), str(path), dynamo=True, dynamic_shapes=({0: batch},))
-    finally:
-        logging.disable(logging.NOTSET)
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    worst = 0.0
-    for n in (1, 3):
-        xb = torch.randn(n, *x.shape[1:])
-        (got,) = session.run(None, {session.get_inputs()[0].name: xb.numpy()})
-        with torch.no_grad():
-            worst = max(worst, (torch.from_numpy(got) - model(xb)).abs().max().item())
-    return worst
+    pairs = onnx_and_eager(model, lambda n: torch.randn(n, *x.shape[1:]), tmp_path / "model.onnx")
+    return max((got - want).abs().max().item() for got, want in pairs)
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ there is nothing to fold (docs/deploy.md)."""
 
 from __future__ import annotations
 
-import logging
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +16,9 @@ import torch
 from torch import nn
 
 import normkit
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from onnx_check import onnx_and_eager  # noqa: E402
 
 ort = pytest.importorskip("onnxruntime")
 timm = pytest.importorskip("timm")
@@ -83,17 +86,5 @@ def test_converted_model_exports_to_onnx_and_matches_eager(name: str, tmp_path: 
     summary = normkit.convert(model, spec)  # rms and ln pool no tokens: causal models accept them
     assert len(summary) > 0
     model.eval()
-    path = tmp_path / "model.onnx"
-    logging.disable(logging.WARNING)
-    try:
-        torch.onnx.export(model, (inputs(2),), str(path), dynamo=True,
-                          dynamic_shapes=({0: torch.export.Dim("batch", min=1)},))
-    finally:
-        logging.disable(logging.NOTSET)
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    for n in (1, 3):
-        x = inputs(n)
-        (got,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
-        with torch.no_grad():
-            want = model(x)
-        torch.testing.assert_close(torch.from_numpy(got), want, rtol=1e-4, atol=1e-5)
+    for got, want in onnx_and_eager(model, inputs, tmp_path / "model.onnx"):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
