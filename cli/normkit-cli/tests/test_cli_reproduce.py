@@ -68,7 +68,7 @@ def test_dry_run_prints_the_plan_and_trains_nothing(tmp_path) -> None:
 def test_paper_dry_run_without_the_dataset_is_one_line(tmp_path) -> None:
     result = runner.invoke(app, ["reproduce", "normalnorm-gaussianity-robustness", "--scale", "paper", "--dry-run",
                                  "--data-dir", str(tmp_path)])
-    _one_line_error(result, "dataset 'cifar10' is not on disk under")
+    _one_line_error(result, "dry run: dataset 'cifar10' not found in")
     assert "resnet18 on cifar10" in result.stdout and "200 epochs" in result.stdout
 
 

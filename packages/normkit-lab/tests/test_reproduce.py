@@ -245,7 +245,7 @@ def test_dry_run_checks_data_and_models_without_training(tmp_path) -> None:
 def test_paper_dry_run_names_a_missing_dataset(tmp_path) -> None:
     plan = runner.plan(load_preset("proxynorm-pn-rescues-ln"), "paper", overrides={"data_dir": str(tmp_path)})
     assert "preact-resnet18 on cifar10" in plan.lines[3] and "160 epochs" in plan.lines[3]
-    with pytest.raises(DatasetMissing, match="dataset 'cifar10' is not on disk under") as info:
+    with pytest.raises(DatasetMissing, match="dry run: dataset 'cifar10' not found in") as info:
         runner.dry_run(plan)
     assert "\n" not in str(info.value)
 

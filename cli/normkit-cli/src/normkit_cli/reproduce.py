@@ -86,8 +86,7 @@ def reproduce_cmd(
     for line in plan.lines:
         typer.echo(line)
     if dry_run:
-        for line in runner.dry_run(plan):
-            typer.echo(line)
+        runner.dry_run(plan, typer.echo)
         typer.echo("dry run passed: nothing was trained")
         return
     _run(plan, out)

@@ -70,7 +70,7 @@ def _unit(unit: str) -> str:
     return "" if not unit else unit if unit == "%" else f" {unit}"
 
 
-def _num(value: float | None, fmt: str = "+.3g") -> str:
+def _num(value: float | None, fmt: str = "+.3f") -> str:
     return "n/a" if value is None else format(value, fmt)
 
 

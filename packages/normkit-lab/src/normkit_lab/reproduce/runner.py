@@ -12,10 +12,12 @@ from __future__ import annotations
 import html
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import normkit
 from normkit_lab import config as lab_config
 from normkit_lab.errors import ConfigError, DatasetMissing
 from normkit_lab.reproduce.outcomes import Outcome, judge_compare, judge_random_net
@@ -38,6 +40,7 @@ class Plan:
     seeds: int
     expected_s: float | None
     lines: list[str] = field(default_factory=list)
+    cost: str = ""
 
 
 def _seeds_of(values: dict[str, Any]) -> int:
@@ -70,7 +73,8 @@ def plan(preset: Preset, scale_name: str = "cpu", seeds: str | int | None = None
         if overrides:
             raise ConfigError(f"preset {preset.name!r} builds random nets; --data-dir and --device do not apply")
         config = {**RANDOM_NET_DEFAULTS, **values}
-        config["norms"] = (values["norms"].split(",") if isinstance(values["norms"], str) else list(values["norms"]))
+        config["norms"] = (normkit.split_specs(values["norms"]) if isinstance(values["norms"], str)
+                           else list(values["norms"]))
         if seeds is not None:
             config["seeds"] = _seeds_of({"seeds": seeds})
         n_seeds = int(config["seeds"])
@@ -80,13 +84,13 @@ def plan(preset: Preset, scale_name: str = "cpu", seeds: str | int | None = None
     expected = None if scale.expected_runtime_s is None else scale.expected_runtime_s * n_seeds / max(1, preset_seeds)
     cost = (scale.expected_runtime if scale.expected_runtime and expected is None
             else "unknown" if expected is None else _duration(expected))
+    cost += f" ({scale.machine})" if scale.machine else ""
     lines = [f"{preset.name} ({preset.label}, from plugin {preset.plugin or '?'}): {preset.title}",
              f"claim: {preset.claim}", f"source: {preset.cite}",
-             f"scale {scale.name}: {what}",
-             f"expected runtime: {cost}" + (f" ({scale.machine})" if scale.machine else ""),
+             f"scale {scale.name}: {what}", f"expected runtime: {cost}",
              "hypotheses (fixed before the run):"]
     lines += [f"  {h.name} [{h.test}]: {h.describe()}" for h in preset.hypotheses]
-    return Plan(preset, scale, config, runs, n_seeds, expected, lines)
+    return Plan(preset, scale, config, runs, n_seeds, expected, lines, cost)
 
 
 def _grid(grid: dict[str, list[Any]]) -> str:
@@ -101,18 +105,29 @@ def _duration(seconds: float) -> str:
     return f"about {seconds / 3600:.0f} h"
 
 
-def dry_run(p: Plan) -> list[str]:
+def dry_run(p: Plan, emit: Callable[[str], None] | None = None) -> list[str]:
     """Check what a run needs without training: the config (already built), the model and norms (built on
-    the meta device), the dataset on disk and the device. Returns the report lines; raises a one-line
-    error (DatasetMissing, ConfigError, SpecError) for anything that would stop the run."""
-    lines = ["dry run (nothing is trained):", "  config: valid"]
+    the meta device), the dataset on disk and the device. Each report line goes to `emit` as soon as it
+    is known (and is returned); anything that would stop the run raises a one-line error
+    (DatasetMissing, ConfigError, SpecError) after the lines before it were emitted."""
+    lines: list[str] = []
+
+    def say(line: str) -> None:
+        lines.append(line)
+        if emit is not None:
+            emit(line)
+
+    say("dry run (nothing is trained):")
+    say("  config: valid")
     if p.preset.kind != "compare":
         from normkit_lab.diagnostics import random_net
 
         c = p.config
         random_net.check_settings(c["norms"], depth=c["depth"], width=c["width"], batch=c["batch"],
                                   image_size=c["image_size"], seeds=c["seeds"])
-        return [*lines, "  norms: every one builds in the random net", "  dataset: none (Gaussian inputs)"]
+        say("  norms: every one builds in the random net")
+        say("  dataset: none (Gaussian inputs)")
+        return lines
     import torch
 
     from normkit_lab.datasets import load_dataset
@@ -121,24 +136,22 @@ def dry_run(p: Plan) -> list[str]:
     train = p.config.train
     wanted = str(p.scale.requires.get("device") or train.device)
     if wanted.startswith("cuda") and not torch.cuda.is_available():
-        lines.append(f"  device: the preset needs {wanted}; CUDA is not available on this machine, so run it where "
-                     f"it is (or pass --device cpu to try it here, far slower)")
+        say(f"  device: the preset needs {wanted}; CUDA is not available on this machine, so run it where it is "
+            f"(or pass --device cpu to try it here, far slower)")
         train = _on_cpu(train)
     else:
-        lines.append(f"  device: {wanted}")
+        say(f"  device: {wanted}")
     where = train.data_dir or "(the default data folder)"
     try:
         start = time.perf_counter()
         data = load_dataset(train.dataset, data_dir=train.data_dir, download=False, seed=0, **train.dataset_params)
     except DatasetMissing as exc:
-        raise DatasetMissing(f"dry run: dataset {train.dataset!r} is not on disk under {where}: {exc} "
-                             f"(pass --data-dir DIR, or download it first)") from None
-    lines.append(f"  dataset: {train.dataset} found under {where}: {len(data.train):,} train, {len(data.val):,} "
-                 f"val, {len(data.test) if data.test is not None else 0:,} test items "
-                 f"({time.perf_counter() - start:.1f} s to read)")
+        raise DatasetMissing(f"dry run: {exc}") from None
+    say(f"  dataset: {train.dataset} found under {where}: {len(data.train):,} train, {len(data.val):,} val, "
+        f"{len(data.test) if data.test is not None else 0:,} test items ({time.perf_counter() - start:.1f} s to read)")
     check_config(train, list(p.config.norms))
-    lines.append(f"  model: {train.model} builds with every norm ({', '.join(p.config.norms)})")
-    lines.append(f"  cost: {p.runs} runs x {train.epochs} epochs; {p.lines[4].removeprefix('expected runtime: ')}")
+    say(f"  model: {train.model} builds with every norm ({', '.join(p.config.norms)})")
+    say(f"  cost: {p.runs} runs x {train.epochs} epochs; {p.cost}")
     return lines
 
 
