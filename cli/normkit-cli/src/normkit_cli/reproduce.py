@@ -10,6 +10,7 @@ hypothesis: reproduced, not reproduced, or inconclusive (with the MDE and the se
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -93,6 +94,7 @@ def reproduce_cmd(
 
 
 def _run(plan: Any, out: Path | None) -> None:
+    from normkit_cli.compare import print_tuning
     from normkit_cli.report import console as make_console
     from normkit_cli.report import show
     from normkit_lab.progress import choose_progress
@@ -100,9 +102,10 @@ def _run(plan: Any, out: Path | None) -> None:
     from normkit_lab.reproduce import runner
 
     typer.echo("")
-    rep = runner.run(plan, out, progress=choose_progress())
+    console = make_console()
+    rep = runner.run(plan, out, progress=choose_progress(), on_tuned=functools.partial(print_tuning, console=console))
     if rep.results is not None:
-        show(rep.results, rep.store, make_console())
+        show(rep.results, rep.store, console)
     else:
         typer.echo("dataset-scale power share of post-norm values (near 1 = channel-wise collapse):\n")
         typer.echo(rep.table)

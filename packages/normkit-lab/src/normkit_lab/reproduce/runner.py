@@ -174,18 +174,21 @@ class Reproduction:
     table: str = ""
 
 
-def run(p: Plan, out: str | Path | None = None, progress: Any = None) -> Reproduction:
-    """Run the plan (compare or random net), judge the hypotheses, write reproduction.json and report.html."""
+def run(p: Plan, out: str | Path | None = None, progress: Any = None,
+        on_tuned: Callable[[list[dict[str, Any]]], None] | None = None) -> Reproduction:
+    """Run the plan (compare or random net) and judge the hypotheses; `on_tuned` gets the tuning table of
+    a preset that tunes (as `normkit compare` prints it)."""
     start = time.perf_counter()
     if p.preset.kind == "compare":
-        rep = _run_compare(p, out, progress)
+        rep = _run_compare(p, out, progress, on_tuned)
     else:
         rep = _run_random_net(p, out)
     rep.seconds = time.perf_counter() - start
     return rep
 
 
-def _run_compare(p: Plan, out: str | Path | None, progress: Any) -> Reproduction:
+def _run_compare(p: Plan, out: str | Path | None, progress: Any,
+                 on_tuned: Callable[[list[dict[str, Any]]], None] | None) -> Reproduction:
     from normkit_lab import environment
     from normkit_lab.compare import check, run_compare
     from normkit_lab.results import ResultsDir
@@ -195,7 +198,7 @@ def _run_compare(p: Plan, out: str | Path | None, progress: Any) -> Reproduction
     check(cfg)
     store = ResultsDir.create(out, lab_config.save_yaml(cfg), environment.environment(cfg.train.device),
                               kind="reproduce")
-    results = run_compare(cfg, store, progress=progress)
+    results = run_compare(cfg, store, progress=progress, on_tuned=on_tuned)
     views = [r for r in runs_from_rows(store.rows()) if r.phase == "compare"]
     outcomes = judge_compare(p.preset.hypotheses, views, cfg.norms, cfg.select)
     return Reproduction(store.path, outcomes, 0.0, results=results, store=store)
