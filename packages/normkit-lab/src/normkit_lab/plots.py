@@ -85,7 +85,7 @@ def forest(summary: Summary) -> bytes:
     fig, axes = plt.subplots(len(heights), 1, figsize=(7.5, sum(heights)), squeeze=False,
                              gridspec_kw={"height_ratios": heights})
     _metric_panel(axes[0][0], summary, drawn)
-    for ax, family in zip((row[0] for row in axes[1:]), families):
+    for ax, family in zip((row[0] for row in axes[1:]), families, strict=True):
         _diagnostic_panel(ax, summary, family)
     return _png(fig)
 
@@ -136,8 +136,9 @@ def _diagnostic_panel(ax: Any, summary: Summary, family: str) -> None:
                         color="tab:blue" if d.verdict in ("higher", "lower") else "grey")
         else:
             ax.plot([d.diff], [y], "o", color="grey")
-    labels = [f"{d.norm}{f' [{cell_label(d.cell)}]' if many and d.cell else ''} {d.measure.removeprefix(family).strip()}"
-              f"\n{d.verdict} (Holm p {'-' if d.p_holm is None else f'{d.p_holm:.2g}'})" for d in reversed(rows)]
+    labels = [f"{d.norm}{f' [{cell_label(d.cell)}]' if many and d.cell else ''} "
+              f"{d.measure.removeprefix(family).strip()}\n{d.verdict} "
+              f"(Holm p {'-' if d.p_holm is None else f'{d.p_holm:.2g}'})" for d in reversed(rows)]
     ax.set_yticks(range(len(rows)), labels, fontsize=8)
     ax.set_ylim(-0.7, len(rows) - 0.3)
     ax.set(xlabel=f"{family}: norm - {summary.baseline}  ({MEANING[family]}; Holm p within {family})",
