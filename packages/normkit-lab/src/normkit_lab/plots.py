@@ -162,7 +162,8 @@ def primary_metric(summary: Summary) -> bytes:
     plt = _pyplot()
     many = _many_cells(summary)
     rows = summary.rows
-    fig, ax = plt.subplots(figsize=(max(4.5, 1.1 * len(rows) + 2), 4.4))
+    width = max(6.5, 1.1 * len(rows) + 2)
+    fig, ax = plt.subplots(figsize=(width, 4.6))
     metric = summary.metric
     if not any(s.values for s in rows):
         _note(ax, "every run diverged or failed: no finished run to plot")
@@ -194,9 +195,10 @@ def primary_metric(summary: Summary) -> bytes:
                     zorder=3)
     ax.set_xticks(range(len(rows)), [_name(s, many) for s in rows], rotation=20 if many else 0)
     ax.margins(y=0.12)
-    ax.set(ylabel=f"{summary.label} ({metric.unit})",
-           title=f"{summary.label.capitalize()} at the {summary.select} epoch: mean, 95% t interval (squares);\n"
-                 f"seeds (dots, each seed at its own place), grey lines join a seed across norms")
+    ax.set_ylabel(f"{summary.label} ({metric.unit})")
+    title = (f"{summary.label.capitalize()} at the {summary.select} epoch: mean, 95% t interval (squares); "
+             f"seeds (dots, each seed at its own place), grey lines join a seed across norms")
+    ax.set_title(textwrap.fill(title, int(width * 12)), fontsize=10)  # wrapped to the figure, never cut
     ax.grid(axis="y", alpha=0.3)
     return _png(fig)
 
