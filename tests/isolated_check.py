@@ -29,7 +29,12 @@ def _specs(distribution: str) -> list[tuple[str, str | None]]:
     from normkit import plugins
 
     mine = {p.name for p in plugins.plugins() if p.distribution == distribution}
-    entries = [e for e in plugins.registry().entries if e.plugin in mine and e.kind not in ("model", "dataset")]
+    entries = [e for e in plugins.registry().entries if e.plugin in mine
+               and e.kind not in ("model", "dataset", "preset")]
+    for preset in (e for e in plugins.registry().entries if e.plugin in mine and e.kind == "preset"):
+        # a preset is a data file: the wheel must ship it (normkit-lab reads it, see docs/reproduce.md)
+        if "hypotheses:" not in preset.meta["path"].read_text(encoding="utf-8"):
+            raise SystemExit(f"FAIL preset {preset.name!r}: its file {preset.meta['path']} is not a preset")
     own_norms = [e.name for e in entries if e.kind == "norm"]
     specs: list[tuple[str, str | None]] = [(name, None) for name in own_norms]
     for entry in entries:
