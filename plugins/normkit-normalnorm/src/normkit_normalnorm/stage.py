@@ -152,7 +152,7 @@ class NormalityStep(Step):
                 return normality_norm
             raise NormkitError(f"nn(kernel=triton): the Triton kernel cannot be imported ({err}); "
                                "install triton or use kernel=torch") from err
-        if triton_kernels.available():
+        if triton_kernels.available(x):
             return triton_kernels.normality_triton
         if self.kernel == "auto":
             return normality_norm
