@@ -347,12 +347,12 @@ def test_torch_compile_of_a_model_with_the_op():
 
 
 def _layers(kernel: str, noise: float) -> torch.nn.Module:
-    """conv -> bnn -> flatten -> lnn over the last dim, the norms with the given kernel; fixed weights."""
+    """conv -> bnn -> flatten -> lnn over the last dim (inputs (N, 3, 2, 2)); fixed weights."""
     import normkit
 
     torch.manual_seed(40)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), normkit.build(f"bnn(kernel={kernel}, noise={noise})", 4),
-                                torch.nn.Flatten(2), normkit.build(f"lnn(kernel={kernel}, noise={noise})", 6,
+                                torch.nn.Flatten(2), normkit.build(f"lnn(kernel={kernel}, noise={noise})", 4,
                                                                    channel_dim=-1))
     with torch.no_grad():
         for p in model.parameters():
@@ -369,31 +369,28 @@ def _step(model: torch.nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
     return [y.detach(), *grads, *(b.clone() for b in model.buffers())]
 
 
-@pytest.mark.parametrize("noise", [0.0, 0.5])
-def test_compiled_layers_with_kernel_triton_match_eager_and_reference(noise):
+def test_compiled_layers_with_kernel_triton_match_eager():
     """torch.compile(fullgraph=True) of a model whose norms use kernel=triton: the graph goes through
     the triton_ops and their autograd (on CPU the interpreted kernels run inside the CPU op). Same
-    values and gradients as eager; without noise also as kernel=torch. The compiled graph draws the
-    noise seed from the same generator call as eager, so under one seed the noise agrees too."""
-    x = make_input((5, 3, 2, 3), seed=41, constant_channel=False).to(DEVICE)
-    results = {}
-    for name, kernel, compiled in (("eager", "triton", False), ("compiled", "triton", True),
-                                   ("reference", "torch", False)):
-        model = _layers(kernel, noise)
+    values, gradients and buffers as eager over two steps (the second reads updated buffers). The
+    compiled graph draws the noise seed from the same generator call as eager, so under one seed the
+    noise agrees too; a seed baked into the graph would repeat the first step's noise."""
+    x = make_input((4, 3, 2, 2), seed=41, constant_channel=False).to(DEVICE)
+    results = []
+    for compiled in (False, True):
+        model = _layers("triton", 0.5)
         run = torch.compile(model, fullgraph=True, backend="aot_eager") if compiled else model
         torch.manual_seed(42)
-        results[name] = [_step(run, x) for _ in range(2)]  # the second step reads updated buffers
-    pairs = [("compiled", "eager", 1e-5)] + ([("compiled", "reference", 2e-4)] if not noise else [])
-    for got, want, tol in pairs:
-        for step_got, step_want in zip(results[got], results[want]):
-            for a, b in zip(step_got, step_want):
-                torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+        results.append([_step(run, x) for _ in range(2)])
+    for step_got, step_want in zip(*results):
+        for a, b in zip(step_got, step_want):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
 def test_exported_layers_with_kernel_triton_match_eager():
     """torch.export keeps the triton_op as one node; running the exported module launches it."""
     model = _layers("triton", 0.0).eval()
-    x = make_input((5, 3, 2, 3), seed=43, constant_channel=False).to(DEVICE)
+    x = make_input((4, 3, 2, 2), seed=43, constant_channel=False).to(DEVICE)
     exported = torch.export.export(model, (x,))
     targets = [n.target for n in exported.graph.nodes]
     assert targets.count(torch.ops.normkit_normalnorm.normality_forward.default) == 2

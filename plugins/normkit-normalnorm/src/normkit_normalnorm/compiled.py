@@ -79,7 +79,8 @@ def normality_compiled(x3: Tensor, weight: Tensor | None, bias: Tensor | None, *
     factor = ema_factor(momentum, num_batches_tracked) if tracked and training else 0.0
     cfg = FusedConfig(partition, groups, tokens, training, eps, alpha, noise, factor, lambda_min, lambda_max,
                       detach_lambda)
-    seed = torch.randint(0, 2**31 - 1, (1,)) if training and noise else torch.zeros(1, dtype=torch.int64)
+    seed = torch.randint(0, 2**31 - 1, (1,), dtype=torch.int32) if training and noise else torch.zeros(
+        1, dtype=torch.int32)
     out, *stats = CompiledFunction.apply(x3, weight, bias, seed, cfg)
     if tracked and training:
         mean, var, lam = (stats[STATS.index(k)].reshape(-1) for k in ("mean", "var", "lam"))
@@ -92,7 +93,7 @@ def pays(x3: Tensor) -> bool:
     from torch._subclasses.fake_tensor import is_fake
 
     return (enabled() and x3.device.type == "cpu" and x3.dtype in (torch.float32, torch.float64)
-            and x3.numel() >= MIN_ELEMENTS
+            and MIN_ELEMENTS <= x3.numel() < 2**31
             and not is_fake(x3) and not torch.compiler.is_compiling() and not torch.jit.is_tracing())
 
 
@@ -164,27 +165,30 @@ def _per_channel(v: Tensor, cfg: FusedConfig) -> Tensor:
 
 def standard_normal(x3: Tensor, seed: Tensor, tokens: bool) -> Tensor:
     """N(0, 1) per value of the `(N, C, S)` shape from a hash of (seed, logical index): the input's
-    `(N, C, S)` order, or `(N, S, C)` for channels-last tokens (as `standard_normal_like`)."""
+    `(N, C, S)` order, or `(N, S, C)` for channels-last tokens (as `standard_normal_like`).
+
+    int32 arithmetic (products wrap, as the hash wants; shifts masked to act as logical shifts):
+    AVX2 has no 64-bit multiply, and int64 made the draw twice as slow. `seed`: one int32 value.
+    """
     n, c, s = x3.shape
-    i_n = torch.arange(n, dtype=torch.int64).view(n, 1, 1)
-    i_c = torch.arange(c, dtype=torch.int64).view(1, c, 1)
-    i_s = torch.arange(s, dtype=torch.int64).view(1, 1, s)
+    i_n = torch.arange(n, dtype=torch.int32).view(n, 1, 1)
+    i_c = torch.arange(c, dtype=torch.int32).view(1, c, 1)
+    i_s = torch.arange(s, dtype=torch.int32).view(1, 1, s)
     index = (i_n * s + i_s) * c + i_c if tokens else (i_n * c + i_c) * s + i_s
-    first = _hash32(index * 2 + seed * 0x9E3779B1)
+    first = _hash32(index ^ seed)
     second = _hash32(first ^ 0x632BE5AB)
-    u1 = ((first >> 8).to(torch.float32) + 0.5) * (1.0 / 16777216)  # (0, 1): log(u1) is finite
-    u2 = (second >> 8).to(torch.float32) * (1.0 / 16777216)
+    u1 = (((first >> 8) & 0xFFFFFF).to(torch.float32) + 0.5) * (1.0 / 16777216)  # (0, 1): log(u1) is finite
+    u2 = ((second >> 8) & 0xFFFFFF).to(torch.float32) * (1.0 / 16777216)
     return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(_TWO_PI * u2)
 
 
 def _hash32(v: Tensor) -> Tensor:
-    """A 32-bit integer finalizer (xorshift-multiply, 'lowbias32'), in int64 arithmetic."""
-    v = v & 0xFFFFFFFF
-    v = v ^ (v >> 16)
-    v = (v * 0x7FEB352D) & 0xFFFFFFFF
-    v = v ^ (v >> 15)
-    v = (v * 0x846CA68B) & 0xFFFFFFFF
-    return v ^ (v >> 16)
+    """A 32-bit integer finalizer (xorshift-multiply, 'lowbias32') on int32 values."""
+    v = v ^ ((v >> 16) & 0xFFFF)
+    v = v * 0x7FEB352D
+    v = v ^ ((v >> 15) & 0x1FFFF)
+    v = v * -0x7B935975  # 0x846CA68B as a signed 32-bit value
+    return v ^ ((v >> 16) & 0xFFFF)
 
 
 def _inverse_mu(lam: Tensor) -> tuple[Tensor, Tensor]:
