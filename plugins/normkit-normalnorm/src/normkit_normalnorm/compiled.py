@@ -3,9 +3,9 @@
 Why: on CPU the eager fused path (`fused.py`) still runs about 48 activation-sized torch ops per
 training step, each a pass over memory; BatchNorm runs about 4. Inductor fuses each function here
 into a few vectorized loops (SLEEF log1p/expm1), one per dependent reduction: the forward reads x
-for the moments, the Newton sums, mean(x), mean|x - mean x| and the output; the backward reads x
-and dy once for every per-group sum (all linear in the lambda gradient, so they share one loop)
-and once for dx. Nothing activation-sized is saved but the input and the noisy values.
+for the moments, the Newton sums, mean(x), mean|x - mean x| and the output, computing log1p|h| and
+expm1(mu log1p|h|) once each; the backward reuses both (saved), and takes every per-group sum in
+one loop (all are linear in the lambda gradient) and dx in a second.
 
 When: `normality_compiled` (the layer's `kernel=auto` on CPU, or `kernel=compiled`) takes this path
 for a training step with gradients of at least `MIN_ELEMENTS` values; everything else (inference,
@@ -38,13 +38,14 @@ from torch import Tensor
 from normkit_normalnorm.functional import ema_factor, normality_norm, update_running
 from normkit_normalnorm.fused import FusedConfig
 
-MIN_ELEMENTS = 1 << 18  # below this the eager fused path is as fast (measured: docs/performance.md)
+MIN_ELEMENTS = 1 << 20  # 4 MB of float32: below it the eager fused path is about as fast, and tests stay uncompiled
 _TINY_MU = 1e-20  # as fused.py: stands in for mu == 0
 _TWO_PI = 2 * math.pi
 _log = logging.getLogger("normkit.normalnorm")
 _lock = threading.Lock()
 _compiled: dict[tuple, Callable[..., Any] | None] = {}  # None: compiling failed, run eagerly
 report: dict[str, float] = {}  # configuration -> seconds its first compiled call took
+OPTIONS: dict[str, Any] = {}  # Inductor options for torch.compile
 
 
 def _setting() -> str:
@@ -98,23 +99,25 @@ def pays(x3: Tensor) -> bool:
 
 
 class CompiledFunction(torch.autograd.Function):
-    """Forward and backward each one compiled function; saves x3, the noisy values and per-group stats."""
+    """Forward and backward each one compiled function; saves x3, the noisy values, log1p|h|, the
+    power term and the per-group statistics."""
 
     @staticmethod
     def forward(ctx: Any, x3: Tensor, weight: Tensor | None, bias: Tensor | None, seed: Tensor,
                 cfg: FusedConfig) -> tuple[Tensor, ...]:
-        out, y, *stats = run("forward", cfg, forward_math, x3, weight, bias, seed)
+        out, y, log1p_a, power, *stats = run("forward", cfg, forward_math, x3, weight, bias, seed)
         ctx.cfg = cfg
         ctx.has_bias = bias is not None
-        ctx.save_for_backward(x3, weight, y, *stats)
+        ctx.save_for_backward(x3, weight, y, log1p_a, power, *stats)
         ctx.mark_non_differentiable(*stats)
         return (out, *stats)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad_out: Tensor, *_grad_stats: Any) -> tuple[Tensor | None, ...]:
-        x3, weight, y, *stats = ctx.saved_tensors
-        dx, dw, db = run("backward", ctx.cfg, backward_math, grad_out, x3, weight, y, ctx.has_bias, *stats)
+        x3, weight, y, log1p_a, power, *stats = ctx.saved_tensors
+        dx, dw, db = run("backward", ctx.cfg, backward_math, grad_out, x3, weight, y, log1p_a, power, ctx.has_bias,
+                         *stats)
         return (dx if ctx.needs_input_grad[0] else None, dw if ctx.needs_input_grad[1] else None,
                 db if ctx.needs_input_grad[2] else None, None, None)
 
@@ -122,13 +125,15 @@ class CompiledFunction(torch.autograd.Function):
 def run(kind: str, cfg: FusedConfig, fn: Callable[..., Any], *args: Any) -> Any:
     """`fn(*args, cfg)` compiled once per (kind, configuration); eagerly if compiling fails."""
     key = (kind, cfg.partition, cfg.groups, cfg.tokens, cfg.training, cfg.eps, cfg.alpha, cfg.noise,
-           cfg.lambda_min, cfg.lambda_max, cfg.detach_lambda, tuple(a is None or a is False for a in args))
+           cfg.lambda_min, cfg.lambda_max, cfg.detach_lambda, tuple(a is None or a is False for a in args),
+           tuple(sorted(OPTIONS.items())))
     if _setting() == "eager":
         return fn(*args, cfg=cfg)
     with _lock:
         compiled = _compiled.get(key, ...)
         if compiled is ...:
-            compiled = _compiled[key] = torch.compile(lambda *a: fn(*a, cfg=cfg), dynamic=False, fullgraph=True)
+            compiled = _compiled[key] = torch.compile(lambda *a: fn(*a, cfg=cfg), dynamic=False, fullgraph=True,
+                                                      options=dict(OPTIONS) or None)
     if compiled is None:
         return fn(*args, cfg=cfg)
     label = f"{kind} {cfg.partition}{'(tokens)' if cfg.tokens else ''}"
@@ -203,8 +208,10 @@ STATS = ("mean", "var", "rstd", "lam", "in_range", "g1", "den", "dvar", "mean_d"
 
 def forward_math(x3: Tensor, weight: Tensor | None, bias: Tensor | None, seed: Tensor, *,
                  cfg: FusedConfig) -> tuple[Tensor, ...]:
-    """(output, noisy pre-affine values y (grouped), *per-group statistics in STATS order) of a
-    batch-statistics step."""
+    """(output, noisy pre-affine values y, log1p|h|, expm1(mu log1p|h|) (all three grouped), *per-group
+    statistics in STATS order) of a batch-statistics step. Inductor writes log1p|h| and the power
+    term to memory anyway (three reductions and the output read them); handing them to backward
+    spares it both transcendentals."""
     g, dims = _grouped(x3, cfg)
     n = math.prod([g.shape[d] for d in dims])
     var, mean = torch.var_mean(g, dim=dims, correction=0, keepdim=True)
@@ -229,7 +236,8 @@ def forward_math(x3: Tensor, weight: Tensor | None, bias: Tensor | None, seed: T
     lam = raw if cfg.lambda_min is None and cfg.lambda_max is None else raw.clamp(cfg.lambda_min, cfg.lambda_max)
     in_range = (lam == raw).to(raw.dtype)
     c0, c1 = _inverse_mu(lam)
-    x = torch.expm1(log1p_a + (lam - 1) * signed_log) * (torch.sign(h) * c0 + c1)
+    power = torch.expm1(log1p_a + (lam - 1) * signed_log)  # (1 + a)^mu - 1
+    x = power * (torch.sign(h) * c0 + c1)
     scale = torch.zeros_like(mean)
     if cfg.training and cfg.noise:
         x_mean = x.sum(dims, keepdim=True) / n
@@ -241,11 +249,11 @@ def forward_math(x3: Tensor, weight: Tensor | None, bias: Tensor | None, seed: T
         out = out * _per_channel(weight, cfg)
     if bias is not None:
         out = out + _per_channel(bias, cfg)
-    return out.reshape(x3.shape), x, mean, var, rstd, lam, in_range, g1, den, dvar, mean_d
+    return out.reshape(x3.shape), x, log1p_a, power, mean, var, rstd, lam, in_range, g1, den, dvar, mean_d
 
 
-def backward_math(grad_out: Tensor, x3: Tensor, weight: Tensor | None, y: Tensor, has_bias: bool, *values: Tensor,
-                  cfg: FusedConfig) -> tuple[Tensor, Tensor | None, Tensor | None]:
+def backward_math(grad_out: Tensor, x3: Tensor, weight: Tensor | None, y: Tensor, log1p_a: Tensor, power: Tensor,
+                  has_bias: bool, *values: Tensor, cfg: FusedConfig) -> tuple[Tensor, Tensor | None, Tensor | None]:
     """(dx, dweight, dbias): gh = gx dx/dh + glam dlam/dh per group, then the standardization's backward.
 
     Every per-group sum is linear in glam = sum(gx dx/dlam), so one loop takes them all:
@@ -258,11 +266,10 @@ def backward_math(grad_out: Tensor, x3: Tensor, weight: Tensor | None, y: Tensor
     mean, rstd, lam = stats["mean"], stats["rstd"], stats["lam"]
     h = (g - mean) * rstd
     a = h.abs()
-    log1p_a = torch.log1p(a)
     signed_log = torch.copysign(log1p_a, h)
     sign = torch.sign(h)
     u = 1 + a
-    e1 = torch.expm1(log1p_a + (lam - 1) * signed_log) + 1  # (1 + a)^mu
+    e1 = power + 1  # (1 + a)^mu
     c0, c1 = _inverse_mu(lam)
     inverse_mu = sign * c0 + c1  # sign(h) / mu
     gx = dy * _per_channel(weight, cfg) if weight is not None else dy

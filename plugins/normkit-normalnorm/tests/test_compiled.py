@@ -1,0 +1,156 @@
+"""The compiled CPU path (`compiled.py`): its math against the reference, its noise, when it is taken,
+and that a failing compiler falls back to the same functions run eagerly.
+
+The default run checks the functions eagerly (`NORMKIT_NN_COMPILE=eager`, what the fallback runs)
+and one compile failure; compiling for real takes 30 to 100 s on 2 cores, so that test is `slow`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from normkit import build
+
+from normkit_normalnorm import compiled
+from normkit_normalnorm.functional import normality_norm
+
+CASES = [  # partition, groups, tokens, (N, C, S), options
+    ("batch", 1, False, (4, 3, 10), {}),
+    ("batch", 1, False, (5, 2, 3), {"lambda_min": 0.95, "lambda_max": 1.02}),
+    ("layer", 1, True, (3, 6, 5), {"alpha": 0.5}),
+    ("layer", 1, False, (3, 4, 5), {}),
+    ("group", 2, False, (3, 4, 5), {}),
+    ("instance", 1, False, (3, 4, 6), {"detach_lambda": True}),
+]
+
+
+@pytest.fixture
+def eager_path(monkeypatch):
+    """The compiled path's functions, uncompiled, on every size."""
+    monkeypatch.setenv("NORMKIT_NN_COMPILE", "eager")
+    monkeypatch.setattr(compiled, "MIN_ELEMENTS", 0)
+
+
+def skewed(shape, tokens: bool, dtype=torch.float64, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(shape, generator=g, dtype=torch.float64).exp() * 1.5 - 0.5).to(dtype)
+    return x.transpose(1, 2).contiguous().transpose(1, 2) if tokens else x  # tokens: (N, S, C) memory
+
+
+def one_step(fn, x3, weight, bias, dy, partition, **kw):
+    leaves = [t.clone().requires_grad_() for t in (x3, weight, bias)]
+    c = x3.shape[1]
+    buffers = {}
+    if partition == "batch":
+        buffers = {"running_mean": torch.zeros(c, dtype=x3.dtype), "running_var": torch.ones(c, dtype=x3.dtype),
+                   "running_lambda": torch.ones(c, dtype=x3.dtype)}
+    y = fn(*leaves, partition=partition, training=True, **buffers, **kw)
+    return [y.detach(), *torch.autograd.grad(y, leaves, dy), *buffers.values()]
+
+
+@pytest.mark.parametrize(("partition", "groups", "tokens", "shape", "options"), CASES)
+def test_math_matches_the_reference_in_float64(eager_path, partition, groups, tokens, shape, options):
+    x3 = skewed(shape, tokens)
+    g = torch.Generator().manual_seed(1)
+    weight = torch.rand(shape[1], generator=g, dtype=torch.float64) + 0.5
+    bias = torch.randn(shape[1], generator=g, dtype=torch.float64)
+    dy = torch.randn(shape, generator=g, dtype=torch.float64)
+    kw = dict(groups=groups, tokens=tokens, noise=0.0, **options)
+    want = one_step(normality_norm, x3, weight, bias, dy, partition, **kw)
+    got = one_step(compiled.normality_compiled, x3, weight, bias, dy, partition, **kw)
+    for name, a, b in zip(("y", "dx", "dweight", "dbias", "mean", "var", "lambda"), got, want):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def test_noise_is_the_hash_normal_scaled_per_group(eager_path):
+    """y - y(noise=0) = xi * mean|x - mean x| * z, z the path's own N(0, 1) draw under the seed."""
+    x3 = skewed((6, 3, 40), False)
+    weight, bias = torch.ones(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64)
+    kw = dict(partition="batch", training=True)
+    torch.manual_seed(5)
+    noisy = compiled.normality_compiled(x3, weight.requires_grad_(), bias, noise=0.5, **kw)
+    torch.manual_seed(5)
+    again = compiled.normality_compiled(x3, weight, bias, noise=0.5, **kw)
+    clean = compiled.normality_compiled(x3, weight, bias, noise=0.0, **kw)
+    assert torch.equal(noisy, again)  # torch.manual_seed reproduces it
+    torch.manual_seed(5)
+    seed = torch.randint(0, 2**31 - 1, (1,), dtype=torch.int32)
+    z = compiled.standard_normal(x3, seed, tokens=False).double()
+    scale = (clean - clean.mean((0, 2), keepdim=True)).abs().mean((0, 2), keepdim=True)
+    torch.testing.assert_close(noisy - clean, 0.5 * scale * z)
+
+
+def test_hash_normal_statistics():
+    z = compiled.standard_normal(torch.empty(16, 64, 1024), torch.tensor([123], dtype=torch.int32), tokens=False)
+    assert abs(float(z.mean())) < 3e-3 and abs(float(z.std()) - 1) < 3e-3
+    tail = float((z.abs() > 3).double().mean())
+    assert abs(tail - 0.0027) < 4e-4  # P(|z| > 3) of a standard normal
+    other = compiled.standard_normal(torch.empty(16, 64, 1024), torch.tensor([124], dtype=torch.int32), False)
+    assert abs(float(torch.corrcoef(torch.stack([z.flatten(), other.flatten()]))[0, 1])) < 3e-3
+
+
+def test_tokens_noise_follows_the_logical_order():
+    """Channels-last tokens draw in (N, S, C) order: the same values as an (N, S, C) tensor's draw."""
+    seed = torch.tensor([9], dtype=torch.int32)
+    as_tokens = compiled.standard_normal(torch.empty(2, 5, 3), seed, tokens=True)  # (N, C, S) of (N, S, C)
+    plain = compiled.standard_normal(torch.empty(2, 3, 5), seed, tokens=False)  # (N, C'=S, S'=C)
+    assert torch.equal(as_tokens, plain.transpose(1, 2))
+
+
+def test_taken_only_where_it_pays(monkeypatch):
+    monkeypatch.setenv("NORMKIT_NN_COMPILE", "1")
+    big = torch.empty(1, 1, compiled.MIN_ELEMENTS)
+    assert compiled.pays(big) and not compiled.pays(big[..., :-1]) and not compiled.pays(big.half())
+    monkeypatch.setenv("NORMKIT_NN_COMPILE", "0")
+    assert not compiled.pays(big)
+
+
+def test_small_or_inference_calls_take_the_eager_fused_path(monkeypatch):
+    calls = []
+    monkeypatch.setattr(compiled, "run", lambda *a: calls.append(a))
+    layer = build("bnn", 4)
+    layer(torch.randn(8, 4, 5, 5)).sum().backward()  # small
+    with torch.no_grad():
+        layer(torch.randn(8, 4, 64, 64))  # no gradients: nothing to fuse a backward with
+    assert calls == []
+
+
+def test_compile_failure_falls_back_to_eager_once(monkeypatch, caplog):
+    """A compiler that does not exist: the first call logs one warning and runs the same functions
+    eagerly; later calls do not try again."""
+    import torch._inductor.config as inductor_config
+
+    monkeypatch.setattr(compiled, "MIN_ELEMENTS", 0)
+    monkeypatch.setenv("NORMKIT_NN_COMPILE", "1")
+    monkeypatch.setattr(inductor_config.cpp, "cxx", ("/nonexistent/normkit-test-cxx",))
+    monkeypatch.setattr(compiled, "_compiled", {})
+    torch._dynamo.reset()
+    x3 = skewed((4, 3, 6), False, torch.float32)
+    weight = torch.ones(3, requires_grad=True)
+    kw = dict(partition="layer", training=True, noise=0.0, eps=1e-3)  # an eps no other test compiles
+    with caplog.at_level(logging.WARNING, logger="normkit.normalnorm"):
+        y = compiled.normality_compiled(x3, weight, None, **kw)
+        y.sum().backward()
+        compiled.normality_compiled(x3, weight, None, **kw)
+    failures = [r for r in caplog.records if "failed" in r.getMessage()]
+    assert len(failures) == 2, [r.getMessage() for r in caplog.records]  # forward and backward, once each
+    torch.testing.assert_close(y, normality_norm(x3, weight, None, **kw))
+    torch._dynamo.reset()
+
+
+@pytest.mark.slow  # compiles a forward and a backward: 30 to 100 s on 2 cores
+def test_compiled_matches_eager_fused_path(monkeypatch):
+    monkeypatch.setattr(compiled, "MIN_ELEMENTS", 0)
+    monkeypatch.setenv("NORMKIT_NN_COMPILE", "1")
+    x3 = skewed((8, 65, 48), True, torch.float32)
+    g = torch.Generator().manual_seed(2)
+    weight, bias = torch.rand(65, generator=g) + 0.5, torch.randn(65, generator=g)
+    dy = torch.randn(x3.shape, generator=g)
+    kw = dict(tokens=True, noise=0.0)
+    got = one_step(compiled.normality_compiled, x3, weight, bias, dy, "layer", **kw)
+    want = one_step(normality_norm, x3, weight, bias, dy, "layer", **kw)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=2e-4, atol=2e-4)
+    assert any(label.startswith("forward layer") for label in compiled.report)
