@@ -68,7 +68,7 @@ def test_noise_is_the_hash_normal_scaled_per_group(eager_path):
     """y - y(noise=0) = xi * mean|x - mean x| * z, z the path's own N(0, 1) draw under the seed."""
     x3 = skewed((6, 3, 40), False)
     weight, bias = torch.ones(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64)
-    kw = dict(partition="batch", training=True)
+    kw = {"partition": "batch", "training": True}
     torch.manual_seed(5)
     noisy = compiled.normality_compiled(x3, weight.requires_grad_(), bias, noise=0.5, **kw)
     torch.manual_seed(5)
@@ -117,6 +117,25 @@ def test_small_or_inference_calls_take_the_eager_fused_path(monkeypatch):
     assert calls == []
 
 
+def test_a_function_that_does_not_compile_runs_eagerly_once_warned(monkeypatch, caplog):
+    """`run`'s fallback, fast: fullgraph compiling fails on a data-dependent branch (in Dynamo)."""
+    from normkit_normalnorm.fused import FusedConfig
+
+    monkeypatch.setenv("NORMKIT_NN_COMPILE", "1")
+    monkeypatch.setattr(compiled, "_compiled", {})
+
+    def branchy(t, cfg):
+        return t + 1 if float(t.sum()) > 0 else t - 1
+
+    cfg = FusedConfig("layer", 1, False, True, 1e-5, 1.0, 0.0, 0.0, None, None, False)
+    with caplog.at_level(logging.WARNING, logger="normkit.normalnorm"):
+        first = compiled.run("test", cfg, branchy, torch.ones(3))
+        second = compiled.run("test", cfg, branchy, -torch.ones(3))
+    assert torch.equal(first, torch.full((3,), 2.0)) and torch.equal(second, torch.full((3,), -2.0))
+    assert len([r for r in caplog.records if "failed" in r.getMessage()]) == 1
+
+
+@pytest.mark.slow  # Dynamo, AOTAutograd and Inductor's code generation run before the build fails: ~40 s
 def test_compile_failure_falls_back_to_eager_once(monkeypatch, caplog):
     """A compiler that does not exist: the first call logs one warning and runs the same functions
     eagerly; later calls do not try again."""
@@ -129,7 +148,7 @@ def test_compile_failure_falls_back_to_eager_once(monkeypatch, caplog):
     torch._dynamo.reset()
     x3 = skewed((4, 3, 6), False, torch.float32)
     weight = torch.ones(3, requires_grad=True)
-    kw = dict(partition="layer", training=True, noise=0.0, eps=1e-3)  # an eps no other test compiles
+    kw = {"partition": "layer", "training": True, "noise": 0.0, "eps": 1e-3}  # an eps no other test compiles
     with caplog.at_level(logging.WARNING, logger="normkit.normalnorm"):
         y = compiled.normality_compiled(x3, weight, None, **kw)
         y.sum().backward()
@@ -148,7 +167,7 @@ def test_compiled_matches_eager_fused_path(monkeypatch):
     g = torch.Generator().manual_seed(2)
     weight, bias = torch.rand(65, generator=g) + 0.5, torch.randn(65, generator=g)
     dy = torch.randn(x3.shape, generator=g)
-    kw = dict(tokens=True, noise=0.0)
+    kw = {"tokens": True, "noise": 0.0}
     got = one_step(compiled.normality_compiled, x3, weight, bias, dy, "layer", **kw)
     want = one_step(normality_norm, x3, weight, bias, dy, "layer", **kw)
     for a, b in zip(got, want):

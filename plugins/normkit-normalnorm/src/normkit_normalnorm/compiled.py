@@ -66,10 +66,10 @@ def normality_compiled(x3: Tensor, weight: Tensor | None, bias: Tensor | None, *
                        lambda_max: float | None = None, detach_lambda: bool = False,
                        num_batches_tracked: Tensor | None = None) -> Tensor:
     """`normality_norm`'s contract; compiled where it pays (see the module docstring), else the eager path."""
-    kwargs = dict(partition=partition, groups=groups, tokens=tokens, training=training, eps=eps, alpha=alpha,
-                  noise=noise, running_mean=running_mean, running_var=running_var, running_lambda=running_lambda,
-                  momentum=momentum, lambda_min=lambda_min, lambda_max=lambda_max, detach_lambda=detach_lambda,
-                  num_batches_tracked=num_batches_tracked)
+    kwargs = {"partition": partition, "groups": groups, "tokens": tokens, "training": training, "eps": eps,
+              "alpha": alpha, "noise": noise, "running_mean": running_mean, "running_var": running_var,
+              "running_lambda": running_lambda, "momentum": momentum, "lambda_min": lambda_min,
+              "lambda_max": lambda_max, "detach_lambda": detach_lambda, "num_batches_tracked": num_batches_tracked}
     tracked = partition == "batch" and running_mean is not None
     wants_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x3, weight, bias))
     if not (wants_grad and pays(x3) and (training or not tracked)):

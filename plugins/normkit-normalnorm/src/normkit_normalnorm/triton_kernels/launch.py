@@ -26,7 +26,7 @@ from normkit_normalnorm.triton_kernels.split_kernels import (
 )
 
 
-def _k(kernel, traced: bool):  # noqa: ANN001, ANN202 (a triton JITFunction)
+def _k(kernel, traced: bool):
     """The kernel as launched: through `wrap_triton` inside the `triton_op`s (op.py), so torch.compile
     and torch.export record each launch as a kernel call they can see; directly otherwise (eager, where
     the wrapper would add about a millisecond of dispatch per launch)."""
