@@ -196,11 +196,14 @@ def _hash32(v: Tensor) -> Tensor:
     return v ^ ((v >> 16) & 0xFFFF)
 
 
-def _inverse_mu(lam: Tensor) -> tuple[Tensor, Tensor]:
-    """(c0, c1) with sign(h) / mu = c0 * sign(h) + c1 (fused.py)."""
-    inv_pos = 1 / torch.where(lam == 0, _TINY_MU, lam)
-    inv_neg = 1 / torch.where(lam == 2, _TINY_MU, 2 - lam)
-    return (inv_pos + inv_neg) / 2, (inv_pos - inv_neg) / 2
+def _sign_over_mu(h: Tensor, mu: Tensor) -> Tensor:
+    """sign(h) / mu, with mu == 0 standing in as a tiny number (then expm1(mu L) / mu -> L).
+
+    mu is the same rounded number that the power term expm1(mu L) was computed with: dx/dlam =
+    (sign L (E + 1) - x) sign / mu cancels to O(mu L^2), so a mu rounded differently in the two
+    places (L + (lam - 1) sign L, say) is amplified by 1 / mu^2 where lambda is near 0 or 2.
+    """
+    return torch.sign(h) / torch.where(mu == 0, _TINY_MU, mu)
 
 
 STATS = ("mean", "var", "rstd", "lam", "in_range", "g1", "den", "dvar", "mean_d")  # per group, keepdim
@@ -220,7 +223,7 @@ def forward_math(x3: Tensor, weight: Tensor | None, bias: Tensor | None, seed: T
     a = h.abs()
     log1p_a = torch.log1p(a)
     signed_log = torch.copysign(log1p_a, h)
-    p = (1 + a) * log1p_a
+    p = log1p_a + a * log1p_a  # (1 + a) L without rounding 1 + a: d = p - a cancels to about a^2 / 2
     d = p - a
     q = p * log1p_a - 2 * d
     mean_d = d.sum(dims, keepdim=True) / n
@@ -235,9 +238,9 @@ def forward_math(x3: Tensor, weight: Tensor | None, bias: Tensor | None, seed: T
     raw = 1 - cfg.alpha * g1 / den
     lam = raw if cfg.lambda_min is None and cfg.lambda_max is None else raw.clamp(cfg.lambda_min, cfg.lambda_max)
     in_range = (lam == raw).to(raw.dtype)
-    c0, c1 = _inverse_mu(lam)
-    power = torch.expm1(log1p_a + (lam - 1) * signed_log)  # (1 + a)^mu - 1
-    x = power * (torch.sign(h) * c0 + c1)
+    mu = torch.where(h >= 0, lam, 2 - lam)
+    power = torch.expm1(mu * log1p_a)  # (1 + a)^mu - 1
+    x = power * _sign_over_mu(h, mu)
     scale = torch.zeros_like(mean)
     if cfg.training and cfg.noise:
         x_mean = x.sum(dims, keepdim=True) / n
@@ -270,8 +273,7 @@ def backward_math(grad_out: Tensor, x3: Tensor, weight: Tensor | None, y: Tensor
     sign = torch.sign(h)
     u = 1 + a
     e1 = power + 1  # (1 + a)^mu
-    c0, c1 = _inverse_mu(lam)
-    inverse_mu = sign * c0 + c1  # sign(h) / mu
+    inverse_mu = _sign_over_mu(h, torch.where(h >= 0, lam, 2 - lam))
     gx = dy * _per_channel(weight, cfg) if weight is not None else dy
     grad_a = gx * (e1 / u)  # gx dx/dh
     mean_a = grad_a.sum(dims, keepdim=True) / n
@@ -279,14 +281,16 @@ def backward_math(grad_out: Tensor, x3: Tensor, weight: Tensor | None, y: Tensor
     gh_mean, ghh_mean = mean_a, mean_ah
     lam_grads = not cfg.detach_lambda
     if lam_grads:
-        x = (e1 - 1) * inverse_mu
-        grad_lam = (gx * ((signed_log * e1 - x) * inverse_mu)).sum(dims, keepdim=True) * stats["in_range"]
+        x = power * inverse_mu  # sign L (E + 1) - x cancels to O(h^2): E, not E + 1 - 1
+        grad_lam = (gx * ((signed_log + signed_log * power - x) * inverse_mu)).sum(dims, keepdim=True)
+        grad_lam = grad_lam * stats["in_range"]
         den, g1, dvar, mean_d = stats["den"], stats["g1"], stats["dvar"], stats["mean_d"]
         k1 = (2 / n) * (-0.5 * cfg.alpha / den - dvar * cfg.alpha * g1 / (den * den))
         k2 = cfg.alpha * g1 / (n * den * den)
         k3 = cfg.alpha / (n * den)
-        d = u * log1p_a - a
-        q = u * log1p_a * log1p_a - 2 * d
+        p = log1p_a + a * log1p_a  # (1 + a) L, as in forward_math
+        d = p - a
+        q = p * log1p_a - 2 * d
         w = d + a * log1p_a
         jac = k1 * w + k2 * (sign * q + signed_log * (w + d - 2 * mean_d)) + k3 / u  # dlam/dh
         gh_mean = mean_a + grad_lam * (jac.sum(dims, keepdim=True) / n)
