@@ -11,7 +11,8 @@ When: `normality_compiled` (the layer's `kernel=auto` on CPU, or `kernel=compile
 for a training step with gradients of at least `MIN_ELEMENTS` values; everything else (inference,
 eval with running statistics, small inputs, other devices) goes to `normality_norm`. The first
 call per configuration compiles (tens of seconds on 2 cores; logged once, with its time, and
-cached on disk by Inductor for later processes). If compiling fails (no C++ compiler, an
+cached on disk by Inductor for later processes); a second input shape compiles once more, then
+shape-generic code serves every later shape (torch.compile's automatic dynamic shapes). If compiling fails (no C++ compiler, an
 unsupported torch), the failure is logged once and the same functions run eagerly, so nothing
 depends on a compiler at install or run time. `NORMKIT_NN_COMPILE=0` turns the path off.
 
@@ -132,7 +133,7 @@ def run(kind: str, cfg: FusedConfig, fn: Callable[..., Any], *args: Any) -> Any:
     with _lock:
         compiled = _compiled.get(key, ...)
         if compiled is ...:
-            compiled = _compiled[key] = torch.compile(lambda *a: fn(*a, cfg=cfg), dynamic=False, fullgraph=True,
+            compiled = _compiled[key] = torch.compile(lambda *a: fn(*a, cfg=cfg), fullgraph=True,
                                                       options=dict(OPTIONS) or None)
     if compiled is None:
         return fn(*args, cfg=cfg)
