@@ -337,7 +337,8 @@ def compare_cmd(
     show(results, store, console)
     failed = [run for run in results.runs if run.status == "failed"]
     if failed:
-        typer.echo(f"{plural(len(failed), 'run')} failed (first: {failed[0].error}); fix the norm, then "
+        culprit = "the program (its output is in runs/*/stderr.log)" if cfg.command is not None else "the norm"
+        typer.echo(f"{plural(len(failed), 'run')} failed (first: {failed[0].error}); fix {culprit}, then "
                    f"retry them with: normkit compare --resume {store.path}", err=True)
 
 
