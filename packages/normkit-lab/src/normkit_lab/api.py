@@ -79,9 +79,11 @@ def compare_norms(norms: str | list[str], *, out: str | Path | None = None, conf
         trainer = make_trainer(cfg, train)
         check(cfg, parallel=executor.parallel_runs, trainer=trainer)
     else:
+        if train is not None:  # known before the config is built: sweep and tune keys are then the function's
+            from normkit_lab.trainers.function import reference
+
+            options = {**options, "train_function": reference(train)}
         cfg = lab_config.resolve({"norms": norms, **options}, config)
-        if train is not None and cfg.command is not None:
-            raise lab_config.ConfigError("give either command= or train=, not both")
         trainer = make_trainer(cfg, train)
         check(cfg, parallel=executor.parallel_runs, trainer=trainer)
         store = create_store(cfg, out)

@@ -82,17 +82,19 @@ class CommandTemplate:
 
     def named_files(self, workdir: Path) -> dict[str, str]:
         """sha256 of every file an argument (or the value of an `--opt=value` argument) names that
-        exists in `workdir`: the training script, its config... A changed one is noticed on resume."""
+        exists in `workdir`, by a relative path: the training script, its config... A changed one is
+        noticed on resume. Absolute paths (the interpreter, system files) are not the experiment's."""
         hashes: dict[str, str] = {}
+        root = workdir.resolve()
         for arg in self.args:
             if _FIELD.search(arg):
                 continue
             for candidate in {arg, arg.partition("=")[2]}:
-                if not candidate or len(hashes) >= MAX_HASHED_FILES:
+                if not candidate or Path(candidate).is_absolute() or len(hashes) >= MAX_HASHED_FILES:
                     continue
                 path = workdir / candidate
                 try:
-                    if path.is_file():
+                    if path.is_file() and root in path.resolve().parents:
                         hashes[candidate] = file_hash(path)
                 except OSError:
                     continue
