@@ -32,7 +32,7 @@ REPORT_HTML = "report.html"
 # Keys that may differ between merged directories besides the runtime ones. The primary metric (and
 # so its margin) only chooses what is read from the runs, which record every metric: the merged
 # report uses --metric, else the first directory's.
-_MERGE_FREE = RUNTIME_KEYS | {"norms", "seeds", "baseline", "margin", "select", "metric"}
+_MERGE_FREE = RUNTIME_KEYS | {"norms", "seeds", "baseline", "margin", "select", "metric", "command_dir"}
 
 
 @dataclass
