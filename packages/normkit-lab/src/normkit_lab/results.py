@@ -182,13 +182,15 @@ def check_row(row: Any, where: str) -> dict[str, Any]:
     return row
 
 
-def _latest_attempts(rows: Iterable[dict[str, Any]]) -> dict[RunId, list[dict[str, Any]]]:
-    """Rows grouped by run identity, keeping each run's latest attempt (a retried failure is replaced)."""
+def group_runs(rows: Iterable[dict[str, Any]]) -> dict[RunId, list[dict[str, Any]]]:
+    """Rows grouped by run identity, keeping each run's latest attempt (a retried failure is replaced), in
+    the order runs first appeared. The one grouping of rows into runs: `rows_to_runs` (RunResults) and the
+    summary's views (`summary.runs_from_rows`) are both built on it."""
     grouped: dict[RunId, list[dict[str, Any]]] = {}
     for row in rows:
         key = RunId.of_row(row)
         group = grouped.setdefault(key, [])
-        if group and (group[-1]["status"] == "failed" or row["status"] == "failed"):
+        if group and (group[-1].get("status") == "failed" or row.get("status") == "failed"):
             group.clear()  # a failed attempt is one row; the next attempt starts afresh
         group.append(row)
     return grouped
@@ -198,7 +200,7 @@ def rows_to_runs(rows: Iterable[dict[str, Any]]) -> list[RunResult]:
     """Group runs.jsonl rows back into RunResults (by run identity), in the order runs first appeared."""
     fields = epoch_fields()
     runs = []
-    for run_id, group in _latest_attempts(rows).items():
+    for run_id, group in group_runs(rows).items():
         trainer = group[-1].get("trainer") or "builtin"
         epochs: list[Any] = [EpochRecord(**{k: row.get(k) for k in fields}) if trainer == "builtin"
                              else reported_epoch(row) for row in group if row.get("epoch") is not None]
