@@ -217,6 +217,13 @@ def test_a_bad_command_is_one_line_before_any_run(tmp_path: Path, command: str, 
     assert not (tmp_path / "out").exists()
 
 
+def test_a_setting_of_normkits_own_loop_is_refused_with_a_command(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"lr is a setting of normkit's own training loop.*--tune lr=\.\.\. with \{lr\}"):
+        compare(tmp_path, "bn,bnn", f"{PY} tiny.py --norm {{norm}}", lr=0.1)
+    with pytest.raises(ConfigError, match="model is a setting"):
+        compare_norms("bn,bnn", train=my_train, model="resnet18", out=tmp_path / "x", progress=quiet())
+
+
 def test_cli_help_shows_command_and_a_bad_placeholder_exits_2(tmp_path: Path) -> None:
     env = {**os.environ, "COLUMNS": "120"}
     shown = subprocess.run([NORMKIT, "compare", "--help"], capture_output=True, text=True, env=env, timeout=120)

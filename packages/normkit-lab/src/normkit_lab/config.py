@@ -395,10 +395,31 @@ def build_config(values: dict[str, Any]) -> CompareConfig:
                          **own)
 
 
+# The keys a command or train function still uses: where runs go (device, CPU threads, processes per
+# run for its GPU slots) and the epochs progress counts against (`{epochs}`).
+_EXTERNAL_TRAIN_KEYS = frozenset({"device", "cpu_threads", "epochs", "nproc_per_node"})
+
+
+def _refuse_builtin_keys(values: dict[str, Any]) -> None:
+    """With the user's own code, a key of normkit's own loop (lr, model, ...) would be silently ignored:
+    refuse it, saying how the program gets such a value."""
+    if values.get("command") is None and values.get("train_function") is None:
+        return
+    unused = sorted(k for k in values if k in {f.name for f in dataclasses.fields(TrainConfig)}
+                    and k not in _EXTERNAL_TRAIN_KEYS)
+    if unused:
+        key = unused[0]
+        raise ConfigError(f"{key} is a setting of normkit's own training loop, which your code replaces; pass it "
+                          f"to your program instead (in the command, or swept or tuned: --sweep {key}=... with "
+                          f"{{cell.{key}}}, --tune {key}=... with {{{key}}})")
+
+
 def resolve(cli_values: dict[str, Any], config_file: str | Path | None = None) -> CompareConfig:
     """CLI values (only those the user typed) over the YAML file over defaults."""
     from_file = load_yaml(config_file) if config_file is not None else {}
-    return build_config({**from_file, **normalize_keys(cli_values, "command-line options")})
+    values = {**from_file, **normalize_keys(cli_values, "command-line options")}
+    _refuse_builtin_keys(values)
+    return build_config(values)
 
 
 def save_yaml(cfg: CompareConfig) -> str:
