@@ -22,7 +22,7 @@ from normkit_cli.app import app
 from normkit_lab.trainers import builtin as lab_execute
 
 NORMS = ["bn", "gn+pn"] + (["bnn"] if any(e["name"] == "bnn" for e in normkit.available()) else [])
-TINY = ["--epochs", "1", "--seeds", "2", "--model-param", "depth=2"]
+TINY = ["--epochs", "1", "--batch-size", "128", "--seeds", "2", "--model-param", "depth=2"]
 runner = CliRunner()
 
 
@@ -74,7 +74,8 @@ def test_report_prints_and_merges_without_touching_its_inputs(compared, tmp_path
     assert snapshot(out) == before
 
     extra = tmp_path / "extra"
-    result = invoke("compare", "--norms", NORMS[0], "--epochs", "1", "--seeds", "2-2", "--model-param", "depth=2",
+    result = invoke("compare", "--norms", NORMS[0], "--epochs", "1", "--batch-size", "128", "--seeds", "2-2",
+                    "--model-param", "depth=2",
                     "--out", extra)
     assert result.exit_code == 0, result.output
     merged = tmp_path / "merged"
@@ -96,7 +97,7 @@ def test_report_refuses_different_configs_and_duplicate_runs(compared, tmp_path)
     result = invoke("report", out, copy)
     assert result.exit_code == 2 and "seed 0 is in both" in result.output
     cfg = yaml.safe_load((copy / "config.yaml").read_text())
-    (copy / "config.yaml").write_text(yaml.safe_dump({**cfg, "epochs": 2}))
+    (copy / "config.yaml").write_text(yaml.safe_dump({**cfg, "epochs": 2, "batch_size": 128}))
     result = invoke("report", out, copy)
     assert result.exit_code == 2 and "was edited after the store was created (epochs: 1 -> 2)" in result.output
     assert len(result.output.strip().splitlines()) == 1
@@ -137,7 +138,8 @@ def test_interrupted_compare_resumes_only_the_missing_runs(tmp_path, monkeypatch
 def test_existing_out_is_never_overwritten(compared, tmp_path):
     out, _ = compared
     before = snapshot(out)
-    result = invoke("compare", "--norms", "bn", "--epochs", "1", "--seeds", "1", "--model-param", "depth=2",
+    result = invoke("compare", "--norms", "bn", "--epochs", "1", "--batch-size", "128", "--seeds", "1",
+                    "--model-param", "depth=2",
                     "--out", out)
     assert result.exit_code == 0, result.output
     assert snapshot(out) == before

@@ -121,7 +121,7 @@ ENV = {"host": "h", "torch_version": "2", "device": "cpu"}
 
 
 def results_dir(root: Path) -> Path:
-    cfg = build_config({"norms": "bn,ln", "seeds": "2", "epochs": 1, "model_params": {"depth": 2}})
+    cfg = build_config({"norms": "bn,ln", "seeds": "2", "epochs": 1, "batch_size": 128, "model_params": {"depth": 2}})
     store = ResultsDir.create(root / "res", save_yaml(cfg), {"python": "3"})
     for norm in ("bn", "ln"):
         store.append_run(RunResult(norm, 0, "ok", [RECORD], 10), ENV)
@@ -312,7 +312,8 @@ def test_a_failing_norm_is_recorded_shown_and_retried_on_resume(tmp_path, monkey
     out = tmp_path / "cmp"
     with temporary_plugin(ExplodePlugin(), "explode-test"):
         Explode.broken = True
-        result = runner.invoke(app, ["compare", "--norms", "bn,bn+explode", "--epochs", "1", "--seeds", "2",
+        result = runner.invoke(app, ["compare", "--norms", "bn,bn+explode", "--epochs", "1", "--batch-size", "128",
+                                     "--seeds", "2",
                                      "--model-param", "depth=2", "--model-param", "width=4", "--out", str(out)])
         assert result.exit_code == 0, result.output
         rows = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]

@@ -41,7 +41,7 @@ def run_rows(norm: str, seed: int, final: float) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def results_dir(tmp_path) -> Path:
-    cfg = config.build_config({"norms": "bn,bnn,ln", "seeds": "4", "epochs": 2})
+    cfg = config.build_config({"norms": "bn,bnn,ln", "seeds": "4", "epochs": 2, "batch_size": 128})
     store = ResultsDir.create(tmp_path / "cmp", config.save_yaml(cfg), {"host": "h"})
     for seed in range(4):
         store.append_rows(run_rows("bn", seed, BN[seed]) + run_rows("bnn", seed, GAIN[seed])
@@ -129,7 +129,8 @@ def test_damaged_row_is_a_one_line_error(results_dir):
 def real_compare(tmp_path_factory) -> Path:
     """2 norms x 3 seeds x 2 epochs of small-cnn on digits (about 10-20 s on two cores)."""
     out = tmp_path_factory.mktemp("real") / "cmp"
-    result = invoke("compare", "--norms", "bn,gn+pn", "--seeds", "3", "--epochs", "2", "--model-param", "depth=2",
+    result = invoke("compare", "--norms", "bn,gn+pn", "--seeds", "3", "--epochs", "2", "--batch-size", "128",
+                    "--model-param", "depth=2",
                     "--out", out)
     assert result.exit_code == 0, result.output
     return out

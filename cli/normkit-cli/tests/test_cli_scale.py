@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from normkit_cli.app import app
 
 runner = CliRunner()
-TINY = ["--norms", "bn", "--epochs", "1", "--seeds", "1", "--device", "cpu"]
+TINY = ["--norms", "bn", "--epochs", "1", "--batch-size", "128", "--seeds", "1", "--device", "cpu"]
 
 
 def assert_one_line_error(result, *needles: str) -> None:

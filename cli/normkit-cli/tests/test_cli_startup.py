@@ -58,7 +58,8 @@ def test_usage_errors_are_one_line():
 def test_a_signal_keeps_finished_runs_and_prints_the_resume_hint(tmp_path, sig, code):
     out = tmp_path / "cmp"
     env = {**os.environ, "CI": "1"}
-    proc = subprocess.Popen([*NORMKIT, "compare", "--norms", "bn", "--epochs", "1", "--seeds", "200",
+    proc = subprocess.Popen([*NORMKIT, "compare", "--norms", "bn", "--epochs", "1", "--batch-size", "128", "--seeds",
+                             "200",
                              "--model-param", "depth=2", "--model-param", "width=4", "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
     runs = out / "runs.jsonl"

@@ -14,7 +14,7 @@ from normkit_cli.app import app
 from normkit_cli.compare import grid_edge_warnings
 
 runner = CliRunner()
-TINY = ["--epochs", "1", "--device", "cpu", "--cpu-threads", "1"]
+TINY = ["--epochs", "1", "--batch-size", "128", "--device", "cpu", "--cpu-threads", "1"]
 
 
 def invoke(*args):
@@ -32,7 +32,8 @@ def test_grid_edge_warning_names_the_norm_and_the_side():
 
 def test_bad_cpu_threads_is_one_line_and_writes_nothing(tmp_path):
     os.chdir(tmp_path)
-    result = invoke("compare", "--norms", "bn", "--seeds", "1", "--epochs", "1", "--device", "cpu",
+    result = invoke("compare", "--norms", "bn", "--seeds", "1", "--epochs", "1", "--batch-size", "128", "--device",
+                    "cpu",
                     "--cpu-threads", "0", "--out", tmp_path / "out")
     assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.output
     assert "cpu_threads" in result.stderr and not (tmp_path / "out").exists()

@@ -75,7 +75,7 @@ def test_unreadable_config(tmp_path):
 
 
 def test_saved_yaml_round_trips(tmp_path):
-    cfg = config.build_config({"norms": "bn,gn+pn", "seeds": "0,4", "epochs": 2, "lr": 0.05,
+    cfg = config.build_config({"norms": "bn,gn+pn", "seeds": "0,4", "epochs": 2, "batch_size": 128, "lr": 0.05,
                                "baseline": "gn+pn", "model_params": {"width": 8}})
     again = config.resolve({}, _yaml(tmp_path, config.save_yaml(cfg)))
     assert again.to_dict() == cfg.to_dict() and again.norms == cfg.norms
@@ -101,10 +101,14 @@ def test_a_model_brings_its_training_defaults_and_typed_values_win(tmp_path):
     path = tmp_path / "exp.yaml"
     path.write_text("model: gpt-tiny\noptimizer: sgd\n")
     assert config.resolve({"norms": "ln"}, path).train.optimizer == "sgd"  # the file beats model defaults
-    cnn = config.resolve({"norms": "bn"}).train
-    assert (cnn.optimizer, cnn.batch_size, cnn.dataset) == ("sgd", 128, "digits")
+    cnn = config.resolve({"norms": "bn"}).train  # the digits dataset brings the default recipe
+    assert (cnn.optimizer, cnn.batch_size, cnn.epochs, cnn.lr, cnn.dataset) == ("sgd", 2, 1, 0.02, "digits")
+    other = config.resolve({"norms": "bn", "dataset": "fake"}).train  # global defaults elsewhere
+    assert (other.batch_size, other.epochs, other.lr) == (128, 5, None)
+    mine = config.resolve({"norms": "bn", "batch-size": 16}).train  # typed values beat the dataset's
+    assert (mine.batch_size, mine.epochs) == (16, 1)
 
 
 def test_an_unknown_model_gets_no_defaults_and_is_named_by_the_check():
-    assert config.model_train_defaults("gpt-tiniest") == {}
-    assert config.model_train_defaults(3) == {}
+    assert config.registered_train_defaults("model", "gpt-tiniest") == {}
+    assert config.registered_train_defaults("model", 3) == {}

@@ -55,3 +55,21 @@ def test_paired_by_seed_with_holm_within_the_family():
     row = s.as_rows()[1]
     assert [d["measure"] for d in row["diagnostic_verdicts"]] == ["qq_r2 depth 1", "qq_r2 depth 2", "zeta"]
     assert s.as_rows()[0]["diagnostic_verdicts"] == []
+
+
+def test_the_forest_plot_gets_one_panel_per_family_of_diagnostic_verdicts():
+    pytest.importorskip("matplotlib")
+    import io
+
+    from matplotlib import image
+
+    from normkit_lab import plots
+
+    rows = run_rows()
+    with_diagnostics = summarize(runs_from_rows(rows), ["bn", "bnn"], "bn", METRICS["test_acc"])
+    without = summarize(runs_from_rows([{**r, "extras": {}} for r in rows]), ["bn", "bnn"], "bn", METRICS["test_acc"])
+    assert without.diagnostics == []
+    tall = image.imread(io.BytesIO(plots.forest(with_diagnostics)))
+    short = image.imread(io.BytesIO(plots.forest(without)))
+    # qq_r2 (2 depths) and zeta panels below the accuracy panel: the figure is more than twice as tall
+    assert tall.shape[0] > 2 * short.shape[0] and tall.shape[1] == short.shape[1]

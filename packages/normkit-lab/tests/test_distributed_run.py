@@ -136,6 +136,7 @@ def test_a_ddp_run_refuses_a_device_it_cannot_use(device, message):
 
 def _compare(out: Path, *flags: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(BIN / "normkit"), "compare", "--norms", "bn,bnn", "--seeds", "1", "--epochs", "1",
+                           "--batch-size", "128",
                            "--out", str(out), *flags], capture_output=True, text=True, timeout=timeout)
 
 
@@ -192,6 +193,7 @@ def test_a_stopped_compare_leaves_no_process_behind(tmp_path, sig):
     tmp.mkdir()
     out = tmp_path / "out"
     proc = subprocess.Popen([str(BIN / "normkit"), "compare", "--norms", "bnn", "--seeds", "1", "--epochs", "200",
+                             "--batch-size", "128",
                              "--nproc-per-node", "2", "--out", str(out)],
                             env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from normkit_lab import config, plots
@@ -22,7 +24,7 @@ def run(norm: str, seed: int, acc: float) -> RunResult:
 
 
 def make_dir(path, norms: str, seeds: str, runs: list[RunResult], **values) -> ResultsDir:
-    cfg = config.build_config({"norms": norms, "seeds": seeds, "epochs": 2, **values})
+    cfg = config.build_config({"norms": norms, "seeds": seeds, "epochs": 2, "batch_size": 128, **values})
     store = ResultsDir.create(path, config.save_yaml(cfg), {"host": "h"})
     for r in runs:
         store.append_run(r, ENV)
@@ -51,7 +53,7 @@ def test_merge_seeds_and_norms_of_the_same_configuration(tmp_path):
 def test_refuse_different_configurations(tmp_path):
     make_dir(tmp_path / "a", "bn", "1", [run("bn", 0, 0.8)])
     make_dir(tmp_path / "b", "bn", "1-1", [run("bn", 1, 0.8)], lr=0.05)
-    with pytest.raises(ConfigError, match=r"configs differ \(lr: 0.1 vs 0.05\)"):
+    with pytest.raises(ConfigError, match=r"configs differ \(lr: 0.02 vs 0.05\)"):
         load_results([tmp_path / "a", tmp_path / "b"])
 
 
@@ -101,3 +103,24 @@ def test_no_plots_without_matplotlib(tmp_path, monkeypatch):
     write_summary(store, load_results([store.path]), figures=True)
     assert not list(store.path.glob("*.png"))
     assert "install normkit-lab[plots]" in (store.path / REPORT_HTML).read_text()
+
+
+def _tuned(norm: str, seed: int, lr: float, phase: str = "compare") -> RunResult:
+    return dataclasses.replace(run(norm, seed, 0.9), phase=phase, tuned={"lr": lr})
+
+
+def test_tuned_comparisons_merge_when_each_norm_ran_alike(tmp_path):
+    """Two directories that tuned on the same seeds hold the same tuning runs: they count once."""
+    values = {"tune": "lr=0.01,0.05", "tune_seeds": "100,"}
+    tuning = [_tuned(n, 100, lr, "tune") for n in ("bn", "gn") for lr in (0.01, 0.05)]
+    a = make_dir(tmp_path / "a", "bn,gn", "0,1", tuning + [_tuned(n, s, 0.05) for n in ("bn", "gn") for s in (0, 1)],
+                 **values)
+    b = make_dir(tmp_path / "b", "bn,gn", "2,3", tuning + [_tuned(n, s, 0.05) for n in ("bn", "gn") for s in (2, 3)],
+                 **values)
+    merged = load_results([a.path, b.path])
+    assert sorted((r.phase, r.norm, r.seed) for r in merged.runs if r.phase == "tune") == sorted(
+        ("tune", n, 100) for n in ("bn", "gn") for _ in (0.01, 0.05))
+    assert sorted(r.seed for r in merged.runs if r.phase == "compare" and r.norm == "gn") == [0, 1, 2, 3]
+    other = make_dir(tmp_path / "c", "bn,gn", "4", [*tuning, _tuned("bn", 4, 0.05), _tuned("gn", 4, 0.01)], **values)
+    with pytest.raises(ConfigError, match=r"gn ran with \{'lr': 0.05\} in one directory and \{'lr': 0.01\}"):
+        load_results([a.path, other.path])

@@ -23,7 +23,7 @@ NORMKIT = str(Path(sys.executable).with_name("normkit"))
 
 @pytest.fixture
 def cfg():
-    cfg = config.build_config({"norms": "bn,gn", "seeds": 3, "epochs": 1, "device": "cpu"})
+    cfg = config.build_config({"norms": "bn,gn", "seeds": 3, "epochs": 1, "batch_size": 128, "device": "cpu"})
     compare.check(cfg)
     return cfg
 

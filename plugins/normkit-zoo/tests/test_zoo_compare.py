@@ -13,7 +13,8 @@ NORMS = "bn,brn,evonorm-s0,frn,gn+ws,sn"
 
 def test_compare_runs_the_zoo_on_the_default_dataset(tmp_path) -> None:
     out = tmp_path / "cmp"
-    result = CliRunner().invoke(app, ["compare", "--norms", NORMS, "--epochs", "1", "--seeds", "1",
+    result = CliRunner().invoke(app, ["compare", "--norms", NORMS, "--epochs", "1", "--batch-size", "128", "--seeds",
+                                      "1",
                                       "--model-param", "depth=1", "--out", str(out)])
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]

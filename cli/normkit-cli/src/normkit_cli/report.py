@@ -124,10 +124,12 @@ def console() -> Console:
 
 def print_summary(results: Results, summary: Summary, console: Console) -> None:
     """The fitted table and, below it, the notes: fallbacks, failures, columns left out."""
+    from normkit_lab.caption import summary_caption
     from normkit_lab.summary import cell_label
 
     table, dropped = fitted_table(results, summary, console)
     console.print(table)
+    console.print(summary_caption(results.config, summary), markup=False, highlight=False)
     if summary.interactions:
         console.print(interaction_table(summary))
     if summary.diagnostics:

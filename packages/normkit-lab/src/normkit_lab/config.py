@@ -30,8 +30,9 @@ from normkit_lab.metrics import metric_named, metric_spec, needs_margin
 from normkit_lab.plan import RUNTIME_KEYS, SELECTIONS
 from normkit_lab.training import TrainConfig
 
-# Defaults that make `normkit compare --norms bn,bnn,gn+pn` meaningful and finish in under three
-# minutes on two CPU cores (measured, see docs/experiments.md); other keys keep TrainConfig's defaults.
+# Defaults for every model and dataset that register none (`registered_train_defaults`); the
+# default recipe of `normkit compare --norms bn,bnn,gn+pn` is the bundled digits dataset's
+# (datasets/__init__.py, measured in docs/experiments.md). Other keys keep TrainConfig's defaults.
 TRAIN_DEFAULTS: dict[str, Any] = {"epochs": 5, "batch_size": 128}
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
 DEFAULT_TUNE_SEEDS = 2  # tuning seeds when tuning and none are given: the next ones after `seeds`
@@ -323,16 +324,19 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return normalize_keys(raw, str(path))
 
 
-def model_train_defaults(model: Any) -> dict[str, Any]:
-    """The training values a model registers as its defaults (`train_defaults=` at registration).
+def registered_train_defaults(kind: str, name: Any) -> dict[str, Any]:
+    """The training values a model or dataset registers as its defaults (`train_defaults=` at
+    registration).
 
-    They sit between the global defaults and the user's values: e.g. the GPT models train with
-    AdamW at batch 32 unless the user says otherwise. An unknown model has none (check() names it).
+    They sit between the global defaults and the user's values, a model's over its dataset's: e.g.
+    the GPT models train with AdamW at batch 32, and the bundled digits dataset carries the default
+    recipe (one epoch at a batch of 2, docs/experiments.md) unless the user says otherwise. An
+    unknown name has none (check() names it).
     """
-    if not isinstance(model, str):
+    if not isinstance(name, str):
         return {}
     try:
-        entry = plugins.registry().lookup_item("model", model)
+        entry = plugins.registry().lookup_item(kind, name)
     except normkit.NormkitError:
         return {}
     return dict(entry.meta.get("train_defaults") or {})
@@ -342,7 +346,9 @@ def build_config(values: dict[str, Any]) -> CompareConfig:
     """A CompareConfig from a flat mapping of known keys (model defaults, then global defaults
     fill what is missing)."""
     base = defaults()
-    merged = {**base, **model_train_defaults(values.get("model", base["model"])), **values}
+    of_model = registered_train_defaults("model", values.get("model", base["model"]))
+    of_dataset = registered_train_defaults("dataset", values.get("dataset", of_model.get("dataset", base["dataset"])))
+    merged = {**base, **of_dataset, **of_model, **values}
     if merged.get("norms") is None:
         raise ConfigError("no norms to compare; pass --norms, e.g. --norms bn,bnn,gn+pn")
     norms = parse_norms(merged.pop("norms"))

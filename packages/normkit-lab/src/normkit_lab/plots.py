@@ -1,7 +1,8 @@
 """PNG figures of a comparison (optional: needs matplotlib, `pip install normkit-lab[plots]`).
 
     forest.png          paired difference to the baseline per (cell, norm): mean and 95% t interval,
-                        the equivalence band (-margin, +margin) shaded, the verdict beside it
+                        the equivalence band (-margin, +margin) shaded, the verdict beside it; with
+                        --diagnostics one more panel per family of representation measures
     primary_metric.png  the primary metric per (cell, norm): mean, 95% t interval, every seed a dot
     curves.png          train loss, validation loss and learning rate per epoch (mean over finished
                         seeds); diverged runs drawn dashed and ended with an x
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from normkit_lab.atomic import atomic_replace_from
+from normkit_lab.diagnostic_verdicts import FAMILIES, MEANING
 from normkit_lab.stats import mean_sem, t_interval
 from normkit_lab.summary import NormSummary, Run, Summary, cell_key, cell_label
 
@@ -73,22 +75,33 @@ def _many_cells(summary: Summary) -> bool:
 
 
 def forest(summary: Summary) -> bytes:
-    """Paired differences with their 95% intervals and the equivalence band."""
+    """Paired differences with their 95% intervals and the equivalence band; with --diagnostics,
+    one more panel per family of representation measures (their own units, no margin)."""
     plt = _pyplot()
+    families = [f for f in FAMILIES if any(d.family == f for d in summary.diagnostics)]
+    drawn = [s for s in summary.rows if s.vs_baseline is not None and s.vs_baseline.mean is not None]
+    heights = [1.2 + 0.55 * max(3, len(drawn))] + [
+        0.9 + 0.42 * max(2, sum(d.family == f for d in summary.diagnostics)) for f in families]
+    fig, axes = plt.subplots(len(heights), 1, figsize=(7.5, sum(heights)), squeeze=False,
+                             gridspec_kw={"height_ratios": heights})
+    _metric_panel(axes[0][0], summary, drawn)
+    for ax, family in zip((row[0] for row in axes[1:]), families, strict=True):
+        _diagnostic_panel(ax, summary, family)
+    return _png(fig)
+
+
+def _metric_panel(ax: Any, summary: Summary, drawn: list[NormSummary]) -> None:
     many = _many_cells(summary)
-    rows = [s for s in summary.rows if s.vs_baseline is not None]
-    drawn = [s for s in rows if s.vs_baseline.mean is not None]
-    fig, ax = plt.subplots(figsize=(7.5, 1.2 + 0.55 * max(3, len(drawn))))
     metric, m = summary.metric, summary.margin
     span = None if metric.low is None or metric.high is None else metric.high - metric.low
     if not drawn:
-        if not rows:
+        if not any(s.vs_baseline is not None for s in summary.rows):
             _note(ax, "only the baseline was run: nothing to compare")
         elif not any(s.values for s in summary.rows):
             _note(ax, "every run diverged or failed: no paired difference to draw")
         else:
             _note(ax, "no paired differences to draw: no norm finished on a seed where the baseline also finished")
-        return _png(fig)
+        return
     ax.axvspan(-m, m, color="tab:green", alpha=0.15, label=f"equivalence band ±{m:g} {_unit(summary)}")
     ax.axvline(0.0, color="black", linewidth=0.8)
     for y, s in enumerate(reversed(drawn)):
@@ -108,7 +121,29 @@ def forest(summary: Summary) -> bytes:
            title=f"Paired difference to {summary.baseline}, mean and 95% t interval")
     ax.grid(axis="x", alpha=0.3)
     ax.legend(loc="lower left", fontsize=8)
-    return _png(fig)
+
+
+def _diagnostic_panel(ax: Any, summary: Summary, family: str) -> None:
+    """One family of diagnostic verdicts: per (norm, measure) the paired difference and its interval."""
+    rows = [d for d in summary.diagnostics if d.family == family]
+    many = len({cell_key(d.cell) for d in rows}) > 1
+    ax.axvline(0.0, color="black", linewidth=0.8)
+    for y, d in enumerate(reversed(rows)):
+        if d.diff is None:
+            continue
+        if d.low is not None and d.high is not None:
+            ax.errorbar([d.diff], [y], xerr=[[d.diff - d.low], [d.high - d.diff]], fmt="o", capsize=4,
+                        color="tab:blue" if d.verdict in ("higher", "lower") else "grey")
+        else:
+            ax.plot([d.diff], [y], "o", color="grey")
+    labels = [f"{d.norm}{f' [{cell_label(d.cell)}]' if many and d.cell else ''} "
+              f"{d.measure.removeprefix(family).strip()}\n{d.verdict} "
+              f"(Holm p {'-' if d.p_holm is None else f'{d.p_holm:.2g}'})" for d in reversed(rows)]
+    ax.set_yticks(range(len(rows)), labels, fontsize=8)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.set(xlabel=f"{family}: norm - {summary.baseline}  ({MEANING[family]}; Holm p within {family})",
+           title=f"{family} vs {summary.baseline}: paired difference, 95% t interval")
+    ax.grid(axis="x", alpha=0.3)
 
 
 def _seed_offsets(seeds: Sequence[int]) -> dict[int, float]:
@@ -127,7 +162,8 @@ def primary_metric(summary: Summary) -> bytes:
     plt = _pyplot()
     many = _many_cells(summary)
     rows = summary.rows
-    fig, ax = plt.subplots(figsize=(max(4.5, 1.1 * len(rows) + 2), 4.4))
+    width = max(6.5, 1.1 * len(rows) + 2)
+    fig, ax = plt.subplots(figsize=(width, 4.6))
     metric = summary.metric
     if not any(s.values for s in rows):
         _note(ax, "every run diverged or failed: no finished run to plot")
@@ -159,9 +195,10 @@ def primary_metric(summary: Summary) -> bytes:
                     zorder=3)
     ax.set_xticks(range(len(rows)), [_name(s, many) for s in rows], rotation=20 if many else 0)
     ax.margins(y=0.12)
-    ax.set(ylabel=f"{summary.label} ({metric.unit})",
-           title=f"{summary.label.capitalize()} at the {summary.select} epoch: mean, 95% t interval (squares);\n"
-                 f"seeds (dots, each seed at its own place), grey lines join a seed across norms")
+    ax.set_ylabel(f"{summary.label} ({metric.unit})")
+    title = (f"{summary.label.capitalize()} at the {summary.select} epoch: mean, 95% t interval (squares); "
+             f"seeds (dots, each seed at its own place), grey lines join a seed across norms")
+    ax.set_title(textwrap.fill(title, int(width * 12)), fontsize=10)  # wrapped to the figure, never cut
     ax.grid(axis="y", alpha=0.3)
     return _png(fig)
 

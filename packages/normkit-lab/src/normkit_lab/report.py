@@ -79,6 +79,23 @@ def _identity(run: Run) -> tuple[str, str, str, int]:
     return run.phase, cell_key(run.cell), run.norm, run.seed
 
 
+def _row_identity(row: dict[str, Any]) -> tuple[str, str, str, int]:
+    return row.get("phase") or "compare", cell_key(row.get("cell") or {}), row.get("norm"), row.get("seed")
+
+
+def _check_one_tuned_value(runs: Sequence[RunResult]) -> None:
+    """Merged comparisons that tuned must agree on what each norm ran with, or its seeds would mix
+    recipes (directories that tuned on the same seeds on one machine agree)."""
+    chosen: dict[tuple[str, str], dict[str, Any]] = {}
+    for run in runs:
+        if run.phase != "compare":
+            continue
+        key = (cell_key(run.cell), run.norm)
+        if chosen.setdefault(key, run.tuned) != run.tuned:
+            raise ConfigError(f"{run.norm} ran with {chosen[key]} in one directory and {run.tuned} in another "
+                              f"(tuning chose differently); merge only comparisons that ran each norm alike")
+
+
 def load_results(dirs: Sequence[str | Path], baseline: str | None = None,
                  metric: str | None = None) -> Results:
     """Load and merge results directories; refuse different configs and duplicate (norm, seed) runs.
@@ -106,14 +123,20 @@ def load_results(dirs: Sequence[str | Path], baseline: str | None = None,
                               f"differ ({'; '.join(diff)}); merge only runs of the same configuration")
         norms += [n for n in cfg["norms"] if n not in norms]
         store_rows = store.rows()
+        repeated_tuning = set()
         for view in runs_from_rows(store_rows):
             key = _identity(view)
+            if key in seen and view.phase == "tune":
+                repeated_tuning.add(key)  # both tuned on the same seeds: keep the first directory's run
+                continue
             if key in seen:
                 raise ConfigError(f"{view.norm} seed {view.seed} is in both {str(seen[key])!r} and "
                                   f"{str(store.path)!r}; merge directories that ran different seeds or norms")
             seen[key] = store.path
-        rows += store_rows
-        runs += rows_to_runs(store_rows)
+        kept = [row for row in store_rows if _row_identity(row) not in repeated_tuning]
+        rows += kept
+        runs += rows_to_runs(kept)
+    _check_one_tuned_value(runs)
     chosen = baseline or first.get("baseline") or first["norms"][0]
     if chosen not in norms:
         raise ConfigError(f"baseline {chosen!r} is not among the norms of these results ({', '.join(norms)})")

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from normkit_lab.caption import summary_caption
 from normkit_lab.summary import NormSummary, Summary, cell_key, cell_label, interval_text
 from normkit_lab.verdicts import BASELINE, reading
 
@@ -27,6 +28,7 @@ th { background: #f0f0f0; } td.l, th.l { text-align: left; } tr:nth-child(even) 
 .v-better { color: #1a7f37; font-weight: bold; } .v-worse { color: #cf222e; font-weight: bold; }
 .v-equivalent { color: #0550ae; font-weight: bold; } .v-inconclusive, .v-no { color: #7a6a00; }
 .note { background: #fff8c5; padding: 6px 10px; border-left: 4px solid #d4a72c; }
+.caption { max-width: 62em; color: #333; font-size: 0.95em; }
 pre { background: #f6f8fa; padding: 8px; overflow-x: auto; font-size: 0.8em; }
 img { max-width: 100%; display: block; margin: 1em 0; } .wide { overflow-x: auto; }
 """
@@ -258,6 +260,7 @@ def render_html(summary: Summary, *, title: str, figures: Mapping[str, bytes], c
         *(f'<p class="note">{_e(n)}</p>' for n in notes),
         "<h2>Verdicts</h2>", _readings(summary, many), _how_to_read(summary),
         "<h2>Table</h2>", _table(summary, many),
+        f'<p class="caption">{_e(summary_caption(config, summary))}</p>',
         _per_seed(summary, many),
         _interactions(summary),
         _diagnostics(summary),
