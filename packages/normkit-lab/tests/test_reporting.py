@@ -68,3 +68,15 @@ def test_a_programs_own_metric_carries_its_direction() -> None:
         metric_named("test_acc:min")
     with pytest.raises(ConfigError, match="must end in :max"):
         metric_named("f1:up")
+
+
+def test_the_caption_of_a_command_comparison_names_the_command_not_normkits_recipe() -> None:
+    from normkit_lab.caption import caption
+    from normkit_lab.config import build_config
+
+    config = build_config({"norms": "bn,bnn", "command": "python train.py --norm {norm}",
+                           "tune": {"lr": [0.01, 0.1]}}).to_dict()
+    text = caption(config, seeds=5, comparisons=1, baseline="bn")
+    assert text.startswith("Shows: `python train.py --norm {norm}` (its own model, data and recipe), lr tuned per "
+                           "norm on validation over 0.01, 0.1, 5 seeds paired by seed; the final epoch's test_acc")
+    assert "small-cnn" not in text and "batch of" not in text and "--tune lr" not in text
