@@ -116,8 +116,8 @@ def seen(store: Path, norm: str, seed: int) -> dict[str, Any]:
 
 def test_a_tiny_script_gives_verdicts_and_keeps_its_output(tmp_path: Path) -> None:
     write(tmp_path, "tiny.py", TINY)
-    result = compare(tmp_path, "bn,gn(groups=8)+pn", f"{PY} tiny.py --norm {{norm}} --seed {{seed}} --run-dir {{run_dir}}",
-                     seeds=3)
+    result = compare(tmp_path, "bn,gn(groups=8)+pn",
+                     f"{PY} tiny.py --norm {{norm}} --seed {{seed}} --run-dir {{run_dir}}", seeds=3)
     assert verdicts(result) == [("bn", "baseline"), ("gn(groups=8)+pn", "worse")]
     assert result.summary[1]["diff_mean"] == pytest.approx(-5.0, abs=0.7)  # percent points, as built-in runs
     assert {row["trainer"] for row in result.runs} == {"command"}
@@ -218,7 +218,8 @@ def test_a_bad_command_is_one_line_before_any_run(tmp_path: Path, command: str, 
 
 
 def test_a_setting_of_normkits_own_loop_is_refused_with_a_command(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"lr is a setting of normkit's own training loop.*--tune lr=\.\.\. with \{lr\}"):
+    with pytest.raises(ConfigError,
+                       match=r"lr is a setting of normkit's own training loop.*--tune lr=\.\.\. with \{lr\}"):
         compare(tmp_path, "bn,bnn", f"{PY} tiny.py --norm {{norm}}", lr=0.1)
     with pytest.raises(ConfigError, match="model is a setting"):
         compare_norms("bn,bnn", train=my_train, model="resnet18", out=tmp_path / "x", progress=quiet())

@@ -16,10 +16,10 @@ import lightning as L
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
+from train import data, model
 
 import normkit  # normkit
 from normkit_lab import report_metrics  # normkit
-from train import data, model
 
 
 class Classifier(L.LightningModule):

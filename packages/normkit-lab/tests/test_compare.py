@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from normkit_lab import compare, config, execute
-from normkit_lab.trainers import builtin
+from normkit_lab import compare, config
 from normkit_lab.plan import RunId, compare_plan
 from normkit_lab.progress import PlainProgress
 from normkit_lab.results import SUMMARY_JSON
+from normkit_lab.trainers import builtin
 from normkit_lab.training import EpochRecord, RunResult
 
 

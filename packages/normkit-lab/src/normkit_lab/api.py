@@ -15,9 +15,9 @@ Your own training code instead of normkit's loop (docs/own-training.md):
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 from normkit_lab import config as lab_config

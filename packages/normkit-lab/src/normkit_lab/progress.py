@@ -153,23 +153,25 @@ class RichProgress(Progress):
         super().epoch_end(run_id, record)
         if run_id in self.current:
             self.bars.update(self.current[run_id], completed=record.epoch + 1,
-                             status=_reported(record) if hasattr(record, "metrics") else f"val acc {_acc(record.val_acc)}")
+                             status=(_reported(record) if hasattr(record, "metrics")
+                                     else f"val acc {_acc(record.val_acc)}"))
         self.bars.update(self.overall, advance=1, status=self._overall_status())
 
     def run_end(self, result: RunResult) -> None:
         run_id = RunId.of_run(result)
         seen = self._epochs_done.get(run_id, 0)
         super().run_end(result)
-        if result.trainer != "builtin":
+        own = result.trainer != "builtin"
+        if own:
             final = _reported(result.epochs[-1]) if result.epochs else "-"
         else:
             final = _acc(result.epochs[-1].val_acc) if result.epochs else "-"
         task = self.current.pop(run_id, None)
         if task is not None:  # finished runs leave the display (the table follows); one line says how it ended
             self.bars.remove_task(task)
-        self.bars.console.print(f"{run_id.label()}: {result.error if result.status == 'failed' else result.status}"
-                                f"{'' if result.status == 'failed' else f', final {final}' if result.trainer != 'builtin' else f', final val acc {final}'}",
-                                highlight=False, soft_wrap=True)
+        final = f"{'' if own else 'val acc '}{final}"
+        ending = result.error if result.status == "failed" else f"{result.status}, final {final}"
+        self.bars.console.print(f"{run_id.label()}: {ending}", highlight=False, soft_wrap=True)
         self.bars.update(self.overall, advance=self.epochs - seen, status=self._overall_status())
 
     def run_skipped(self, run_id: RunId) -> None:

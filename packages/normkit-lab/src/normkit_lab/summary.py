@@ -72,7 +72,8 @@ def runs_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Run]:
     for run_id, group in group_runs(rows).items():  # type: ignore[arg-type]
         last = group[-1]
         runs.append(Run(norm=run_id.norm, seed=run_id.seed, status=last.get("status") or "ok",
-                        params=last.get("params"), cell=dict(last.get("cell") or {}), tuned=dict(last.get("tuned") or {}),
+                        params=last.get("params"), cell=dict(last.get("cell") or {}),
+                        tuned=dict(last.get("tuned") or {}),
                         phase=run_id.phase, error=last.get("error") or (last.get("extras") or {}).get("error"),
                         epochs=[dict(r) for r in group if r.get("epoch") is not None],
                         diagnostics=(last.get("extras") or {}).get("diagnostics")))
