@@ -127,7 +127,8 @@ def load_results(dirs: Sequence[str | Path], baseline: str | None = None,
         for view in runs_from_rows(store_rows):
             key = _identity(view)
             if key in seen and view.phase == "tune":
-                repeated_tuning.add(key)  # both tuned on the same seeds: keep the first directory's run
+                if seen[key] != store.path:  # another candidate of this directory is not a repeat
+                    repeated_tuning.add(key)  # both tuned on the same seeds: keep the first directory's runs
                 continue
             if key in seen:
                 raise ConfigError(f"{view.norm} seed {view.seed} is in both {str(seen[key])!r} and "
