@@ -44,3 +44,36 @@ def test_epoch_records_get_bits_per_byte_only_for_byte_datasets():
     images = _record(1.0)
     add_bits_per_byte(images, DatasetBundle("i", [], [], [], 10, 1, 8))
     assert images.val_bpb is None and images.test_bpb is None
+
+
+# -- reference tables and the last-epochs metric ------------------------------------------------
+
+
+def test_ngram_baselines_score_a_predictable_stream() -> None:
+    """A stream cycling a, b, c, d: a unigram table knows only the four bytes (2 bits each), a bigram
+    table knows which follows which (near 0 bits: add-one smoothing gives each of the 255 unseen bytes one
+count, so the right one gets 5001 / 5256)."""
+    import math
+
+    import torch
+
+    from normkit_lab.lm_baselines import ngram_baselines
+
+    stream = torch.tensor(list(b"abcd" * 5000), dtype=torch.uint8)
+    starts = torch.arange(0, 1000, 10)
+    b = ngram_baselines(stream, stream, starts, seq_len=8)
+    assert b["targets"] == 100 * 8 and b["fit"] == "train split"
+    assert b["unigram_bpb"] == pytest.approx(-math.log2(5001 / 20256), abs=1e-3)  # 2 bits, smoothed
+    assert b["bigram_bpb"] == pytest.approx(-math.log2(5001 / 5256), abs=2e-3)
+
+
+def test_the_last_epochs_metric_is_a_mean_that_selects_nothing() -> None:
+    from normkit_lab.metrics import METRICS, run_value
+
+    epochs = [{"test_bpb": v, "val_bpb": 9 - v} for v in (5.0, 4.0, 3.0, 2.9, 3.1)]
+    last3 = METRICS["test_bpb_last3"]
+    assert run_value(epochs, last3, "final") == pytest.approx(3.0)
+    assert run_value(epochs, last3, "best-val") == pytest.approx(3.0)  # no epoch is picked
+    assert run_value(epochs[:2], last3, "final") == pytest.approx(4.5)  # fewer epochs: their mean
+    assert run_value([*epochs, {"test_bpb": None}], last3, "final") is None
+    assert METRICS["test_bpb"].default_margin == 0.05 and not last3.higher_is_better

@@ -118,3 +118,14 @@ def test_hf_asks_for_download_before_touching_the_network(monkeypatch):
     with pytest.raises(DatasetMissing, match="^hf: 'roneneldan/TinyStories' streams from the Hugging Face Hub; "
                                              "pass --download"):
         load_dataset("hf")
+
+
+def test_the_test_split_gets_its_own_larger_window_count_and_reference_tables():
+    data = load_dataset("pysrc", max_files=60, **SMALL)
+    assert (len(data.val), len(data.test)) == (16, 1024)  # test_windows defaults above eval_windows
+    assert len(load_dataset("pysrc", max_files=60, test_windows=40, **SMALL).test) == 40
+    b = data.metadata["baselines"]
+    assert b["targets"] == 1024 * 16 and b["fit"] == "train split" and b["scored"] == "test windows"
+    assert 0 < b["bigram_bpb"] < b["unigram_bpb"] < 8  # a bigram table knows more than byte frequencies
+    with pytest.raises(SpecError, match="test_windows must be in"):
+        load_dataset("pysrc", max_files=60, test_windows=0, **SMALL)

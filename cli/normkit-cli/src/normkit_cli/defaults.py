@@ -27,6 +27,7 @@ RUNTIME_KEYS = frozenset({"device", "data_dir", "download", "num_workers", "diag
 
 # The primary metrics and epoch selections `normkit report` offers (copies of normkit_lab.metrics', checked
 # by the same test).
-METRIC_NAMES = ("test_acc", "test_loss", "val_acc", "val_loss", "test_bpb", "val_bpb")
+METRIC_NAMES = ("test_acc", "test_loss", "val_acc", "val_loss", "test_bpb", "val_bpb", "test_bpb_last3",
+                "val_bpb_last3")
 DEFAULT_METRIC = "test_acc"
 SELECTS = ("final", "best-val")

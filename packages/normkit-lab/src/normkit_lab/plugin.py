@@ -20,3 +20,13 @@ def normkit_register_datasets(register: Callable[..., Any]) -> None:
     from normkit_lab.datasets import register_builtin_datasets
 
     register_builtin_datasets(register)
+
+
+@normkit.hookimpl
+def normkit_register_presets(register: Callable[..., Any]) -> None:
+    """The lab's own reproduction presets (language models), shipped in normkit_lab/presets/."""
+    from importlib import resources
+
+    for path in sorted(resources.files("normkit_lab").joinpath("presets").iterdir(), key=lambda p: p.name):
+        if path.name.endswith(".yaml"):
+            register(path.name.removesuffix(".yaml"), path)

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from normkit_lab import plots, safe_yaml
+from normkit_lab import lm_baselines, plots, safe_yaml
 from normkit_lab.config import RUNTIME_KEYS
 from normkit_lab.diagnostics.report import write_report as write_diagnostics_files
 from normkit_lab.errors import ConfigError
@@ -172,7 +172,15 @@ def write_summary(store: ResultsDir, results: Results, figures: bool = False) ->
     the PNG figures (about a second) and embed them. A comparison rewrites the summary after every
     run without figures and draws them once at the end."""
     summary = results.summary()
-    store.write_summary(summary.as_rows())
+    rows = summary.as_rows()
+    baselines = lm_baselines.baselines_of(results.rows if results.rows is not None else results.runs)
+    if baselines is not None:  # language models: unigram and bigram tables beside the results
+        rows = [{**row, **lm_baselines.row_fields(baselines, s.values)} for row, s in zip(rows, summary.rows,
+                                                                                          strict=True)]
+        line = lm_baselines.note(baselines, summary.rows, summary.metric.unit)
+        if line:
+            summary.notes.append(line)
+    store.write_summary(rows)
     drawn = plots.render(summary, results.run_views()) if figures else {}
     plots.write_figures(store.path, drawn)
     if not figures:

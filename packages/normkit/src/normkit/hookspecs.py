@@ -55,8 +55,15 @@ class RegisterItem(Protocol):
                  summary: str = "", citation: str = "", skip: int = 0, **meta: Any) -> None: ...
 
 
+class RegisterPreset(Protocol):
+    """`register` of `normkit_register_presets`: a reproduction preset (`normkit reproduce NAME`), a
+    YAML data file the plugin ships in its package (read by normkit-lab; see docs/reproduce.md)."""
+
+    def __call__(self, name: str, path: Any, *, summary: str = "", citation: str = "") -> None: ...
+
+
 HOOK_NAMES = ("normkit_register_norms", "normkit_register_stages", "normkit_register_models",
-              "normkit_register_datasets")
+              "normkit_register_datasets", "normkit_register_presets")
 
 
 @hookspec
@@ -77,3 +84,9 @@ def normkit_register_models(register: RegisterItem) -> None:
 @hookspec
 def normkit_register_datasets(register: RegisterItem) -> None:
     """Register datasets for experiments (used by normkit-lab)."""
+
+
+@hookspec
+def normkit_register_presets(register: RegisterPreset) -> None:
+    """Register reproduction presets: `register(name, path)` with `path` a YAML file in the plugin's
+    package (`importlib.resources.files(__name__) / "presets" / "x.yaml"`)."""

@@ -1,11 +1,13 @@
-"""The registry of norms, stages, models and datasets, filled by plugins through `register`.
+"""The registry of norms, stages, models, datasets and presets, filled by plugins through `register`.
 
-Norms and stages share one namespace (both appear in spec strings); models and datasets have
-their own. Every name and alias is unique: a second registration fails naming both plugins.
+Norms and stages share one namespace (both appear in spec strings); models, datasets and
+reproduction presets have their own. Every name and alias is unique: a second registration fails
+naming both plugins.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -14,7 +16,7 @@ from normkit.errors import PluginError, SpecError, did_you_mean
 from normkit.grammar import canonical_name
 from normkit.params import Param, signature_params
 
-Kind = Literal["norm", "step", "activation", "post_activation", "model", "dataset"]
+Kind = Literal["norm", "step", "activation", "post_activation", "model", "dataset", "preset"]
 STAGE_KINDS = ("step", "activation", "post_activation")
 # Keyword arguments `normkit.build` passes to a factory= norm itself; never spec parameters.
 BUILD_ARGUMENTS = ("channel_dim",)
@@ -66,13 +68,14 @@ class Registry:
         self.spec_names: dict[str, Entry] = {}  # norms and stages, names and aliases
         self.models: dict[str, Entry] = {}
         self.datasets: dict[str, Entry] = {}
+        self.presets: dict[str, Entry] = {}  # reproduction presets: meta["path"] is the YAML file
         self.entries: list[Entry] = []
         self.failed_plugins: list[str] = []  # set by the loader: named in "unknown name" errors
 
     # -- registration -----------------------------------------------------------------------
 
     def _table(self, kind: Kind) -> dict[str, Entry]:
-        return {"model": self.models, "dataset": self.datasets}.get(kind, self.spec_names)
+        return {"model": self.models, "dataset": self.datasets, "preset": self.presets}.get(kind, self.spec_names)
 
     def add(self, entry: Entry) -> None:
         table = self._table(entry.kind)
@@ -94,7 +97,7 @@ class Registry:
     def remove_plugin(self, plugin: str) -> None:
         """Roll back everything a plugin registered (used when its hook fails half-way)."""
         self.entries = [e for e in self.entries if e.plugin != plugin]
-        for table in (self.spec_names, self.models, self.datasets):
+        for table in (self.spec_names, self.models, self.datasets, self.presets):
             for key in [k for k, e in table.items() if e.plugin == plugin]:
                 del table[key]
 
@@ -150,11 +153,19 @@ class Registry:
 
             return register
 
+        def register_preset(name: str, path: Any, *, summary: str = "", citation: str = "") -> None:
+            owner = _owner(plugin, "preset", name)
+            if not (isinstance(path, (str, os.PathLike)) or hasattr(path, "read_text")):
+                raise PluginError(f"{owner}: path must be a file path or an importlib.resources file, "
+                                  f"not {type(path).__name__}")
+            self.add(Entry(name, "preset", plugin, summary, citation, meta={"path": path}))
+
         return {
             "normkit_register_norms": register_norm,
             "normkit_register_stages": register_stage,
             "normkit_register_models": register_item("model"),
             "normkit_register_datasets": register_item("dataset"),
+            "normkit_register_presets": register_preset,
         }
 
     # -- lookup -----------------------------------------------------------------------------
@@ -167,7 +178,7 @@ class Registry:
                             f" (see `normkit list`){self._failed_note()}")
         return self.spec_names[key]
 
-    def lookup_item(self, kind: Literal["model", "dataset"], name: str) -> Entry:
+    def lookup_item(self, kind: Literal["model", "dataset", "preset"], name: str) -> Entry:
         table = self._table(kind)
         key = canonical_name(name)
         if key not in table:

@@ -5,8 +5,10 @@ Registered through the public plugin API only (entry point `normalnorm` in group
 
 from __future__ import annotations
 
+from importlib import resources
+
 import normkit
-from normkit.hookspecs import RegisterNorm, RegisterStage
+from normkit.hookspecs import RegisterNorm, RegisterPreset, RegisterStage
 
 from normkit_normalnorm.functional import normality_norm
 from normkit_normalnorm.stage import NormalityStep, normality_stage
@@ -35,3 +37,11 @@ def normkit_register_norms(register: RegisterNorm) -> None:
              summary="group normality norm: gn + power transform + noise (xi 0.4), lambda per sample and group")
     register("inn", compose="in+nn", citation=CITATION,
              summary="instance normality norm: in + power transform + noise (xi 0.4), lambda per sample and channel")
+
+
+@normkit.hookimpl
+def normkit_register_presets(register: RegisterPreset) -> None:
+    """The reproduction presets shipped in presets/ (`normkit reproduce --list`; docs/reproduce.md)."""
+    for path in sorted(resources.files(__name__).joinpath("presets").iterdir(), key=lambda p: p.name):
+        if path.name.endswith(".yaml"):
+            register(path.name.removesuffix(".yaml"), path, citation=CITATION)

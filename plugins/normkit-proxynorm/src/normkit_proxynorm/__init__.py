@@ -6,8 +6,10 @@
 
 from __future__ import annotations
 
+from importlib import resources
+
 import normkit
-from normkit.hookspecs import RegisterStage
+from normkit.hookspecs import RegisterPreset, RegisterStage
 from normkit.stages import BuildContext
 from normkit_proxynorm.proxy import ProxyNorm, proxy_quantiles
 
@@ -34,3 +36,11 @@ def normkit_register_stages(register: RegisterStage) -> None:
              aliases=("proxynorm", "proxy-norm"), citation=CITATION, partition_defaults=PARTITION_DEFAULTS,
              summary="proxy norm: affine -> activation -> normalize by a Gaussian proxy's statistics "
                      "(batch-independent; follow ln/gn)")
+
+
+@normkit.hookimpl
+def normkit_register_presets(register: RegisterPreset) -> None:
+    """The reproduction presets shipped in presets/ (`normkit reproduce --list`; docs/reproduce.md)."""
+    for path in sorted(resources.files(__name__).joinpath("presets").iterdir(), key=lambda p: p.name):
+        if path.name.endswith(".yaml"):
+            register(path.name.removesuffix(".yaml"), path, citation=CITATION)

@@ -10,7 +10,10 @@ splits never share a document: pysrc and hf decide by a hash of the document's n
 the chunk's index. Each split is one byte stream; an item is a window of seq_len bytes and its
 next bytes as targets. The windows are evenly spaced over the stream and fixed (the same every
 epoch and run; the loader shuffles their order), `train_windows` of them for training, so an
-epoch costs the same whatever the corpus's size. The corpus's SHA-256 goes into the bundle's
+epoch costs the same whatever the corpus's size; `eval_windows` for validation and `test_windows`
+(more by default: the test split scores the comparison) for test. Unigram and bigram tables fitted
+on the train split are scored on the test windows (`normkit_lab.lm_baselines`) and recorded in
+the metadata as reference points. The corpus's SHA-256 goes into the bundle's
 metadata: pysrc's content changes with the Python version, and so does its hash.
 """
 
@@ -31,6 +34,7 @@ from torch.utils.data import Dataset
 from normkit.errors import SpecError
 from normkit_lab.datasets.bundle import DatasetBundle, DatasetContext
 from normkit_lab.errors import DatasetMissing
+from normkit_lab.lm_baselines import ngram_baselines
 
 VOCAB = 256
 SPLITS = ("train", "val", "test")
@@ -38,6 +42,7 @@ CHUNK_BYTES = 16384
 DEFAULT_SEQ_LEN = 64
 DEFAULT_TRAIN_WINDOWS = 384
 DEFAULT_EVAL_WINDOWS = 128
+DEFAULT_TEST_WINDOWS = 1024
 MAX_WINDOWS = 10_000_000
 SKIP_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__"})
 
@@ -93,27 +98,28 @@ class Corpus:
                 else torch.zeros(0, dtype=torch.uint8) for s, p in self.parts.items()}
 
 
-def _check_sizes(owner: str, seq_len: int, train_windows: int, eval_windows: int) -> None:
+def _check_sizes(owner: str, seq_len: int, train_windows: int, eval_windows: int, test_windows: int = 1) -> None:
     for key, value, low in (("seq_len", seq_len, 1), ("train_windows", train_windows, 1),
-                            ("eval_windows", eval_windows, 1)):
+                            ("eval_windows", eval_windows, 1), ("test_windows", test_windows, 1)):
         if not low <= value <= MAX_WINDOWS:
             raise SpecError(f"{owner}: {key} must be in [{low}, {MAX_WINDOWS}], got {value}")
 
 
 def bundle(name: str, corpus: Corpus, seq_len: int, train_windows: int, eval_windows: int,
-           source: dict[str, object], fix: str) -> DatasetBundle:
+           source: dict[str, object], fix: str, test_windows: int = DEFAULT_TEST_WINDOWS) -> DatasetBundle:
     """Windows over each split's stream, and the metadata the results record."""
     streams = corpus.streams()
     for split, stream in streams.items():
         if len(stream) < seq_len + 1:
             raise SpecError(f"{name}: the {split} split holds {len(stream)} bytes, fewer than seq_len+1 = "
                             f"{seq_len + 1}; {fix}")
-    windows = {s: ByteWindows(streams[s], seq_len, train_windows if s == "train" else eval_windows)
-               for s in SPLITS}
+    counts = {"train": train_windows, "val": eval_windows, "test": test_windows}
+    windows = {s: ByteWindows(streams[s], seq_len, counts[s]) for s in SPLITS}
     metadata = {
         "corpus": name, "sha256": corpus.sha256, **source, "seq_len": seq_len, "bytes_per_token": 1.0,
         "documents": dict(corpus.documents), "bytes": {s: len(streams[s]) for s in SPLITS},
         "windows": {s: len(windows[s]) for s in SPLITS},
+        "baselines": ngram_baselines(streams["train"], streams["test"], windows["test"].starts, seq_len),
     }
     return DatasetBundle(name, windows["train"], windows["val"], num_classes=VOCAB, in_channels=0,
                          image_size=seq_len, test=windows["test"], metadata=metadata)
@@ -134,12 +140,13 @@ def stdlib_files(root: Path) -> tuple[Path, ...]:
 
 
 def pysrc(ctx: DatasetContext, seq_len: int = DEFAULT_SEQ_LEN, train_windows: int = DEFAULT_TRAIN_WINDOWS,
-          eval_windows: int = DEFAULT_EVAL_WINDOWS, max_files: int | None = None) -> DatasetBundle:
+          eval_windows: int = DEFAULT_EVAL_WINDOWS, max_files: int | None = None,
+          test_windows: int = DEFAULT_TEST_WINDOWS) -> DatasetBundle:
     """The standard library's source as bytes; split by file (a hash of its relative path).
 
     max_files: only the first files in sorted order (a smaller corpus, e.g. for tests).
     """
-    _check_sizes("pysrc", seq_len, train_windows, eval_windows)
+    _check_sizes("pysrc", seq_len, train_windows, eval_windows, test_windows)
     if max_files is not None and max_files < 10:
         raise SpecError(f"pysrc: max_files must be >= 10 (or unset for every file), got {max_files}")
     root = stdlib_root()
@@ -154,7 +161,7 @@ def pysrc(ctx: DatasetContext, seq_len: int = DEFAULT_SEQ_LEN, train_windows: in
     source = {"python": platform.python_version(), "implementation": platform.python_implementation(),
               "files": len(files)}
     return bundle("pysrc", corpus, seq_len, train_windows, eval_windows, source,
-                  "raise max_files or lower seq_len")
+                  "raise max_files or lower seq_len", test_windows)
 
 
 # -- text ---------------------------------------------------------------------------------------
@@ -173,9 +180,10 @@ def chunks(data: bytes, size: int) -> Iterable[bytes]:
 
 
 def text(ctx: DatasetContext, path: str = "", seq_len: int = DEFAULT_SEQ_LEN,
-         train_windows: int = DEFAULT_TRAIN_WINDOWS, eval_windows: int = DEFAULT_EVAL_WINDOWS) -> DatasetBundle:
+         train_windows: int = DEFAULT_TRAIN_WINDOWS, eval_windows: int = DEFAULT_EVAL_WINDOWS,
+         test_windows: int = DEFAULT_TEST_WINDOWS) -> DatasetBundle:
     """A local file or folder (files concatenated in sorted order), split by 16 KiB chunk."""
-    _check_sizes("text", seq_len, train_windows, eval_windows)
+    _check_sizes("text", seq_len, train_windows, eval_windows, test_windows)
     if not path:
         raise SpecError("text: give the file or folder to read with --dataset-param path=...")
     root = Path(os.path.expanduser(path))
@@ -191,7 +199,7 @@ def text(ctx: DatasetContext, path: str = "", seq_len: int = DEFAULT_SEQ_LEN,
         corpus.add(f"chunk-{k}", chunk, split_of(k))
     return bundle("text", corpus, seq_len, train_windows, eval_windows,
                   {"path": str(root.resolve()), "files": len(files)},
-                  f"give more text (at least 10 chunks of {CHUNK_BYTES} bytes) or a shorter seq_len")
+                  f"give more text (at least 10 chunks of {CHUNK_BYTES} bytes) or a shorter seq_len", test_windows)
 
 
 # -- hf -----------------------------------------------------------------------------------------
@@ -199,13 +207,14 @@ def text(ctx: DatasetContext, path: str = "", seq_len: int = DEFAULT_SEQ_LEN,
 
 def hf(ctx: DatasetContext, name: str = "roneneldan/TinyStories", config: str | None = None,
        split: str = "train", field: str = "text", max_mb: float = 16.0, seq_len: int = DEFAULT_SEQ_LEN,
-       train_windows: int = DEFAULT_TRAIN_WINDOWS, eval_windows: int = DEFAULT_EVAL_WINDOWS) -> DatasetBundle:
+       train_windows: int = DEFAULT_TRAIN_WINDOWS, eval_windows: int = DEFAULT_EVAL_WINDOWS,
+       test_windows: int = DEFAULT_TEST_WINDOWS) -> DatasetBundle:
     """The first `max_mb` MB (UTF-8) of a Hugging Face corpus, streamed; split by row (hash of its index).
 
     Needs the optional `datasets` package and --download (it streams from the Hub; --data-dir
     is its cache). E.g. roneneldan/TinyStories, or HuggingFaceFW/fineweb with config sample-10BT.
     """
-    _check_sizes("hf", seq_len, train_windows, eval_windows)
+    _check_sizes("hf", seq_len, train_windows, eval_windows, test_windows)
     if not 0 < max_mb <= 100_000:
         raise SpecError(f"hf: max_mb must be in (0, 100000], got {max_mb}")
     try:
@@ -236,4 +245,4 @@ def hf(ctx: DatasetContext, name: str = "roneneldan/TinyStories", config: str | 
                              f"the network, or use the offline --dataset pysrc") from None
     return bundle("hf", corpus, seq_len, train_windows, eval_windows,
                   {"hf_name": name, "hf_config": config, "hf_split": split, "max_mb": max_mb},
-                  "raise max_mb or lower seq_len")
+                  "raise max_mb or lower seq_len", test_windows)

@@ -1,0 +1,255 @@
+"""normkit reproduce: preset parsing and checks, planning, dry runs, plugin discovery and outcome reading.
+
+The outcome tests feed the lab's own summary code runs with known values, so each expected outcome
+follows from the numbers (a large consistent gap is significant, a tiny spread inside the margin is
+equivalent, three seeds of noise are inconclusive).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+import normkit
+from normkit.testing import temporary_plugin
+from normkit_lab.errors import ConfigError, DatasetMissing
+from normkit_lab.reproduce import available, load_preset, runner
+from normkit_lab.reproduce.outcomes import (
+    INCONCLUSIVE,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    judge_compare,
+    judge_random_net,
+)
+from normkit_lab.reproduce.preset import parse_hypothesis, parse_preset
+from normkit_lab.summary import Run
+
+EXPECTED = {"proxynorm-random-net-collapse", "proxynorm-pn-rescues-ln", "proxynorm-bn-pn-equivalent",
+            "proxynorm-small-batch", "normalnorm-gaussianity-robustness", "normalnorm-noise-ablation",
+            "gpt-postnorm"}
+
+GOOD = {
+    "title": "t", "claim": "c", "citation": {"paper": "p", "where": "Table 1"},
+    "hypotheses": [{"name": "h", "test": "difference", "norm": "gn", "baseline": "bn", "metric": "test_acc",
+                    "direction": "better", "margin": 0.5}],
+    "scales": {"cpu": {"config": {"norms": "bn,gn", "epochs": 1, "seeds": 3, "model_params": {"depth": 1}},
+                       "expected_runtime_s": 5}},
+}
+
+
+def test_every_installed_preset_parses_and_plans_at_every_scale() -> None:
+    presets = {p.name: p for p in available()}
+    assert EXPECTED <= set(presets)
+    for preset in presets.values():
+        assert preset.hypotheses and preset.cite and preset.claim
+        for scale in preset.scales:
+            plan = runner.plan(preset, scale)
+            assert plan.runs > 0 and plan.lines[0].startswith(preset.name)
+            assert any(h.name in line for h in preset.hypotheses for line in plan.lines)
+
+
+def test_presets_come_from_their_plugins() -> None:
+    plugins = {p.name: p.plugin for p in available()}
+    assert {n for n, p in plugins.items() if p == "proxynorm"} >= {n for n in EXPECTED if n.startswith("proxynorm")}
+    assert {n for n, p in plugins.items() if p == "normalnorm"} >= {n for n in EXPECTED if n.startswith("normalnorm")}
+
+
+def test_seeds_override_scales_the_plan_and_expected_time() -> None:
+    preset = load_preset("proxynorm-bn-pn-equivalent")
+    full, small = runner.plan(preset), runner.plan(preset, seeds=3)
+    assert (full.seeds, small.seeds) == (10, 3) and small.runs == 6
+    assert small.expected_s == pytest.approx(full.expected_s * 3 / 10)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.pop("claim"), "claim must be a non-empty text"),
+    (lambda d: d.update(kind="train"), "kind must be one of compare, random-net"),
+    (lambda d: d.update(hypotheses=[]), "hypotheses must be a non-empty list"),
+    (lambda d: d["hypotheses"][0].update(test="bigger"), "test must be one of"),
+    (lambda d: d["hypotheses"][0].update(direction="higher"), "needs direction better or worse"),
+    (lambda d: d["hypotheses"][0].update(norm="ln"), "'ln' is not an arm of scale cpu"),
+    (lambda d: d["hypotheses"][0].update(norm="nosuchnorm"), "unknown norm or stage 'nosuchnorm'"),
+    (lambda d: d["hypotheses"][0].update(baseline="gn"), "norm and baseline are both 'gn'"),
+    (lambda d: d["hypotheses"][0].update(margin=-1), "margin must be a number > 0"),
+    (lambda d: d["hypotheses"][0].update(test="equivalence", direction="equivalent", margin=None),
+     "an equivalence hypothesis needs its margin"),
+    (lambda d: d["hypotheses"][0].update(test="interaction", direction="grows", key="batch_size", to=2),
+     "needs two different swept values"),
+    (lambda d: d["hypotheses"][0].update(test="interaction", direction="grows", key="batch_size", to=2,
+                                          **{"from": 16}), "must sweep batch_size over both 16 and 2"),
+    (lambda d: d["hypotheses"][0].update(test="diagnostic", direction="lower", measure="accuracy"),
+     "measure must be zeta, qq_r2"),
+    (lambda d: d["hypotheses"][0].update(cell={"batch_size": 2}), "sweeps nothing"),
+    (lambda d: d["hypotheses"].append(dict(d["hypotheses"][0])), "two hypotheses share a name"),
+    (lambda d: d["hypotheses"][0].update(metrics="test_acc"), "unknown key 'metrics'"),
+    (lambda d: d.update(scales={"paper": d["scales"]["cpu"]}), "scales needs a cpu scale"),
+    (lambda d: d["scales"]["cpu"].pop("expected_runtime_s"), "give the expected runtime"),
+    (lambda d: d["scales"].update(gpu={}), "unknown key 'gpu'"),
+    (lambda d: d.update(citation="a paper"), "citation must be a mapping"),
+])
+def test_bad_presets_are_one_line_errors(change, message) -> None:
+    raw = copy.deepcopy(GOOD)
+    change(raw)
+    with pytest.raises(ConfigError) as info:
+        parse_preset("bad", raw, "bad.yaml")
+    text = str(info.value)
+    assert message in text and "\n" not in text and text.startswith("preset 'bad' (bad.yaml)")
+
+
+def test_random_net_hypotheses_need_depth_and_margin() -> None:
+    base = {"name": "h", "test": "diagnostic", "measure": "dataset_share", "norm": "ln+pn", "baseline": "ln",
+            "direction": "lower"}
+    with pytest.raises(ConfigError, match="needs depth"):
+        parse_hypothesis(base, "w", "random-net")
+    with pytest.raises(ConfigError, match="needs a margin"):
+        parse_hypothesis({**base, "depth": 3}, "w", "random-net")
+    with pytest.raises(ConfigError, match="needs trained runs"):
+        parse_hypothesis({**base, "test": "difference", "direction": "better", "metric": "test_acc"}, "w",
+                         "random-net")
+
+
+# -- outcomes, read from the lab's verdicts -----------------------------------------------------
+
+
+def _runs(values: dict[str, list[float]], cell: dict | None = None) -> list[Run]:
+    """One finished run per (norm, seed) whose test accuracy is the given fraction."""
+    return [Run(norm=norm, seed=seed, status="ok", params=1, cell=dict(cell or {}),
+                epochs=[{"epoch": 0, "test_acc": v, "val_acc": v}])
+            for norm, vs in values.items() for seed, v in enumerate(vs)]
+
+
+def _hyp(**kw):
+    raw = {"name": "h", "test": "difference", "norm": "gn", "baseline": "bn", "metric": "test_acc",
+           "direction": "better", "margin": 0.5, **kw}
+    return parse_hypothesis(raw, "w", "compare")
+
+
+BASE = [0.90, 0.91, 0.92, 0.93, 0.94]
+
+
+def test_difference_outcomes() -> None:
+    up = _runs({"bn": BASE, "gn": [v + 0.03 + 0.001 * i for i, v in enumerate(BASE)]})
+    down = _runs({"bn": BASE, "gn": [v - 0.03 - 0.001 * i for i, v in enumerate(BASE)]})
+    noisy = _runs({"bn": BASE[:3], "gn": [0.95, 0.88, 0.94]})
+    assert judge_compare([_hyp()], up, ["bn", "gn"])[0].status == REPRODUCED
+    out = judge_compare([_hyp()], down, ["bn", "gn"])[0]
+    assert out.status == NOT_REPRODUCED and "worse" in out.observed
+    out = judge_compare([_hyp()], noisy, ["bn", "gn"])[0]
+    assert out.status == INCONCLUSIVE and out.mde is not None and "MDE" in out.line()
+
+
+def test_a_difference_shown_smaller_than_its_margin_is_not_reproduced() -> None:
+    tiny = _runs({"bn": BASE, "gn": [v + 0.0001 * (-1) ** i for i, v in enumerate(BASE)]})
+    out = judge_compare([_hyp()], tiny, ["bn", "gn"])[0]
+    assert out.status == NOT_REPRODUCED and "equivalent" in out.observed
+
+
+def test_equivalence_outcomes() -> None:
+    h = _hyp(test="equivalence", direction="equivalent")
+    tiny = _runs({"bn": BASE, "gn": [v + 0.0005 * (-1) ** i for i, v in enumerate(BASE)]})
+    far = _runs({"bn": BASE, "gn": [v + 0.05 + 0.001 * i for i, v in enumerate(BASE)]})
+    assert judge_compare([h], tiny, ["bn", "gn"])[0].status == REPRODUCED
+    assert judge_compare([h], far, ["bn", "gn"])[0].status == NOT_REPRODUCED
+    noisy = _runs({"bn": BASE[:3], "gn": [0.95, 0.88, 0.94]})
+    out = judge_compare([h], noisy, ["bn", "gn"])[0]
+    assert out.status == INCONCLUSIVE and "show equivalence" in out.line()
+
+
+def test_interaction_outcomes_read_in_the_hypothesis_direction() -> None:
+    small = _runs({"bn": BASE, "gn": [v + 0.05 + 0.002 * i for i, v in enumerate(BASE)]}, {"batch_size": 2})
+    large = _runs({"bn": BASE, "gn": [v + 0.001 * (-1) ** i for i, v in enumerate(BASE)]}, {"batch_size": 16})
+    runs = small + large  # cells in sweep order 2, 16: the test runs 2 -> 16, the hypothesis 16 -> 2
+    grows = _hyp(test="interaction", direction="grows", key="batch_size", to=2, **{"from": 16})
+    shrinks = _hyp(test="interaction", direction="shrinks", key="batch_size", to=2, **{"from": 16})
+    assert judge_compare([grows], runs, ["bn", "gn"])[0].status == REPRODUCED
+    out = judge_compare([shrinks], runs, ["bn", "gn"])[0]
+    assert out.status == NOT_REPRODUCED and "from batch_size=16 to 2: +" in out.observed
+
+
+def test_diagnostic_outcomes_from_measures() -> None:
+    def run(norm, seed, zeta):
+        return Run(norm=norm, seed=seed, status="ok", params=1, epochs=[{"epoch": 0, "test_acc": 0.9}],
+                   diagnostics={"noise_robustness": {"table": [{"zeta": zeta}]}})
+
+    runs = [run("bn", s, 0.5 + 0.01 * s) for s in range(5)] + [run("gn", s, 0.3 + 0.012 * s) for s in range(5)]
+    lower = _hyp(test="diagnostic", direction="lower", measure="zeta", margin=None)
+    higher = _hyp(test="diagnostic", direction="higher", measure="zeta", margin=None)
+    assert judge_compare([lower], runs, ["bn", "gn"])[0].status == REPRODUCED
+    assert judge_compare([higher], runs, ["bn", "gn"])[0].status == NOT_REPRODUCED
+    missing = judge_compare([_hyp(test="diagnostic", direction="higher", measure="qq_r2")], runs, ["bn", "gn"])[0]
+    assert missing.status == INCONCLUSIVE and "diagnostics: true" in missing.observed
+
+
+def test_random_net_outcomes_pair_nets_by_seed() -> None:
+    def nets(shares):
+        return [[{"dataset": s}] for s in shares]
+
+    runs = {"ln": nets([0.8, 0.82, 0.79, 0.85, 0.81]), "ln+pn": nets([0.01, 0.02, 0.01, 0.0, 0.02]),
+            "bn": nets([0.0] * 5)}
+    raw = {"name": "h", "test": "diagnostic", "measure": "dataset_share", "depth": 1, "margin": 0.1}
+    hs = [parse_hypothesis({**raw, "name": "a", "norm": "ln+pn", "baseline": "ln", "direction": "lower"}, "w",
+                           "random-net"),
+          parse_hypothesis({**raw, "name": "b", "norm": "ln", "baseline": "bn", "direction": "lower"}, "w",
+                           "random-net")]
+    a, b = judge_random_net(hs, runs)
+    assert a.status == REPRODUCED and "ln+pn 0.012, ln 0.814" in a.observed
+    assert b.status == NOT_REPRODUCED
+
+
+# -- plugins ship their own presets -------------------------------------------------------------
+
+
+class ThirdParty:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @normkit.hookimpl
+    def normkit_register_presets(self, register):
+        register("thirdparty-demo", self.path)
+
+
+def test_a_third_party_plugin_registers_a_preset(tmp_path) -> None:
+    path = tmp_path / "demo.yaml"
+    path.write_text(yaml.safe_dump(GOOD))
+    with temporary_plugin(ThirdParty(path), "thirdparty"):
+        preset = load_preset("thirdparty-demo")
+        assert preset.plugin.startswith("thirdparty") and "thirdparty-demo" in {p.name for p in available()}
+    with pytest.raises(normkit.SpecError, match="unknown preset 'thirdparty-demo'"):
+        load_preset("thirdparty-demo")
+
+
+def test_a_preset_path_must_be_a_file_path() -> None:
+    class Bad:
+        @normkit.hookimpl
+        def normkit_register_presets(self, register):
+            register("bad", 42)
+
+    with pytest.raises(normkit.PluginError, match="path must be a file path"):
+        with temporary_plugin(Bad(), "bad"):
+            pass
+
+
+# -- dry runs -----------------------------------------------------------------------------------
+
+
+def test_dry_run_checks_data_and_models_without_training(tmp_path) -> None:
+    lines = runner.dry_run(runner.plan(load_preset("proxynorm-bn-pn-equivalent")))
+    assert "  config: valid" in lines and any("dataset: digits found" in x for x in lines)
+    assert any("model: small-cnn builds with every norm" in x for x in lines)
+    assert "norms: every one builds" in runner.dry_run(runner.plan(load_preset("proxynorm-random-net-collapse")))[2]
+
+
+def test_paper_dry_run_names_a_missing_dataset(tmp_path) -> None:
+    plan = runner.plan(load_preset("proxynorm-pn-rescues-ln"), "paper", overrides={"data_dir": str(tmp_path)})
+    assert "preact-resnet18 on cifar10" in plan.lines[3] and "160 epochs" in plan.lines[3]
+    with pytest.raises(DatasetMissing, match="dry run: dataset 'cifar10' not found in") as info:
+        runner.dry_run(plan)
+    assert "\n" not in str(info.value)
+
+
+def test_unknown_scale_is_named() -> None:
+    with pytest.raises(ConfigError, match="has no --scale paper; it has: cpu"):
+        runner.plan(load_preset("proxynorm-small-batch"), "paper")
