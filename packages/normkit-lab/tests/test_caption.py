@@ -17,7 +17,8 @@ def test_the_default_recipe_names_its_regime_and_the_ablation_behind_it():
                            "learning rate (sgd lr 0.02, not tuned per norm), 5 seeds paired by seed")
     assert "Holm's adjustment over 2 comparisons" in text
     assert "bn and bnn normalize over a batch of 2" in text and "gn+pn normalize" not in text
-    assert "for this default recipe, docs/experiments.md: with each norm's lr tuned on validation" in text
+    assert "for this default recipe, docs/experiments.md: with each norm's lr tuned on validation over 10 seeds " \
+           "both verdicts hold" in text
     assert text.count("Does not show:") == 1 and text.endswith(".")
 
 

@@ -8,10 +8,11 @@ import time
 
 import pytest
 
-from normkit_lab import compare, config, execute
+from normkit_lab import compare, config
 from normkit_lab.plan import RunId, compare_plan
 from normkit_lab.progress import PlainProgress
 from normkit_lab.results import SUMMARY_JSON
+from normkit_lab.trainers import builtin
 from normkit_lab.training import EpochRecord, RunResult
 
 
@@ -49,7 +50,7 @@ def cfg():
 
 def test_every_norm_runs_every_seed_and_divergence_does_not_stop(cfg, tmp_path, monkeypatch, capsys):
     trainer = FakeTrainer(diverge={("ln", 1)})
-    monkeypatch.setattr(execute, "train_run", trainer)
+    monkeypatch.setattr(builtin, "train_run", trainer)
     store = compare.create_store(cfg, tmp_path / "out")
     results = compare.run_compare(cfg, store, progress=PlainProgress())
     assert trainer.calls == [(r.norm, r.seed) for r in compare_plan(cfg)]
@@ -63,14 +64,14 @@ def test_every_norm_runs_every_seed_and_divergence_does_not_stop(cfg, tmp_path, 
 
 
 def test_interrupt_keeps_finished_runs_and_resume_runs_only_the_rest(cfg, tmp_path, monkeypatch):
-    monkeypatch.setattr(execute, "train_run", FakeTrainer(interrupt_at=3))
+    monkeypatch.setattr(builtin, "train_run", FakeTrainer(interrupt_at=3))
     store = compare.create_store(cfg, tmp_path / "out")
     with pytest.raises(KeyboardInterrupt):
         compare.run_compare(cfg, store)
     assert store.finished() == {RunId.of("bn", 0), RunId.of("ln", 0), RunId.of("bn", 1)}
 
     again = FakeTrainer()
-    monkeypatch.setattr(execute, "train_run", again)
+    monkeypatch.setattr(builtin, "train_run", again)
     cfg2, store2 = compare.open_store(store.path)
     assert cfg2.to_dict() == cfg.to_dict() and store2.path == store.path
     results = compare.run_compare(cfg2, store2)
@@ -86,7 +87,7 @@ def test_resume_takes_runtime_overrides_only_from_the_caller(cfg, tmp_path):
 
 def test_diagnostics_callbacks_are_made_fresh_for_every_run(cfg, tmp_path, monkeypatch):
     trainer = FakeTrainer()
-    monkeypatch.setattr(execute, "train_run", trainer)
+    monkeypatch.setattr(builtin, "train_run", trainer)
     cfg.diagnostics = True
     compare.run_compare(cfg, compare.create_store(cfg, tmp_path / "out"))
     made = [cbs[0] for cbs in trainer.callbacks]
@@ -111,7 +112,7 @@ class BrokenNorm(FakeTrainer):
 @pytest.mark.parametrize("exc", [RuntimeError("mat1 and mat2 shapes\ncannot be multiplied"), ValueError(""),
                                  ZeroDivisionError("division by zero"), MemoryError()])
 def test_a_failing_norm_is_recorded_and_the_others_run_on(cfg, tmp_path, monkeypatch, capsys, exc):
-    monkeypatch.setattr(execute, "train_run", BrokenNorm({"ln"}, exc))
+    monkeypatch.setattr(builtin, "train_run", BrokenNorm({"ln"}, exc))
     store = compare.create_store(cfg, tmp_path / "out")
     results = compare.run_compare(cfg, store, progress=PlainProgress())
     failed = [r for r in results.runs if r.status == "failed"]
@@ -125,11 +126,11 @@ def test_a_failing_norm_is_recorded_and_the_others_run_on(cfg, tmp_path, monkeyp
 
 
 def test_resume_retries_failed_runs_only(cfg, tmp_path, monkeypatch):
-    monkeypatch.setattr(execute, "train_run", BrokenNorm({"ln"}, RuntimeError("bug")))
+    monkeypatch.setattr(builtin, "train_run", BrokenNorm({"ln"}, RuntimeError("bug")))
     store = compare.create_store(cfg, tmp_path / "out")
     compare.run_compare(cfg, store)
     fixed = FakeTrainer()
-    monkeypatch.setattr(execute, "train_run", fixed)
+    monkeypatch.setattr(builtin, "train_run", fixed)
     results = compare.run_compare(*compare.open_store(store.path))
     assert fixed.calls == [("ln", 0), ("ln", 1), ("ln", 2)]
     assert {r.status for r in results.runs} == {"ok"} and len(results.runs) == 6
@@ -137,7 +138,7 @@ def test_resume_retries_failed_runs_only(cfg, tmp_path, monkeypatch):
 
 
 def test_ctrl_c_is_not_a_failed_run(cfg, tmp_path, monkeypatch):
-    monkeypatch.setattr(execute, "train_run", FakeTrainer(interrupt_at=1))  # a real SIGINT while ln trains
+    monkeypatch.setattr(builtin, "train_run", FakeTrainer(interrupt_at=1))  # a real SIGINT while ln trains
     store = compare.create_store(cfg, tmp_path / "out")
     with pytest.raises(KeyboardInterrupt):
         compare.run_compare(cfg, store)
@@ -146,7 +147,7 @@ def test_ctrl_c_is_not_a_failed_run(cfg, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("exc", [KeyboardInterrupt(), SystemExit(5)])
 def test_a_keyboardinterrupt_or_systemexit_raised_by_a_norm_is_its_failure(cfg, tmp_path, monkeypatch, exc):
-    monkeypatch.setattr(execute, "train_run", BrokenNorm({"ln"}, exc))
+    monkeypatch.setattr(builtin, "train_run", BrokenNorm({"ln"}, exc))
     store = compare.create_store(cfg, tmp_path / "out")
     compare.run_compare(cfg, store)
     statuses = {(r.norm, r.seed): r.status for r in store.runs()}

@@ -26,10 +26,11 @@ from normkit_cli.errors import (
 from normkit_cli.text import plural
 
 EXPERIMENT, TRAINING, DATA, OUTPUT, SCALE = "Experiment", "Training", "Data and device", "Output", "Scale out"
+OWN = "Your own training code (docs/own-training.md)"
 # Options that steer the command rather than name a config key: they say where and how runs execute.
 _CONTROL = ("config", "out", "resume", "jobs", "jobs_per_gpu", "executor", "ray_address", "slurm_partition",
             "slurm_time", "slurm_gpus_per_node", "slurm_cpus_per_task", "slurm_param", "keep_checkpoints", "log",
-            "all_pairs")
+            "all_pairs", "higher_is_better")
 
 
 def _given(ctx: typer.Context) -> dict[str, Any]:
@@ -73,19 +74,25 @@ def grid_edge_warnings(table: list[dict[str, Any]]) -> list[str]:
 
 
 def print_tuning(table: list[dict[str, Any]], console: Any) -> None:
-    """The tuning table: every candidate's mean val accuracy per (cell, norm), the choice marked,
-    then a warning for every choice at an edge of its grid."""
+    """The tuning table: every candidate's mean val accuracy (or, for your own code, the metric's
+    validation field) per (cell, norm), the choice marked, then a warning for every choice at an edge
+    of its grid."""
     from rich.table import Table
 
-    out = Table(title="tuning (val accuracy, mean over tune seeds)")
-    for column in ("cell", "norm", "values", "val acc %", "chosen"):
+    field = table[0].get("score_field") if table else None
+    out = Table(title=f"tuning ({field or 'val accuracy'}, mean over tune seeds)")
+    for column in ("cell", "norm", "values", field or "val acc %", "chosen"):
         out.add_column(column)
     for row in table:
-        acc = row["val_acc"]
         cell = ", ".join(f"{k}={v}" for k, v in row["cell"].items()) or "-"
         values = ", ".join(f"{k}={v}" for k, v in row["values"].items())
-        out.add_row(cell, row["norm"], values, f"{100 * acc:.2f}" if acc > -1 else "diverged",
-                    "*" if row["chosen"] else "")
+        if field is not None:
+            value = row.get(field)
+            shown = f"{value:.4g}" if value is not None else "failed"
+        else:
+            acc = row["val_acc"]
+            shown = f"{100 * acc:.2f}" if acc > -1 else "diverged"
+        out.add_row(cell, row["norm"], values, shown, "*" if row["chosen"] else "")
     console.print(out)
     for line in grid_edge_warnings(table):
         console.print(line, markup=False, soft_wrap=True)
@@ -123,6 +130,18 @@ def compare_cmd(
     margin: Annotated[float | None, typer.Option(help="Equivalence margin in the primary metric's unit "
                                                       "(default: the metric's, 0.5 points of accuracy).",
                                                  rich_help_panel=EXPERIMENT)] = D["margin"],
+    command: Annotated[str | None, typer.Option(help="Run this program once per (norm, seed) instead of normkit's "
+                                                     "own loop, e.g. \"python train.py --norm {norm} --seed {seed}\"; "
+                                                     "placeholders {norm} {seed} {run_dir} {cell.KEY} {KEY}; it "
+                                                     "prints `normkit: {json}` lines of metrics. No shell.",
+                                                show_default=False, rich_help_panel=OWN)] = None,
+    higher_is_better: Annotated[bool | None, typer.Option("--higher-is-better/--lower-is-better",
+                                                          help="Direction of your program's own --metric (or write "
+                                                               "--metric f1:max / loss:min).",
+                                                          show_default=False, rich_help_panel=OWN)] = None,
+    timeout: Annotated[float | None, typer.Option(help="Seconds a --command run may take; past it the program is "
+                                                       "stopped and the run recorded failed.", show_default=False,
+                                                  rich_help_panel=OWN)] = None,
     tune: Annotated[list[str] | None, typer.Option(metavar="KEY=V1,V2,...", help="Tune a numeric training key "
                                                    "per norm on validation (repeatable), e.g. lr=0.03,0.1,0.3.",
                                                    rich_help_panel=EXPERIMENT)] = None,
@@ -251,7 +270,8 @@ def compare_cmd(
     Everything is saved under --out; see docs/experiments.md. A norm that raises is recorded as
     failed and the others go on. Ctrl-C or SIGTERM keeps the finished runs and each run's last
     finished epoch (exit 130 or 143); --resume continues. --jobs, --executor ray|slurm and
-    --nproc-per-node scale out (docs/scaling.md).
+    --nproc-per-node scale out (docs/scaling.md). --command runs your own training program
+    instead of normkit's loop, with everything else unchanged (docs/own-training.md).
     """
     from normkit_cli.report import console as make_console
     from normkit_cli.report import show
@@ -264,6 +284,10 @@ def compare_cmd(
     from normkit_lab.progress import choose_progress
 
     given = _given(ctx)
+    if higher_is_better is not None:
+        if "metric" not in given:
+            raise fail("--higher-is-better/--lower-is-better say which way --metric is better; give --metric too")
+        given["metric"] = f"{given['metric'].partition(':')[0]}:{'max' if higher_is_better else 'min'}"
     options = RunOptions(keep_checkpoints=keep_checkpoints, log=check_log_kinds(log or ()))
     scale = _executor_options(executor, jobs, jobs_per_gpu, ray_address, slurm_partition, slurm_time,
                               slurm_gpus_per_node, slurm_cpus_per_task, slurm_param)
@@ -288,9 +312,10 @@ def compare_cmd(
     n_tune, n_compare = run_count(cfg)
     cost = (f"{plural(n_tune, 'tuning run')} + {plural(n_compare, 'comparison run')}" if n_tune
             else plural(n_compare, "run"))
-    console.print(f"compare {', '.join(cfg.norms)} on {train.model}/{train.dataset}, "
-                  f"{plural(train.epochs, 'epoch')}, seeds {','.join(map(str, cfg.seeds))}: "
-                  f"{cost} -> {store.path}", soft_wrap=True)
+    what = (f"with `{cfg.command}`" if cfg.command is not None
+            else f"on {train.model}/{train.dataset}, {plural(train.epochs, 'epoch')}")
+    console.print(f"compare {', '.join(cfg.norms)} {what}, seeds {','.join(map(str, cfg.seeds))}: "
+                  f"{cost} -> {store.path}", soft_wrap=True, markup=False, highlight=False)
     resume_hint = f"continue with: normkit compare --resume {store.path}"
     try:
         results = run_compare(cfg, store, progress=choose_progress(), executor=run_executor, options=options,
@@ -312,7 +337,8 @@ def compare_cmd(
     show(results, store, console)
     failed = [run for run in results.runs if run.status == "failed"]
     if failed:
-        typer.echo(f"{plural(len(failed), 'run')} failed (first: {failed[0].error}); fix the norm, then "
+        culprit = "the program (its output is in runs/*/stderr.log)" if cfg.command is not None else "the norm"
+        typer.echo(f"{plural(len(failed), 'run')} failed (first: {failed[0].error}); fix {culprit}, then "
                    f"retry them with: normkit compare --resume {store.path}", err=True)
 
 

@@ -19,10 +19,11 @@ DEFAULTS: dict[str, Any] = {
     "gamma": 0.1, "label_smoothing": 0.0, "augment": False, "amp": False, "channels_last": False,
     "compile": False, "device": "auto", "num_workers": 0, "cpu_threads": None,
     "nproc_per_node": 1,
+    "command": None, "command_dir": None, "timeout": None, "train_function": None, "code_files": None,
 }
 
 # Keys that may change when resuming (a copy of normkit_lab.config.RUNTIME_KEYS, checked by the same test).
-RUNTIME_KEYS = frozenset({"device", "data_dir", "download", "num_workers", "diagnostics"})
+RUNTIME_KEYS = frozenset({"device", "data_dir", "download", "num_workers", "diagnostics", "timeout"})
 
 # The primary metrics and epoch selections `normkit report` offers (copies of normkit_lab.metrics', checked
 # by the same test).

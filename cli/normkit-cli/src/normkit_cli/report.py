@@ -77,7 +77,10 @@ def summary_table(results: Results, summary: Summary, drop: tuple[str, ...] = ()
 
     cfg, metric = results.config, summary.metric
     epochs = plural(cfg["epochs"], "epoch") if isinstance(cfg.get("epochs"), int) else f"{cfg.get('epochs')} epochs"
-    table = Table(title=Text(f"{cfg.get('model')} on {cfg.get('dataset')}, {epochs}: {summary.label} "
+    what = f"{cfg.get('model')} on {cfg.get('dataset')}, {epochs}"
+    if cfg.get("command") or cfg.get("train_function"):
+        what = f"`{cfg['command']}`" if cfg.get("command") else f"{cfg['train_function']}()"
+    table = Table(title=Text(f"{what}: {summary.label} "
                         f"({summary.source}, {summary.select} epoch) over seeds, difference to {summary.baseline} "
                         f"paired by seed, equivalence margin ±{summary.margin:g} {metric.unit}"),
                   box=box.SIMPLE_HEAD, title_justify="left", collapse_padding=True, pad_edge=False)

@@ -7,10 +7,14 @@ for the heavy parts. `compare_norms` (the Python API of `normkit compare`) loads
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["ComparisonResult", "ExecutorOptions", "RunOptions", "compare_norms"]
+__all__ = ["ComparisonResult", "ExecutorOptions", "RunOptions", "compare_norms", "read_result", "report_metrics"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "report_metrics":  # for training scripts: imports nothing heavy
+        from normkit_lab.reporting import report_metrics
+
+        return report_metrics
     if name in __all__:
         from normkit_lab import api
 

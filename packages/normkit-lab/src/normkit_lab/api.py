@@ -5,23 +5,30 @@
     result.summary          # one dict per (cell, norm): accuracy, difference, verdict, ...
     result.runs             # the runs.jsonl rows
     result.tuning           # the tuning table (with tune=...), else []
+
+Your own training code instead of normkit's loop (docs/own-training.md):
+
+    compare_norms("bn,bnn", command="python train.py --norm {norm} --seed {seed}", metric="test_acc")
+    compare_norms("bn,bnn", train=my_train, seeds=5, metric="test_acc")   # my_train(norm, seed, *, cell, report)
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from normkit_lab import config as lab_config
-from normkit_lab.compare import check, create_store, run_compare
+from normkit_lab.compare import check, create_store, open_store, run_compare
 from normkit_lab.execute import RunOptions
 from normkit_lab.executors import ExecutorOptions, make_executor
 
 __all__ = ["ComparisonResult", "ExecutorOptions", "RunOptions", "compare_norms", "read_result"]
 from normkit_lab.progress import Progress
 from normkit_lab.results import SUMMARY_JSON, TUNING_FILE, ResultsDir
+from normkit_lab.trainers import make_trainer
 
 
 @dataclass
@@ -48,7 +55,8 @@ class ComparisonResult:
 
 def compare_norms(norms: str | list[str], *, out: str | Path | None = None, config: str | Path | None = None,
                   progress: Progress | None = None, executor: ExecutorOptions | None = None,
-                  run_options: RunOptions | None = None, **options: Any) -> ComparisonResult:
+                  run_options: RunOptions | None = None, train: Callable[..., Any] | None = None,
+                  resume: str | Path | None = None, **options: Any) -> ComparisonResult:
     """Run a comparison with the options of `normkit compare` (keys as in config.yaml, e.g.
     `epochs=2, seeds=3, tune={"lr": [0.03, 0.1]}, sweep={"batch_size": [16, 64]}`).
 
@@ -57,12 +65,30 @@ def compare_norms(norms: str | list[str], *, out: str | Path | None = None, conf
     (default runs/<timestamp>-compare), exactly as the CLI saves them. `executor` says where runs
     train (`ExecutorOptions(jobs=2)`, `ExecutorOptions(kind="ray")`, ...), `run_options` how
     (`RunOptions(keep_checkpoints=True, log=("tensorboard",))`).
+
+    Runs are normkit's own training loop, unless `command="python train.py --norm {norm} --seed
+    {seed}"` (any program, reporting `normkit: {json}` lines) or `train=my_train` (a function
+    `my_train(norm, seed, *, cell, report)`) trains them: see docs/own-training.md. `resume`
+    continues an interrupted comparison in that directory (its saved config; `norms` and
+    `options` are then ignored except runtime keys such as device or timeout).
     """
-    cfg = lab_config.resolve({"norms": norms, **options}, config)
     executor = executor or ExecutorOptions()
-    check(cfg, parallel=executor.parallel_runs)
-    store = create_store(cfg, out)
-    run_compare(cfg, store, progress=progress, executor=make_executor(executor), options=run_options)
+    if resume is not None:
+        runtime = {k: v for k, v in options.items() if k in lab_config.RUNTIME_KEYS}
+        cfg, store = open_store(resume, runtime)
+        trainer = make_trainer(cfg, train)
+        check(cfg, parallel=executor.parallel_runs, trainer=trainer)
+    else:
+        if train is not None:  # known before the config is built: sweep and tune keys are then the function's
+            from normkit_lab.trainers.function import reference
+
+            options = {**options, "train_function": reference(train)}
+        cfg = lab_config.resolve({"norms": norms, **options}, config)
+        trainer = make_trainer(cfg, train)
+        check(cfg, parallel=executor.parallel_runs, trainer=trainer)
+        store = create_store(cfg, out)
+    run_compare(cfg, store, progress=progress, executor=make_executor(executor), options=run_options,
+                trainer=trainer)
     return read_result(store)
 
 

@@ -26,27 +26,20 @@ from normkit_lab.config import CompareConfig, build_config, load_yaml, save_yaml
 from normkit_lab.errors import ConfigError
 from normkit_lab.execute import Job, RunOptions
 from normkit_lab.executors import Executor, ExecutorOptions, make_executor
-from normkit_lab.plan import RunId, choose, compare_plan, grid, run_count, tune_plan
+from normkit_lab.plan import RunId, choose, compare_plan, run_count, tune_plan
 from normkit_lab.progress import Progress
 from normkit_lab.report import Results, write_summary
 from normkit_lab.results import ResultsDir
-from normkit_lab.training import check_config, resolved_threads
+from normkit_lab.trainers import Trainer, make_trainer
 
 TuningTable = Callable[[list[dict[str, Any]]], None]
 
 
-def check(cfg: CompareConfig, parallel: int = 1) -> None:
-    """Validate model, dataset, norms and numbers of every cell and tuning candidate (raises a
-    one-line NormkitError), and fill in the CPU thread count so config.yaml records it: with
-    `parallel` runs at once, the machine's cores are shared out between them."""
-    for cell in grid(cfg.sweep):
-        for candidate in grid(cfg.tune):
-            check_config(RunId.of(cfg.norms[0], 0, cell=cell, tuned=candidate).train_config(cfg.train),
-                         list(cfg.norms))
-    if cfg.train.cpu_threads is None:
-        from normkit_lab.executors.local import split_threads
-
-        cfg.train.cpu_threads = split_threads(resolved_threads(cfg.train, cfg.baseline_norm), parallel)
+def check(cfg: CompareConfig, parallel: int = 1, trainer: Trainer | None = None) -> None:
+    """Everything the trainer needs checked before any run (raises a one-line NormkitError): for the
+    built-in trainer model, dataset, norms and numbers of every cell and tuning candidate, and the
+    CPU thread count filled in so config.yaml records it (`parallel` runs share the cores)."""
+    (trainer or make_trainer(cfg)).check(cfg, parallel)
 
 
 def create_store(cfg: CompareConfig, out: str | Path | None) -> ResultsDir:
@@ -69,18 +62,31 @@ def results_of(cfg: CompareConfig, store: ResultsDir) -> Results:
                    sources=[store.path], metric=cfg.metric)
 
 
+def _tuning_column(cfg: CompareConfig) -> tuple[str, float] | None:
+    """The tuning table's column for the user's own code: the metric's validation field (None: the
+    built-in trainer's val accuracy)."""
+    if not cfg.external:
+        return None
+    from normkit_lab.metrics import metric_named
+
+    metric = metric_named(cfg.metric)
+    return metric.select_by, metric.sign
+
+
 def run_compare(cfg: CompareConfig, store: ResultsDir, *, progress: Progress | None = None,
                 on_tuned: TuningTable | None = None, executor: Executor | None = None,
-                options: RunOptions | None = None) -> Results:
+                options: RunOptions | None = None, trainer: Trainer | None = None) -> Results:
     """Train the plan's runs that `store` does not hold yet; return all comparison runs.
 
     Tuning runs (if any) go first; their table is written to tuning.json and passed to
     `on_tuned`. `executor` trains them (default: one after another in this process); `options`
-    say how (checkpoints kept, loggers; diagnostics follow the config). The summary is rewritten
+    say how (checkpoints kept, loggers; diagnostics follow the config); `trainer` what a run executes
+    (default: `make_trainer(cfg)`, normkit's own loop). The summary is rewritten
     after every finished comparison run, so an interruption loses at most the epochs since the
     runs in progress last saved a checkpoint.
     """
     progress = progress or Progress()
+    trainer = trainer or make_trainer(cfg)
     executor = executor or make_executor(ExecutorOptions())
     options = dataclasses.replace(options or RunOptions(), diagnostics=cfg.diagnostics)
     finished = store.finished()
@@ -102,7 +108,7 @@ def run_compare(cfg: CompareConfig, store: ResultsDir, *, progress: Progress | N
                 write_summary(store, results_of(cfg, store))
 
     def run_all(run_ids: list[RunId]) -> None:
-        executor.run([Job.make(cfg, run_id, store, options) for run_id in run_ids], on_event)
+        executor.run([Job.make(cfg, run_id, store, options, trainer) for run_id in run_ids], on_event)
         recorded = {RunId.of_run(run) for run in store.runs()}
         missing = [run_id for run_id in run_ids if run_id not in recorded]
         if missing:  # an executor must record every run it was given (ok, diverged or failed)
@@ -114,7 +120,7 @@ def run_compare(cfg: CompareConfig, store: ResultsDir, *, progress: Progress | N
         run_all(tuning)
         chosen = None
         if cfg.tune:
-            chosen, table = choose(cfg, store.runs())
+            chosen, table = choose(cfg, store.runs(), trainer.tuning_score, _tuning_column(cfg))
             store.write_tuning(table)
             if on_tuned is not None:
                 on_tuned(table)

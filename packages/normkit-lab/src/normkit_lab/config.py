@@ -26,7 +26,7 @@ from normkit.grammar import expand_lists
 from normkit_lab import safe_yaml
 from normkit_lab.errors import ConfigError, short_repr
 from normkit_lab.limits import MAX_SEED, MAX_SEEDS
-from normkit_lab.metrics import metric_named
+from normkit_lab.metrics import metric_named, metric_spec, needs_margin
 from normkit_lab.plan import RUNTIME_KEYS, SELECTIONS
 from normkit_lab.training import TrainConfig
 
@@ -59,6 +59,18 @@ class CompareConfig:
     tune: dict[str, list[Any]] = field(default_factory=dict)
     tune_seeds: list[int] = field(default_factory=list)
     sweep: dict[str, list[Any]] = field(default_factory=dict)
+    # the user's own training code (normkit_lab.trainers): a program run once per run, or the
+    # "module:name" of a Python function; code_files: hashes of the files they name (set by check)
+    command: str | None = None
+    command_dir: str | None = None
+    timeout: float | None = None
+    train_function: str | None = None
+    code_files: dict[str, str] | None = None
+
+    @property
+    def external(self) -> bool:
+        """True when runs are the user's code (a command or a function), not normkit's own loop."""
+        return self.command is not None or self.train_function is not None
 
     @property
     def baseline_norm(self) -> str:
@@ -70,15 +82,18 @@ class CompareConfig:
         train = dataclasses.asdict(self.train)
         train.update(lr=self.train.resolved_lr, weight_decay=self.train.resolved_weight_decay,
                      norm_weight_decay=self.train.resolved_norm_weight_decay)
+        own = {key: getattr(self, key) for key in _EXTERNAL_KEYS if getattr(self, key) is not None}
         return {"norms": list(self.norms), "seeds": list(self.seeds), "baseline": self.baseline_norm,
                 "diagnostics": self.diagnostics, "select": self.select, "metric": self.metric,
                 "margin": metric_named(self.metric).default_margin if self.margin is None else self.margin,
                 "tune": {k: list(v) for k, v in self.tune.items()}, "tune_seeds": list(self.tune_seeds),
-                "sweep": {k: list(v) for k, v in self.sweep.items()}, **train}
+                "sweep": {k: list(v) for k, v in self.sweep.items()}, **own, **train}
 
 
+# written to config.yaml only when set, so a built-in comparison's config (and its hash) is as before
+_EXTERNAL_KEYS = ("command", "command_dir", "timeout", "train_function", "code_files")
 _COMPARE_KEYS = ("norms", "seeds", "baseline", "diagnostics", "select", "metric", "margin", "tune", "tune_seeds",
-                 "sweep")
+                 "sweep", *_EXTERNAL_KEYS)
 
 
 def known_keys() -> list[str]:
@@ -89,7 +104,7 @@ def defaults() -> dict[str, Any]:
     """Default value of every key except `norms`, which has none."""
     out: dict[str, Any] = {"seeds": list(DEFAULT_SEEDS), "baseline": None, "diagnostics": False,
                            "select": "final", "metric": "test_acc", "margin": None, "tune": {}, "tune_seeds": None,
-                           "sweep": {}}
+                           "sweep": {}, **dict.fromkeys(_EXTERNAL_KEYS)}
     for f in dataclasses.fields(TrainConfig):
         if f.default is not dataclasses.MISSING:
             out[f.name] = f.default
@@ -202,11 +217,20 @@ def _grid_items(value: Any, what: str) -> dict[str, list[Any]]:
 _NOT_GRIDDABLE = RUNTIME_KEYS | {"model", "dataset", "model_params", "dataset_params", "cpu_threads"}
 
 
-def parse_grid(value: Any, what: str, *, numeric: bool) -> dict[str, list[Any]]:
-    """The values of `tune` or `sweep` (training key -> distinct values), typed and checked."""
+def parse_grid(value: Any, what: str, *, numeric: bool, free: bool = False) -> dict[str, list[Any]]:
+    """The values of `tune` or `sweep` (training key -> distinct values), typed and checked. `free`: the
+    keys are the user's own program's (any identifier, any plain values), not normkit's training keys."""
     hints = typing.get_type_hints(TrainConfig)
     out = {}
     for key, values in _grid_items(value, what).items():
+        if free:
+            if not key.isidentifier():
+                raise ConfigError(f"{what} key {key!r} is not a name (an identifier such as lr or width)")
+            if not all(isinstance(v, (int, float, str, bool)) for v in values) or not values \
+                    or len(set(map(repr, values))) != len(values):
+                raise ConfigError(f"{what} {key}={values} must list distinct plain values, e.g. {key}=0.03,0.1,0.3")
+            out[key] = list(values)
+            continue
         if key not in hints or key in _NOT_GRIDDABLE:
             valid = [k for k in hints if k not in _NOT_GRIDDABLE]
             raise ConfigError(f"{what} key {key!r} is not a training key{did_you_mean(key, valid)}; "
@@ -334,12 +358,26 @@ def build_config(values: dict[str, Any]) -> CompareConfig:
     select = merged.pop("select")
     if select not in SELECTIONS:
         raise ConfigError(f"select must be one of {', '.join(SELECTIONS)}, not {select!r}")
-    metric = metric_named(_check_type("metric", merged.pop("metric"), str)).field
+    metric = metric_spec(_check_type("metric", merged.pop("metric"), str))
     margin = _check_type("margin", merged.pop("margin"), float | None)
     if margin is not None and not (math.isfinite(margin) and margin > 0):
         raise ConfigError(f"margin must be a finite number > 0 in the metric's unit, not {margin!r}")
-    tune = parse_grid(merged.pop("tune"), "tune", numeric=True)
-    sweep = parse_grid(merged.pop("sweep"), "sweep", numeric=False)
+    if margin is None and needs_margin(metric_named(metric)):
+        raise ConfigError(f"metric {metric} is your program's own, so normkit does not know its unit: give the "
+                          f"equivalence margin in it, e.g. --margin 0.01")
+    own = {key: merged.pop(key) for key in _EXTERNAL_KEYS}
+    own_types = {"command": str | None, "command_dir": str | None, "timeout": float | None,
+                 "train_function": str | None, "code_files": dict | None}
+    own = {key: _check_type(key, value, own_types[key]) for key, value in own.items()}
+    if own["timeout"] is not None and not (math.isfinite(own["timeout"]) and own["timeout"] > 0):
+        raise ConfigError(f"timeout must be a number of seconds > 0, not {own['timeout']!r}")
+    if own["command"] is not None and own["train_function"] is not None:
+        raise ConfigError("give either a command or a train function, not both")
+    external = own["command"] is not None or own["train_function"] is not None
+    if own["timeout"] is not None and own["command"] is None:
+        raise ConfigError("timeout stops a --command program that runs too long; it needs --command")
+    tune = parse_grid(merged.pop("tune"), "tune", numeric=not external, free=external)
+    sweep = parse_grid(merged.pop("sweep"), "sweep", numeric=False, free=external)
     both = sorted(set(tune) & set(sweep))
     if both:
         raise ConfigError(f"{both[0]!r} is both tuned and swept; use it in --tune or --sweep, not both")
@@ -355,14 +393,39 @@ def build_config(values: dict[str, Any]) -> CompareConfig:
         train = TrainConfig(**train_values)
     except TypeError as exc:
         raise ConfigError(f"incomplete training config: {exc}") from None
+    if external and diagnostics:
+        raise ConfigError("diagnostics measure normkit's own models during its own training; they are not "
+                          "available for a command or train function: drop --diagnostics")
     return CompareConfig(norms=norms, train=train, seeds=seeds, baseline=baseline, diagnostics=diagnostics,
-                         select=select, metric=metric, margin=margin, tune=tune, tune_seeds=tune_seeds, sweep=sweep)
+                         select=select, metric=metric, margin=margin, tune=tune, tune_seeds=tune_seeds, sweep=sweep,
+                         **own)
+
+
+# The keys a command or train function still uses: where runs go (device, CPU threads, processes per
+# run for its GPU slots) and the epochs progress counts against (`{epochs}`).
+_EXTERNAL_TRAIN_KEYS = frozenset({"device", "cpu_threads", "epochs", "nproc_per_node"})
+
+
+def _refuse_builtin_keys(values: dict[str, Any]) -> None:
+    """With the user's own code, a key of normkit's own loop (lr, model, ...) would be silently ignored:
+    refuse it, saying how the program gets such a value."""
+    if values.get("command") is None and values.get("train_function") is None:
+        return
+    unused = sorted(k for k in values if k in {f.name for f in dataclasses.fields(TrainConfig)}
+                    and k not in _EXTERNAL_TRAIN_KEYS)
+    if unused:
+        key = unused[0]
+        raise ConfigError(f"{key} is a setting of normkit's own training loop, which your code replaces; pass it "
+                          f"to your program instead (in the command, or swept or tuned: --sweep {key}=... with "
+                          f"{{cell.{key}}}, --tune {key}=... with {{{key}}})")
 
 
 def resolve(cli_values: dict[str, Any], config_file: str | Path | None = None) -> CompareConfig:
     """CLI values (only those the user typed) over the YAML file over defaults."""
     from_file = load_yaml(config_file) if config_file is not None else {}
-    return build_config({**from_file, **normalize_keys(cli_values, "command-line options")})
+    values = {**from_file, **normalize_keys(cli_values, "command-line options")}
+    _refuse_builtin_keys(values)
+    return build_config(values)
 
 
 def save_yaml(cfg: CompareConfig) -> str:

@@ -24,7 +24,9 @@ from normkit_lab.checkpoints import Checkpointing
 from normkit_lab.errors import DamagedRunFile, MachineFailure, os_error_text
 from normkit_lab.plan import RunId
 from normkit_lab.results import ResultsDir
-from normkit_lab.training import EpochRecord, RunResult, TrainConfig, failed_run, train_run
+from normkit_lab.trainers import RunContext, Trainer
+from normkit_lab.trainers.builtin import BuiltinTrainer
+from normkit_lab.training import EpochRecord, RunResult, TrainConfig, failed_run
 
 if TYPE_CHECKING:
     from normkit_lab.config import CompareConfig
@@ -51,18 +53,20 @@ class RunOptions:
 @dataclass(frozen=True)
 class Job:
     """One run to execute: where its store is, its training config (cell and tuned values applied),
-    its identity and the run options."""
+    its identity, the run options and the trainer that runs it (`normkit_lab.trainers`)."""
 
     store: str
     train: TrainConfig
     run: RunId
     options: RunOptions = field(default_factory=RunOptions)
+    trainer: Trainer = field(default_factory=BuiltinTrainer)
 
     @classmethod
     def make(cls, cfg: CompareConfig, run_id: RunId, store: ResultsDir | str | Path,
-             options: RunOptions | None = None) -> Job:
+             options: RunOptions | None = None, trainer: Trainer | None = None) -> Job:
         path = store.path if isinstance(store, ResultsDir) else Path(store)
-        return cls(str(path), run_id.train_config(cfg.train), run_id, options or RunOptions())
+        trainer = trainer or BuiltinTrainer()
+        return cls(str(path), trainer.run_config(run_id, cfg.train), run_id, options or RunOptions(), trainer)
 
     def with_train(self, **changes: Any) -> Job:
         """The same job with training values changed (e.g. the CPU threads or device a slot gives it)."""
@@ -112,7 +116,9 @@ def _train_and_record(job: Job, store: ResultsDir, events: Events | None) -> Run
         try:
             with _real_signals() as from_signals:
                 try:
-                    result = _train(job, checkpoint, loggers, callbacks_for(job.options.diagnostics)(), on_epoch)
+                    context = RunContext(run_dir=store.run_dir(run_id), checkpoint=checkpoint, on_epoch=on_epoch,
+                                         loggers=loggers, callbacks=callbacks_for(job.options.diagnostics)())
+                    result = job.trainer.train(job, context)
                 except (DamagedRunFile, MachineFailure):
                     raise
                 except BaseException as exc:  # noqa: BLE001 - one norm's failure, even sys.exit, must not stop the others
@@ -123,6 +129,7 @@ def _train_and_record(job: Job, store: ResultsDir, events: Events | None) -> Run
         finally:
             for logger in loggers:
                 logger.close()
+        result.trainer = job.trainer.kind
         store.append_run(with_identity(result, run_id), environment.run_columns(job.train.device))
     # the row is written: only now may the checkpoint go. A failed run restarts from its first epoch when
     # retried (its norm's code has probably changed)
@@ -219,14 +226,3 @@ def with_identity(result: RunResult, run_id: RunId) -> RunResult:
     """`result` carrying the rest of `run_id` (phase, cell, tuned values), as the store keys it."""
     result.phase, result.cell, result.tuned = run_id.phase, dict(run_id.cell), dict(run_id.tuned)
     return result
-
-
-def _train(job: Job, checkpoint: Checkpointing, loggers: list[Any], callbacks: Any,
-           on_epoch: Callable[[EpochRecord], None]) -> RunResult:
-    """The training itself: in this process, or across `nproc_per_node` processes under torchrun."""
-    if job.train.nproc_per_node > 1:
-        from normkit_lab.distributed import train_distributed
-
-        return train_distributed(job, checkpoint, on_epoch)
-    return train_run(job.train, job.run.norm, job.run.seed, on_epoch=on_epoch, callbacks=callbacks,
-                     checkpoint=checkpoint, loggers=loggers)

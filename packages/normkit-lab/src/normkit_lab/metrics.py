@@ -87,18 +87,57 @@ METRICS: dict[str, Metric] = {
 DEFAULT_METRIC = "test_acc"
 
 
+DIRECTIONS = {"max": True, "min": False}
+
+
 def metric_named(name: str) -> Metric:
-    """The registered metric `name` (ConfigError naming the choices otherwise)."""
-    if name not in METRICS:
-        raise ConfigError(f"unknown metric {name!r}{did_you_mean(name, list(METRICS))}; "
-                          f"choose one of {', '.join(METRICS)}")
-    return METRICS[name]
+    """The metric `name`: a registered one (`test_acc`), or one a training program reports, named with
+    its direction (`f1:max`, `test_wer:min`; values used as reported, scale 1, no default margin).
+    A registered name may carry its own direction (`test_loss:min`). ConfigError otherwise."""
+    if not isinstance(name, str):
+        raise ConfigError(f"metric must be a name such as test_acc or f1:max, not {name!r}")
+    field, sep, direction = name.partition(":")
+    field = field.strip()
+    if sep and direction.strip() not in DIRECTIONS:
+        raise ConfigError(f"metric {name!r} must end in :max (higher is better) or :min (lower is better)")
+    if field in METRICS:
+        known = METRICS[field]
+        if sep and DIRECTIONS[direction.strip()] != known.higher_is_better:
+            better = "higher" if known.higher_is_better else "lower"
+            raise ConfigError(f"metric {name!r}: {field} is one normkit knows, and {better} is better; drop the "
+                              f":{direction.strip()}")
+        return known
+    if not sep:
+        raise ConfigError(f"unknown metric {name!r}{did_you_mean(name, list(METRICS))}; choose one of "
+                          f"{', '.join(METRICS)}, or name your program's own metric with its direction, "
+                          f"e.g. {field}:max (--higher-is-better) or {field}:min (--lower-is-better)")
+    if not field.isidentifier():
+        raise ConfigError(f"metric {name!r}: {field!r} is not a metric name (an identifier like test_f1)")
+    select_by = "val_" + field[len("test_"):] if field.startswith("test_") else field
+    return Metric(field=field, label=field.replace("_", " "), unit="", higher_is_better=DIRECTIONS[direction.strip()],
+                  scale=1.0, low=None, high=None, select_by=select_by, fallback=None, default_margin=math.nan)
+
+
+def metric_spec(name: str) -> str:
+    """How config.yaml records `name`: a registered metric by its name, another with its direction."""
+    metric = metric_named(name)
+    if metric.field in METRICS:
+        return metric.field
+    return f"{metric.field}:{'max' if metric.higher_is_better else 'min'}"
+
+
+def needs_margin(metric: Metric) -> bool:
+    """True for a program's own metric: normkit does not know its unit, so the margin must be given."""
+    return not math.isfinite(metric.default_margin)
 
 
 def margin_of(config: Mapping[str, Any], metric: Metric) -> float:
     """The equivalence margin in the metric's unit: config `margin`, or the metric's default."""
     value = config.get("margin")
     if value is None:
+        if needs_margin(metric):
+            raise ConfigError(f"metric {metric.field} is your program's own, so normkit does not know its unit: "
+                              f"give the equivalence margin in it, e.g. --margin 0.01")
         return metric.default_margin
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise ConfigError(f"margin must be a number > 0 in the metric's unit, not {value!r}")

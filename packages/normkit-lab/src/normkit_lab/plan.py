@@ -26,20 +26,25 @@ from typing import TYPE_CHECKING, Any
 from normkit_lab.training import EpochRecord, RunResult, TrainConfig
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from normkit_lab.config import CompareConfig
+
+    Score = Callable[[CompareConfig, RunResult | None, "RunId"], float]
 
 PHASES = ("tune", "compare")
 SELECTIONS = ("final", "best-val")
 
 # Config keys that change where or how fast runs execute, not what they compute: they may change on
 # resume and differ between merged directories.
-RUNTIME_KEYS = frozenset({"device", "data_dir", "download", "num_workers", "diagnostics"})
+RUNTIME_KEYS = frozenset({"device", "data_dir", "download", "num_workers", "diagnostics", "timeout"})
 # Keys that choose which runs exist and how they are summarized; each run's own identity (norm, seed,
 # cell, tuned) says where it belongs, so they are not part of the config hash either.
 PLAN_KEYS = frozenset({"norms", "seeds", "baseline", "select", "metric", "margin"})
 # cpu_threads is resolved per machine and split between parallel jobs; it changes speed, not results
 # beyond float rounding, and is recorded in every row (`threads`).
-_UNHASHED = RUNTIME_KEYS | PLAN_KEYS | {"cpu_threads"}
+# command_dir: where a --command runs (an absolute path, so a copied store still compares equal).
+_UNHASHED = RUNTIME_KEYS | PLAN_KEYS | {"cpu_threads", "command_dir"}
 
 
 def config_identity(config: dict[str, Any]) -> dict[str, Any]:
@@ -150,17 +155,22 @@ def selected_epoch(epochs: list[EpochRecord], select: str) -> EpochRecord | None
     raise ValueError(f"select must be one of {', '.join(SELECTIONS)}, not {select!r}")
 
 
-def _val_score(run: RunResult | None, select: str, epochs: int) -> float:
-    """A tuning run's val accuracy at the selected epoch; -inf when it diverged or is incomplete."""
+def val_accuracy_score(cfg: CompareConfig, run: RunResult | None, run_id: RunId) -> float:
+    """A tuning run's val accuracy at the selected epoch; -inf when it diverged or is incomplete (the
+    built-in trainer's score; other trainers pass their own to `choose`)."""
+    epochs = run_id.train_config(cfg.train).epochs
     if run is None or run.status != "ok" or len(run.epochs) < epochs:
         return -math.inf
-    record = selected_epoch(run.epochs, select)
+    record = selected_epoch(run.epochs, cfg.select)
     return record.val_acc if record is not None else -math.inf
 
 
-def choose(cfg: CompareConfig, runs: list[RunResult]) -> tuple[dict[tuple[Any, str], dict[str, Any]],
-                                                                list[dict[str, Any]]]:
-    """Per (cell, norm), the candidate with the best mean val accuracy over the tune seeds.
+def choose(cfg: CompareConfig, runs: list[RunResult], score: Score | None = None,
+           column: tuple[str, float] | None = None) -> tuple[dict[tuple[Any, str], dict[str, Any]],
+                                                              list[dict[str, Any]]]:
+    """Per (cell, norm), the candidate with the best mean val accuracy over the tune seeds (`score`:
+    a trainer's own validation score of a run, higher is better; default the built-in one; `column`:
+    then the table's (field name, sign that turns the score back into that field's value)).
 
     Returns (chosen, table): `chosen[(frozen cell, norm)]` = values; `table` one row per cell,
     norm and candidate with the mean val accuracy, its runs and whether it was chosen (the
@@ -173,13 +183,17 @@ def choose(cfg: CompareConfig, runs: list[RunResult]) -> tuple[dict[tuple[Any, s
         for norm in cfg.norms:
             rows = []
             for candidate in grid(cfg.tune):
-                scores = [_val_score(by_id.get(RunId.of(norm, seed, "tune", cell, candidate)), cfg.select,
-                                     RunId.of(norm, seed, "tune", cell, candidate).train_config(cfg.train).epochs)
-                          for seed in cfg.tune_seeds]
+                ids = [RunId.of(norm, seed, "tune", cell, candidate) for seed in cfg.tune_seeds]
+                scores = [(score or val_accuracy_score)(cfg, by_id.get(run_id), run_id) for run_id in ids]
                 mean = sum(scores) / len(scores)
-                rows.append({"cell": cell, "norm": norm, "values": candidate, "val_acc": mean,
-                             "seeds": list(cfg.tune_seeds), "chosen": False})
-            best = max(range(len(rows)), key=lambda i: rows[i]["val_acc"])
+                row = {"cell": cell, "norm": norm, "values": candidate, "val_acc": mean,
+                       "seeds": list(cfg.tune_seeds), "chosen": False}
+                if column is not None:
+                    row = {"cell": cell, "norm": norm, "values": candidate, "score_field": column[0],
+                           column[0]: column[1] * mean if math.isfinite(mean) else None, "score": mean,
+                           "seeds": list(cfg.tune_seeds), "chosen": False}
+                rows.append(row)
+            best = max(range(len(rows)), key=lambda i: rows[i]["score" if column is not None else "val_acc"])
             rows[best]["chosen"] = True
             chosen[(_frozen(cell), norm)] = rows[best]["values"]
             table += rows

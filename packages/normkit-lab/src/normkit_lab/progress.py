@@ -72,6 +72,12 @@ def _acc(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.2f}%"
 
 
+def _reported(record: Any) -> str:
+    """A reported epoch's metrics (a --command or train= run), shortened: `val_acc 0.912, test_acc 0.905`."""
+    text = ", ".join(f"{k} {v:.4g}" for k, v in list(record.metrics.items())[:4])
+    return text or "no metrics"
+
+
 class PlainProgress(Progress):
     """One line per epoch and per finished run, flushed at once (readable in CI logs)."""
 
@@ -90,6 +96,9 @@ class PlainProgress(Progress):
     def epoch_end(self, run_id: RunId, record: EpochRecord) -> None:
         super().epoch_end(run_id, record)
         where = f"[{self.done + 1}/{self.total}] {run_id.label()}"
+        if hasattr(record, "metrics"):
+            self._say(f"{where} epoch {record.epoch + 1}: {_reported(record)}")
+            return
         self._say(f"{where} epoch {record.epoch + 1}/{self.epochs}: train loss {record.train_loss:.4f}, "
                   f"val acc {_acc(record.val_acc)}, {record.epoch_time_s:.1f}s")
 
@@ -98,6 +107,10 @@ class PlainProgress(Progress):
         where = f"[{self.done}/{self.total}] {RunId.of_run(result).label()}"
         if result.status == "failed":
             self._say(f"{where}: {result.error}")
+            return
+        if result.trainer != "builtin":
+            final = _reported(result.epochs[-1]) if result.epochs else "-"
+            self._say(f"{where}: {result.status}, final {final}, {format_eta(self.eta_seconds())}")
             return
         final = _acc(result.epochs[-1].val_acc) if result.epochs else "-"
         self._say(f"{where}: {result.status}, final val acc {final}, {format_eta(self.eta_seconds())}")
@@ -140,20 +153,25 @@ class RichProgress(Progress):
         super().epoch_end(run_id, record)
         if run_id in self.current:
             self.bars.update(self.current[run_id], completed=record.epoch + 1,
-                             status=f"val acc {_acc(record.val_acc)}")
+                             status=(_reported(record) if hasattr(record, "metrics")
+                                     else f"val acc {_acc(record.val_acc)}"))
         self.bars.update(self.overall, advance=1, status=self._overall_status())
 
     def run_end(self, result: RunResult) -> None:
         run_id = RunId.of_run(result)
         seen = self._epochs_done.get(run_id, 0)
         super().run_end(result)
-        final = _acc(result.epochs[-1].val_acc) if result.epochs else "-"
+        own = result.trainer != "builtin"
+        if own:
+            final = _reported(result.epochs[-1]) if result.epochs else "-"
+        else:
+            final = _acc(result.epochs[-1].val_acc) if result.epochs else "-"
         task = self.current.pop(run_id, None)
         if task is not None:  # finished runs leave the display (the table follows); one line says how it ended
             self.bars.remove_task(task)
-        self.bars.console.print(f"{run_id.label()}: {result.error if result.status == 'failed' else result.status}"
-                                f"{'' if result.status == 'failed' else f', final val acc {final}'}",
-                                highlight=False, soft_wrap=True)
+        final = f"{'' if own else 'val acc '}{final}"
+        ending = result.error if result.status == "failed" else f"{result.status}, final {final}"
+        self.bars.console.print(f"{run_id.label()}: {ending}", highlight=False, soft_wrap=True)
         self.bars.update(self.overall, advance=self.epochs - seen, status=self._overall_status())
 
     def run_skipped(self, run_id: RunId) -> None:

@@ -21,7 +21,7 @@ from normkit_lab import lm_baselines, plots, safe_yaml
 from normkit_lab.config import RUNTIME_KEYS
 from normkit_lab.diagnostics.report import write_report as write_diagnostics_files
 from normkit_lab.errors import ConfigError
-from normkit_lab.metrics import DEFAULT_METRIC, margin_of, metric_named, select_of
+from normkit_lab.metrics import DEFAULT_METRIC, margin_of, metric_named, metric_spec, select_of
 from normkit_lab.report_html import render_html
 from normkit_lab.results import ResultsDir, atomic_write_text, rows_to_runs
 from normkit_lab.summary import Run, Summary, cell_key, runs_from_results, runs_from_rows, summarize
@@ -32,7 +32,7 @@ REPORT_HTML = "report.html"
 # Keys that may differ between merged directories besides the runtime ones. The primary metric (and
 # so its margin) only chooses what is read from the runs, which record every metric: the merged
 # report uses --metric, else the first directory's.
-_MERGE_FREE = RUNTIME_KEYS | {"norms", "seeds", "baseline", "margin", "select", "metric"}
+_MERGE_FREE = RUNTIME_KEYS | {"norms", "seeds", "baseline", "margin", "select", "metric", "command_dir"}
 
 
 @dataclass
@@ -127,7 +127,8 @@ def load_results(dirs: Sequence[str | Path], baseline: str | None = None,
         for view in runs_from_rows(store_rows):
             key = _identity(view)
             if key in seen and view.phase == "tune":
-                repeated_tuning.add(key)  # both tuned on the same seeds: keep the first directory's run
+                if seen[key] != store.path:  # another candidate of this directory is not a repeat
+                    repeated_tuning.add(key)  # both tuned on the same seeds: keep the first directory's runs
                 continue
             if key in seen:
                 raise ConfigError(f"{view.norm} seed {view.seed} is in both {str(seen[key])!r} and "
@@ -143,7 +144,7 @@ def load_results(dirs: Sequence[str | Path], baseline: str | None = None,
     saved = first.get("metric") if isinstance(first.get("metric"), str) else DEFAULT_METRIC
     config = first if metric in (None, saved) else {**first, "metric": metric, "margin": None}
     return Results(config=config, runs=runs, norms=norms, baseline=chosen, sources=[s.path for s in stores],
-                   metric=metric or metric_named(saved).field, rows=rows)
+                   metric=metric_spec(metric or saved), rows=rows)
 
 
 def command_line() -> str:
@@ -156,6 +157,9 @@ def command_line() -> str:
 
 def _title(results: Results) -> str:
     cfg = results.config
+    if cfg.get("command") or cfg.get("train_function"):
+        code = f"`{cfg['command']}`" if cfg.get("command") else f"{cfg['train_function']}()"
+        return f"{code}: {', '.join(results.norms)} against {results.baseline}"
     epochs = cfg.get("epochs")
     return (f"{cfg.get('model')} on {cfg.get('dataset')}, {epochs} epoch{'' if epochs == 1 else 's'}: "
             f"{', '.join(results.norms)} against {results.baseline}")

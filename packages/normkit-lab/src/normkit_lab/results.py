@@ -13,6 +13,8 @@
     checkpoints/      the last finished epoch of each run in progress (removed when it ends), and with
                       --keep-checkpoints the final weights of every run
     metrics/          one CSV of per-epoch metrics per run; tensorboard/ with --log tensorboard
+    runs/             one directory per run of a --command or train= trainer: its stdout/stderr, the
+                      metrics it reported, and whatever the program keeps there ({run_dir})
     locks/            lock files: one per run (held while it trains) and one for appending rows
 
 The store is keyed by run identity (`RunId` plus the config hash in every row). Several processes
@@ -49,6 +51,7 @@ from normkit_lab import locks, safe_yaml
 from normkit_lab.atomic import atomic_write_text
 from normkit_lab.errors import ConfigError, short_repr
 from normkit_lab.plan import RunId, config_hash, config_identity
+from normkit_lab.reporting import RESERVED, ReportedEpoch
 from normkit_lab.safe_paths import make_dirs, refuse_links
 from normkit_lab.training import EpochRecord, RunResult
 
@@ -58,9 +61,11 @@ SUMMARY_CSV = "summary.csv"
 SUMMARY_JSON = "summary.json"
 ENVIRONMENT_FILE = "environment.json"
 STATUSES = ("ok", "diverged", "failed")
+TRAINERS = ("builtin", "command", "function")  # normkit_lab.trainers.TRAINER_KINDS
 TUNING_FILE = "tuning.json"
 STORE_FILE = "store.json"
 CHECKPOINTS_DIR = "checkpoints"
+RUN_DIRS = "runs"
 LOCKS_DIR = "locks"
 
 
@@ -110,7 +115,9 @@ def run_rows(result: RunResult, env: dict[str, Any], config_hash: str | None = N
         head["config_hash"] = config_hash
     if result.error is not None:
         head["error"] = result.error
-    records = [dataclasses.asdict(r) for r in result.epochs] or [dict.fromkeys(epoch_fields())]
+    if result.trainer != "builtin":
+        head["trainer"] = result.trainer
+    records = [r.as_dict() for r in result.epochs] or [dict.fromkeys(epoch_fields())]
     rows = [{**head, **record, **env} for record in records]
     if result.extras:
         rows[-1]["extras"] = result.extras
@@ -145,6 +152,7 @@ def _row_problem(row: Any) -> str | None:
         ("error", row.get("error") is None or isinstance(row["error"], str), "null or a text"),
         ("config_hash", row.get("config_hash") is None or isinstance(row["config_hash"], str), "null or a text"),
         ("phase", row.get("phase") in (None, "compare", "tune"), "null, compare or tune"),
+        ("trainer", row.get("trainer") in (None, *TRAINERS), f"null or one of {', '.join(TRAINERS)}"),
         *((key, row.get(key) is None or (isinstance(row[key], dict) and all(
             isinstance(v, (int, float, str, bool)) or v is None for v in row[key].values())),
            "null or an object of plain values") for key in ("cell", "tuned")),
@@ -159,7 +167,7 @@ def _row_problem(row: Any) -> str | None:
             return f"has {key} {short_repr(row.get(key), 40)}; it must be {expected}"
     if row["status"] == "failed" and not isinstance(row.get("error"), str):
         return "has status failed but no error text"
-    if row["epoch"] is not None:
+    if row["epoch"] is not None and row.get("trainer") in (None, "builtin"):
         missing = [key for key in _MEASURED if not _is_number(row.get(key))]
         if missing:
             return f"is an epoch row without {', '.join(missing)}"
@@ -174,13 +182,15 @@ def check_row(row: Any, where: str) -> dict[str, Any]:
     return row
 
 
-def _latest_attempts(rows: Iterable[dict[str, Any]]) -> dict[RunId, list[dict[str, Any]]]:
-    """Rows grouped by run identity, keeping each run's latest attempt (a retried failure is replaced)."""
+def group_runs(rows: Iterable[dict[str, Any]]) -> dict[RunId, list[dict[str, Any]]]:
+    """Rows grouped by run identity, keeping each run's latest attempt (a retried failure is replaced), in
+    the order runs first appeared. The one grouping of rows into runs: `rows_to_runs` (RunResults) and the
+    summary's views (`summary.runs_from_rows`) are both built on it."""
     grouped: dict[RunId, list[dict[str, Any]]] = {}
     for row in rows:
         key = RunId.of_row(row)
         group = grouped.setdefault(key, [])
-        if group and (group[-1]["status"] == "failed" or row["status"] == "failed"):
+        if group and (group[-1].get("status") == "failed" or row.get("status") == "failed"):
             group.clear()  # a failed attempt is one row; the next attempt starts afresh
         group.append(row)
     return grouped
@@ -190,17 +200,25 @@ def rows_to_runs(rows: Iterable[dict[str, Any]]) -> list[RunResult]:
     """Group runs.jsonl rows back into RunResults (by run identity), in the order runs first appeared."""
     fields = epoch_fields()
     runs = []
-    for run_id, group in _latest_attempts(rows).items():
-        epochs = [EpochRecord(**{k: row.get(k) for k in fields})
-                  for row in group if row.get("epoch") is not None]
+    for run_id, group in group_runs(rows).items():
+        trainer = group[-1].get("trainer") or "builtin"
+        epochs: list[Any] = [EpochRecord(**{k: row.get(k) for k in fields}) if trainer == "builtin"
+                             else reported_epoch(row) for row in group if row.get("epoch") is not None]
         extras: dict[str, Any] = {}
         for row in group:
             extras.update(row.get("extras") or {})
         runs.append(RunResult(norm=run_id.norm, seed=run_id.seed, status=group[-1]["status"], epochs=epochs,
                               params=group[-1]["params"], extras=extras, error=group[-1].get("error"),
                               threads=group[-1].get("threads"), phase=run_id.phase, cell=dict(run_id.cell),
-                              tuned=dict(run_id.tuned)))
+                              tuned=dict(run_id.tuned), trainer=trainer))
     return runs
+
+
+def reported_epoch(row: dict[str, Any]) -> ReportedEpoch:
+    """A reported epoch back from its runs.jsonl row: every number that is not a column of the row's
+    identity or environment is a metric."""
+    return ReportedEpoch(row["epoch"], {k: v for k, v in row.items() if k not in RESERVED and k != "epoch"
+                                        and _is_number(v)})
 
 
 def _as_json(value: Any) -> str:
@@ -331,6 +349,11 @@ class ResultsDir:
     def checkpoint_path(self, run_id: RunId) -> Path:
         """Where `run_id`'s last finished epoch is saved while it trains."""
         return self.path / CHECKPOINTS_DIR / f"{run_id.slug()}.pt"
+
+    def run_dir(self, run_id: RunId) -> Path:
+        """runs/<slug>/: a directory of the run's own files (a program's logs and checkpoints), kept
+        between attempts; created by the trainers that use it."""
+        return self.path / RUN_DIRS / run_id.slug()
 
     def weights_path(self, run_id: RunId) -> Path:
         """Where `--keep-checkpoints` keeps `run_id`'s final weights."""

@@ -21,7 +21,7 @@ from normkit_lab.errors import ConfigError
 from normkit_lab.interactions import Interaction, interactions
 from normkit_lab.metrics import METRICS, Metric, run_value
 from normkit_lab.pairs import PairVerdict, Rank, all_pairs, ranking
-from normkit_lab.results import run_rows
+from normkit_lab.results import group_runs, run_rows
 from normkit_lab.stats import MeanSem, PairedDifference, mean_sem, paired_difference
 from normkit_lab.training import RunResult
 from normkit_lab.verdicts import BASELINE, Verdict, decide
@@ -61,20 +61,20 @@ def interval_text(low: float | None, high: float | None, fmt: str = ".2f", missi
 
 
 def runs_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Run]:
-    """Group runs.jsonl rows into runs by (phase, cell, norm, seed), in the order runs finished."""
-    grouped: dict[tuple[str, str, str, int], list[Mapping[str, Any]]] = {}
+    """Runs.jsonl rows as runs (grouped by `results.group_runs`, the store's one grouping by run identity),
+    in the order runs first appeared."""
+    rows = list(rows)
     for number, row in enumerate(rows, 1):
         if not isinstance(row.get("norm"), str) or not isinstance(row.get("seed"), int):
             raise ConfigError(f"runs.jsonl row {number} has no norm or seed; the file was edited or damaged, "
                               f"so fix or remove that row")
-        key = (row.get("phase") or COMPARE_PHASE, cell_key(row.get("cell") or {}), row["norm"], row["seed"])
-        grouped.setdefault(key, []).append(row)
     runs = []
-    for (phase, _, norm, seed), group in grouped.items():
+    for run_id, group in group_runs(rows).items():  # type: ignore[arg-type]
         last = group[-1]
-        runs.append(Run(norm=norm, seed=seed, status=last.get("status") or "ok", params=last.get("params"),
-                        cell=dict(last.get("cell") or {}), tuned=dict(last.get("tuned") or {}), phase=phase,
-                        error=last.get("error") or (last.get("extras") or {}).get("error"),
+        runs.append(Run(norm=run_id.norm, seed=run_id.seed, status=last.get("status") or "ok",
+                        params=last.get("params"), cell=dict(last.get("cell") or {}),
+                        tuned=dict(last.get("tuned") or {}),
+                        phase=run_id.phase, error=last.get("error") or (last.get("extras") or {}).get("error"),
                         epochs=[dict(r) for r in group if r.get("epoch") is not None],
                         diagnostics=(last.get("extras") or {}).get("diagnostics")))
     return runs

@@ -182,6 +182,7 @@ class RunResult:
     phase: str = "compare"
     cell: dict[str, Any] = field(default_factory=dict)
     tuned: dict[str, Any] = field(default_factory=dict)
+    trainer: str = "builtin"  # normkit_lab.trainers.TRAINER_KINDS; other trainers' epochs are ReportedEpochs
 
 
 class Callback(Protocol):

@@ -16,6 +16,7 @@ from normkit import NormkitError, SpecError
 from normkit.stages import BuildContext, Groups, Standardize, Step
 from torch import Tensor
 
+from normkit_normalnorm.compiled import normality_compiled
 from normkit_normalnorm.functional import normality_norm
 from normkit_normalnorm.yeojohnson import (
     clamp_lambda,
@@ -28,7 +29,7 @@ from normkit_normalnorm.yeojohnson import (
 if TYPE_CHECKING:
     from normkit.layer import NormLayer
 
-Kernel = Literal["auto", "torch", "triton"]
+Kernel = Literal["auto", "torch", "triton", "compiled"]
 DEFAULT_NOISE = {"batch": 0.4, "group": 0.4, "instance": 0.4, "layer": 1.0}
 
 
@@ -115,12 +116,13 @@ class NormalityStep(Step):
         if tracks and std.momentum != self.momentum:
             return None
         kernel = self._kernel_for(x)
-        if kernel is normality_norm and (torch.compiler.is_compiling() or torch.jit.is_tracing()):
+        on_torch = kernel is normality_norm or kernel is normality_compiled
+        if on_torch and (torch.compiler.is_compiling() or torch.jit.is_tracing()):
             # The fused CPU path writes into `out=` views of scratch buffers, which inductor cannot
             # functionalize and torch.jit.trace records as different graphs on each call; under
             # torch.compile or jit tracing the reference path (same function) is traced.
             return None
-        if kernel is normality_norm and x.dtype in (torch.float16, torch.bfloat16):
+        if on_torch and x.dtype in (torch.float16, torch.bfloat16):
             x = x.float()  # the PyTorch path computes in float32; the Triton kernel reads x as it is
         n, c = x.shape[0], layer.num_channels
         s = math.prod(x.shape[1:-1]) if layer.tokens else math.prod(x.shape[2:])  # explicit: N may be 0
@@ -143,8 +145,8 @@ class NormalityStep(Step):
     def _kernel_for(self, x: Tensor) -> Callable[..., Tensor]:
         if self.kernel == "torch" or x.numel() == 0:  # an empty batch has nothing to launch a kernel on
             return normality_norm
-        if self.kernel == "auto" and not x.is_cuda:
-            return normality_norm
+        if self.kernel == "compiled" or (self.kernel == "auto" and not x.is_cuda):
+            return normality_compiled  # compiled on CPU where it pays, normality_norm otherwise
         try:
             from normkit_normalnorm import triton_kernels
         except ImportError as err:
@@ -152,7 +154,7 @@ class NormalityStep(Step):
                 return normality_norm
             raise NormkitError(f"nn(kernel=triton): the Triton kernel cannot be imported ({err}); "
                                "install triton or use kernel=torch") from err
-        if triton_kernels.available():
+        if triton_kernels.available(x):
             return triton_kernels.normality_triton
         if self.kernel == "auto":
             return normality_norm
@@ -203,7 +205,9 @@ def normality_stage(ctx: BuildContext, *, noise: float | None = None, alpha: flo
     alpha: Newton step size. eps: Newton denominator guard sqrt(eps) (and the standardize eps
     when given through `bnn`). momentum: EMA factor of running_lambda (None: cumulative average).
     lambda_min/lambda_max: optional clamp of lambda_hat. detach_lambda: no gradient through it.
-    kernel: "torch" fused path, "triton" CUDA kernel, "auto" Triton on CUDA when available.
+    kernel: "torch" fused path, "triton" CUDA kernel, "compiled" the fused math compiled by
+    torch.compile on CPU for large training steps (`compiled.py`; the torch path otherwise),
+    "auto": Triton on CUDA when available, else "compiled".
     """
     if ctx.partition is None:
         raise SpecError("nn needs a standardizing norm before it (bn, ln, gn, in)")

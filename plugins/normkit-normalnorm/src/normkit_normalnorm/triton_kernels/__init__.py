@@ -36,9 +36,15 @@ __all__ = ["available", "normality_triton"]
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # float64 goes to the reference
 
 
-def available() -> bool:
-    """True when Triton is installed and a CUDA device exists (or TRITON_INTERPRET=1 is set)."""
-    return _triton_installed() and (torch.cuda.is_available() or interpreting())
+def available(x: Tensor | None = None) -> bool:
+    """True when Triton is installed and a CUDA device exists (or TRITON_INTERPRET=1 is set).
+
+    With `x`, also when `x` is a fake CUDA tensor: tracing (torch.export under a FakeTensorMode)
+    records the kernels' op for a GPU without one.
+    """
+    if not _triton_installed():
+        return False
+    return torch.cuda.is_available() or interpreting() or (x is not None and x.is_cuda and _fake(x))
 
 
 def normality_triton(
@@ -84,20 +90,28 @@ def normality_triton(
     tracked = partition == "batch" and running_mean is not None
     factor = ema_factor(momentum, num_batches_tracked) if tracked and training else None
     with_noise = training and noise > 0
-    if not torch.compiler.is_compiling():
-        seed = int(torch.randint(0, 2**31 - 1, (1,))) if with_noise else 0
+    # The seed (drawn from torch's default CPU generator, so torch.manual_seed reproduces the noise)
+    # reaches the kernels as a one-element tensor they read: a traced graph then draws it anew per call.
+    seed = torch.randint(0, 2**31 - 1, (1,)) if with_noise else torch.zeros(1, dtype=torch.int64)
+    if not (torch.compiler.is_compiling() or _fake(x3)):
         geo = geometry(x3.shape, partition, groups, tokens)
         opts = Options(training, eps, alpha, noise, lambda_min, lambda_max, detach_lambda)
         need_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x3, weight, bias))
-        return NormalityFunction.apply(x3, weight, bias, (running_mean, running_var, running_lambda), seed,
-                                       geo, opts, factor, out_dtype or x3.dtype, need_grad)
-    seed_tensor = torch.randint(0, 2**31 - 1, (1,)) if with_noise else torch.zeros(1, dtype=torch.int64)
-    y, stats = normality_forward(x3, weight, bias, running_mean, running_var, running_lambda, seed_tensor,
+        return NormalityFunction.apply(x3, weight, bias, (running_mean, running_var, running_lambda),
+                                       seed.to(x3.device), geo, opts, factor, out_dtype or x3.dtype, need_grad)
+    y, stats = normality_forward(x3, weight, bias, running_mean, running_var, running_lambda, seed,
                                  partition, groups, tokens, training, eps, alpha, noise, lambda_min, lambda_max,
                                  detach_lambda, out_dtype)
     if factor is not None:
         update_running_from(stats, x3.shape[0] * x3.shape[2], factor, running_mean, running_var, running_lambda)
     return y
+
+
+def _fake(x3: Tensor) -> bool:
+    """A fake (or meta) tensor: torch.export or a FakeTensorMode traces the op, nothing runs."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    return x3.device.type == "meta" or is_fake(x3)
 
 
 def _triton_installed() -> bool:

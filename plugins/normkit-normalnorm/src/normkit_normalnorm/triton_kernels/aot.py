@@ -72,12 +72,12 @@ def _signature(fn, dtype: str, constexprs: dict[str, int]) -> dict[str, str]:
     for name in fn.arg_names:
         if name in constexprs:
             sig[name] = "constexpr"
+        elif name == "seed_ptr":  # the noise seed: one int64 read in the kernel (traceable, graph-safe)
+            sig[name] = "*i64"
         elif name.endswith("_ptr"):
             sig[name] = "*" + (DTYPES[dtype] if name in _ACTIVATION_PTRS else "fp32")
         elif name in _FLOAT_SCALARS:
             sig[name] = "fp32"
-        elif name == "seed":
-            sig[name] = "i64"
         else:
             sig[name] = "i32"
     return sig

@@ -1,7 +1,7 @@
 """Eager entry: a torch.autograd.Function that launches the kernels with the least host work.
 
-Compared with the custom op (used under torch.compile, see `op.py`) it skips the dispatcher, passes
-the seed as a plain int and lets the kernel move float32 running buffers in place.
+Compared with the `triton_op`s (used under torch.compile and torch.export, see `op.py`) it skips the
+dispatcher and lets the kernel move float32 running buffers in place.
 """
 
 from __future__ import annotations
@@ -19,22 +19,24 @@ Running = tuple[Tensor | None, Tensor | None, Tensor | None]
 
 
 def kernel_forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, running: Running, geo: Geometry,
-                   opts: Options, seed: int, out_dtype: torch.dtype, factor: float | None,
-                   need_stats: bool = True) -> tuple[Tensor, Tensor | None, bool]:
+                   opts: Options, seed: Tensor, out_dtype: torch.dtype, factor: float | None,
+                   need_stats: bool = True, traced: bool = False) -> tuple[Tensor, Tensor | None, bool]:
     """(output, statistics, eval-with-running-statistics?). With `factor`, the running buffers of a
     training batch partition are updated (in the kernel when they are float32 and contiguous).
-    In eval with running statistics the table for backward is built only when `need_stats`."""
+    In eval with running statistics the table for backward is built only when `need_stats`.
+    `seed`: a one-element int64 tensor on x3's device (the kernels read it; never a host int, so
+    a traced graph draws a fresh seed per call). `traced`: launch through `wrap_triton` (op.py)."""
     from normkit_normalnorm.triton_kernels import launch
 
     tracked = geo.part == BATCH and running[0] is not None
     if tracked and not opts.training:
-        y = launch.eval_forward(x3, weight, bias, running, geo, opts, out_dtype)
+        y = launch.eval_forward(x3, weight, bias, running, geo, opts, out_dtype, traced)
         return y, launch.running_stats(running, opts) if need_stats else None, True
     update = tracked and opts.training and factor is not None
     in_kernel = update and all(t.dtype == torch.float32 and t.is_contiguous() and t.device == x3.device
                                for t in running)
     y, stats = launch.forward(x3, weight, bias, geo, opts, seed, out_dtype,
-                              (*running, factor) if in_kernel else None)
+                              (*running, factor) if in_kernel else None, traced)
     if update and not in_kernel:
         update_running_from(stats, geo.size, factor, *running)
     return y, stats, False
@@ -48,12 +50,13 @@ def update_running_from(stats: Tensor, count: int, factor: float, running_mean: 
 
 
 def kernel_backward(dy: Tensor, x3: Tensor, weight: Tensor | None, bias: Tensor | None, stats: Tensor,
-                    geo: Geometry, opts: Options, use_running: bool,
-                    seed: int) -> tuple[Tensor, Tensor | None, Tensor | None]:
+                    geo: Geometry, opts: Options, use_running: bool, seed: Tensor,
+                    traced: bool = False) -> tuple[Tensor, Tensor | None, Tensor | None]:
     """(dx, dweight, dbias), parameter gradients in the parameters' dtypes."""
     from normkit_normalnorm.triton_kernels import launch
 
-    dx, dw, db = launch.backward(dy, x3, weight, stats, geo, opts, use_running, seed, bias is not None)
+    dx, dw, db = launch.backward(dy, x3, weight, stats, geo, opts, use_running, seed, bias is not None,
+                                 traced)
     return (dx, dw.to(weight.dtype) if dw is not None else None,
             db.to(bias.dtype) if db is not None else None)
 
@@ -63,17 +66,17 @@ class NormalityFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x3: Tensor, weight: Tensor | None, bias: Tensor | None, running: Running,
-                seed: int, geo: Geometry, opts: Options, factor: float | None, out_dtype: torch.dtype,
+                seed: Tensor, geo: Geometry, opts: Options, factor: float | None, out_dtype: torch.dtype,
                 need_stats: bool) -> Tensor:
         y, stats, use_running = kernel_forward(x3, weight, bias, running, geo, opts, seed, out_dtype, factor,
                                                need_stats)
-        ctx.save_for_backward(x3, weight, bias, stats)
-        ctx.call = (geo, opts, use_running, seed)
+        ctx.save_for_backward(x3, weight, bias, stats, seed)
+        ctx.call = (geo, opts, use_running)
         return y
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:
-        x3, weight, bias, stats = ctx.saved_tensors
-        dx, dw, db = kernel_backward(dy, x3, weight, bias, stats, *ctx.call[:3], ctx.call[3])
+        x3, weight, bias, stats, seed = ctx.saved_tensors
+        dx, dw, db = kernel_backward(dy, x3, weight, bias, stats, *ctx.call, seed)
         return dx, dw, db, None, None, None, None, None, None, None

@@ -24,8 +24,9 @@ class KernelConfig:
     interpreter_programs: int = 4
 
     def backward_programs(self, device: torch.device) -> int:
-        """Programs for the row backward: a few per SM on a GPU (partials stay small)."""
-        if device.type == "cuda":
+        """Programs for the row backward: a few per SM on a GPU (partials stay small); without a device
+        (fake CUDA tensors traced on a machine without a GPU) the interpreter's budget."""
+        if device.type == "cuda" and torch.cuda.is_available():
             return 4 * torch.cuda.get_device_properties(device).multi_processor_count
         return self.interpreter_programs
 

@@ -26,6 +26,15 @@ from normkit_normalnorm.triton_kernels.split_kernels import (
 )
 
 
+def _k(kernel, traced: bool):
+    """The kernel as launched: through `wrap_triton` inside the `triton_op`s (op.py), so torch.compile
+    and torch.export record each launch as a kernel call they can see; directly otherwise (eager, where
+    the wrapper would add about a millisecond of dispatch per launch)."""
+    if not traced:
+        return kernel
+    return torch.library.wrap_triton(kernel)
+
+
 def _num_warps(block: int) -> int:
     """block/256 warps, at most 8 (as the Triton layer-norm tutorial): at 16 warps ptxas has 128
     registers per thread and the row kernels spilled at block 4096 on sm_80 (aot.py check)."""
@@ -51,12 +60,12 @@ def _tiles(geo: Geometry) -> tuple[int, int, int, int]:
 
 
 def eval_forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, running: tuple[Tensor, Tensor, Tensor],
-                 geo: Geometry, opts: Options, out_dtype: torch.dtype) -> Tensor:
+                 geo: Geometry, opts: Options, out_dtype: torch.dtype, traced: bool = False) -> Tensor:
     """Eval of a batch partition with running statistics: one elementwise pass."""
     y = torch.empty_like(x3, dtype=out_dtype)
     block = config.pointwise_block
     sn, sc, ss = x3.stride()
-    eval_pointwise[(triton.cdiv(x3.numel(), block),)](
+    _k(eval_pointwise, traced)[(triton.cdiv(x3.numel(), block),)](
         x3, y, weight if weight is not None else x3, bias if bias is not None else x3,
         *(t.contiguous() for t in running), x3.numel(),
         geo.c, geo.s, sn, sc, ss, opts.eps, **opts.clamp_args, BLOCK=block, HAS_W=weight is not None,
@@ -76,8 +85,9 @@ def running_stats(running: tuple[Tensor, Tensor, Tensor], opts: Options) -> Tens
     return stats
 
 
-def forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, geo: Geometry, opts: Options, seed: int,
-            out_dtype: torch.dtype, update: tuple[Tensor, Tensor, Tensor, float] | None = None) -> tuple[Tensor, Tensor]:
+def forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, geo: Geometry, opts: Options, seed: Tensor,
+            out_dtype: torch.dtype, update: tuple[Tensor, Tensor, Tensor, float] | None = None,
+            traced: bool = False) -> tuple[Tensor, Tensor]:
     """Training (or batch-statistics) forward: output and per-group statistics `(groups, NSTAT)`.
 
     `update` = (running_mean, running_var, running_lambda, factor): float32 contiguous buffers of a
@@ -96,8 +106,8 @@ def forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, geo: Geometr
     scalars = dict(eps=opts.eps, sqrt_eps=math.sqrt(opts.eps), alpha=opts.alpha, **opts.clamp_args)
     if geo.size <= config.row_max:
         block = triton.next_power_of_2(geo.size)
-        row_forward[(geo.n_groups,)](
-            x3, y, w, b, stats, **running, T=geo.cols, M=geo.size, noise=opts.noise, seed=seed, BLOCK=block,
+        _k(row_forward, traced)[(geo.n_groups,)](
+            x3, y, w, b, stats, **running, T=geo.cols, M=geo.size, noise=opts.noise, seed_ptr=seed, BLOCK=block,
             NOISE=noise, DETACH=opts.detach_lambda, num_warps=_num_warps(block),
             **common, **scalars, **opts.clamp_flags, **flags)
         return y, stats
@@ -108,25 +118,26 @@ def forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, geo: Geometr
     block_ch = min(triton.next_power_of_2(n_ch), 1024)
     moments = torch.empty(geo.n_groups, n_ch, 3, dtype=torch.float32, device=x3.device)
     newton = torch.empty(geo.n_groups, n_ch, 5, dtype=torch.float32, device=x3.device)
-    split_moments[grid](x3, moments, num_warps=warps, **tiles)
-    split_newton[grid](x3, moments, newton, M=geo.size, eps=opts.eps, BLOCK_CH=block_ch,
+    _k(split_moments, traced)[grid](x3, moments, num_warps=warps, **tiles)
+    _k(split_newton, traced)[grid](x3, moments, newton, M=geo.size, eps=opts.eps, BLOCK_CH=block_ch,
                        num_warps=warps, **tiles)
     spread = moments  # unused unless noise
     if noise:
         sum_x = torch.empty(geo.n_groups, n_ch, dtype=torch.float32, device=x3.device)
         spread = torch.empty_like(sum_x)
         for first, out in ((True, sum_x), (False, spread)):
-            split_spread[grid](x3, moments, newton, sum_x, out, M=geo.size, BLOCK_CH=block_ch,
+            _k(split_spread, traced)[grid](x3, moments, newton, sum_x, out, M=geo.size, BLOCK_CH=block_ch,
                                FIRST=first, num_warps=_spread_warps(br * bt), **tiles, **scalars,
                                **opts.clamp_flags)
-    split_output[grid](x3, y, w, b, stats, moments, newton, spread, **running, M=geo.size, noise=opts.noise,
-                       seed=seed, BLOCK_CH=block_ch, NOISE=noise, DETACH=opts.detach_lambda,
+    _k(split_output, traced)[grid](x3, y, w, b, stats, moments, newton, spread, **running, M=geo.size, noise=opts.noise,
+                       seed_ptr=seed, BLOCK_CH=block_ch, NOISE=noise, DETACH=opts.detach_lambda,
                        num_warps=warps, **tiles, **scalars, **opts.clamp_flags, **flags)
     return y, stats
 
 
 def backward(dy: Tensor, x3: Tensor, weight: Tensor | None, stats: Tensor, geo: Geometry, opts: Options,
-             use_running: bool, seed: int, has_bias: bool) -> tuple[Tensor, Tensor | None, Tensor | None]:
+             use_running: bool, seed: Tensor, has_bias: bool,
+             traced: bool = False) -> tuple[Tensor, Tensor | None, Tensor | None]:
     """(dx, dweight, dbias) for the forward that produced `stats`; noise regenerated from `seed`.
 
     The weight and bias gradients come back in float32: the kernels write per-program partials
@@ -149,9 +160,9 @@ def backward(dy: Tensor, x3: Tensor, weight: Tensor | None, stats: Tensor, geo: 
         splits = math.ceil(per_class / per_split)
         block = triton.next_power_of_2(geo.size)
         parts = torch.empty(2, splits, geo.classes, geo.size, dtype=torch.float32, device=dev)
-        row_backward[(geo.classes, splits)](
+        _k(row_backward, traced)[(geo.classes, splits)](
             x3, dy, dx, w, stats, parts[0], parts[1], T=geo.cols, M=geo.size, K=geo.classes,
-            per_split=per_split, n_per_class=per_class, noise=opts.noise, seed=seed, BLOCK=block,
+            per_split=per_split, n_per_class=per_class, noise=opts.noise, seed_ptr=seed, BLOCK=block,
             USE_RUNNING=use_running, num_warps=_num_warps(block), **common, **flags)
         # (classes, size) is (C, values per channel) in memory order for every partition.
         totals = parts.reshape(2, splits, geo.c, -1).sum(dim=(1, 3))
@@ -162,9 +173,9 @@ def backward(dy: Tensor, x3: Tensor, weight: Tensor | None, stats: Tensor, geo: 
         warps = _num_warps(br * bt)
         sums = torch.empty(geo.n_groups, n_ch, 5, dtype=torch.float32, device=dev)
         parts = torch.empty(2, geo.n_groups, geo.rows, n_tb, dtype=torch.float32, device=dev)
-        split_backward_reduce[grid](x3, dy, w, stats, sums, parts[0], parts[1], noise=opts.noise, seed=seed,
+        _k(split_backward_reduce, traced)[grid](x3, dy, w, stats, sums, parts[0], parts[1], noise=opts.noise, seed_ptr=seed,
                                     num_warps=warps, **tiles, **flags)
-        split_backward_input[grid](x3, dy, dx, w, stats, sums, M=geo.size,
+        _k(split_backward_input, traced)[grid](x3, dy, dx, w, stats, sums, M=geo.size,
                                    BLOCK_CH=min(triton.next_power_of_2(n_ch), 1024), num_warps=warps,
                                    USE_RUNNING=use_running, HAS_W=has_w, LAMBDA_GRAD=lambda_grad,
                                    NSTAT=NSTAT, **tiles)

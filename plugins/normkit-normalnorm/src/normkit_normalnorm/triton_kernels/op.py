@@ -1,9 +1,16 @@
-"""The kernels as `torch.library` custom ops with autograd, the entry `torch.compile` traces.
+"""The kernels as `torch.library.triton_op`s with autograd: what torch.compile and torch.export trace.
 
 `normality_forward` returns the output and a small per-group statistics table the backward
-reuses; `normality_backward` returns (dx, dweight, dbias). On CUDA, and on CPU under
-`TRITON_INTERPRET=1`, both run the Triton kernels; on CPU otherwise they run the reference
-`normality_norm` (the backward recomputes it under the same seed and differentiates it).
+reuses; `normality_backward` returns (dx, dweight, dbias). Both are `triton_op`s whose bodies
+launch the kernels through `wrap_triton`, so on CUDA torch.compile (AOTAutograd, then Inductor)
+sees each kernel launch instead of an opaque call, and torch.export keeps one named op per call
+with the body as its fake implementation (shapes and dtypes without running anything). The noise
+seed is a one-element int64 tensor the kernels read, so a traced graph draws a fresh seed per call.
+
+CPU tensors go to a plain (opaque) custom op instead, `normality_forward_cpu` / `..._backward_cpu`:
+under `TRITON_INTERPRET=1` it runs the same kernels on the interpreter (whose kernels are not
+`JITFunction`s and cannot be captured); otherwise it runs the reference `normality_norm` (the
+backward recomputes it under the same seed and differentiates it).
 """
 
 from __future__ import annotations
@@ -29,15 +36,15 @@ def runs_kernels(x3: Tensor) -> bool:
     return x3.is_cuda or (x3.device.type == "cpu" and interpreting())
 
 
-def _stat_rows(x3: Tensor, partition: str, groups: int, tokens: bool, tracked: bool, training: bool) -> int:
-    """Rows of the statistics table: one per group on the kernel path; on the CPU reference path
-    one per channel for a tracked training batch (to update the buffers), else none."""
-    if runs_kernels(x3):
-        return geometry(x3.shape, partition, groups, tokens).n_groups
-    return x3.shape[1] if partition == "batch" and tracked and training else 0
+def _stat_rows(x3: Tensor, partition: str, groups: int, tokens: bool) -> int:
+    """Rows of the statistics table: one per normalization group, on every path."""
+    return geometry(x3.shape, partition, groups, tokens).n_groups
 
 
-@torch.library.custom_op(f"{NAMESPACE}::normality_forward", mutates_args=())
+# -- forward ------------------------------------------------------------------------------------
+
+
+@torch.library.triton_op(f"{NAMESPACE}::normality_forward", mutates_args=())
 def normality_forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, running_mean: Tensor | None,
                       running_var: Tensor | None, running_lambda: Tensor | None, seed: Tensor,
                       partition: str, groups: int, tokens: bool, training: bool, eps: float, alpha: float,
@@ -45,34 +52,57 @@ def normality_forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, ru
                       detach_lambda: bool, out_dtype: torch.dtype | None) -> tuple[Tensor, Tensor]:
     """(output, statistics). Functional (autograd needs that): the caller updates running buffers
     from the statistics' mean/var/lambda columns (`autograd.update_running_from`)."""
-    out_dtype = out_dtype or x3.dtype
-    if not runs_kernels(x3):
-        return _reference_forward(x3, weight, bias, (running_mean, running_var, running_lambda), seed,
-                                  out_dtype, {"partition": partition, "groups": groups, "tokens": tokens,
-                                                  "training": training, "eps": eps, "alpha": alpha, "noise": noise,
-                                                  "lambda_min": lambda_min, "lambda_max": lambda_max,
-                                                  "detach_lambda": detach_lambda})
+    if x3.device.type == "cpu":
+        return normality_forward_cpu(x3, weight, bias, running_mean, running_var, running_lambda, seed, partition,
+                                     groups, tokens, training, eps, alpha, noise, lambda_min, lambda_max,
+                                     detach_lambda, out_dtype)
     geo = geometry(x3.shape, partition, groups, tokens)
     opts = Options(training, eps, alpha, noise, lambda_min, lambda_max, detach_lambda)
     y, stats, _ = kernel_forward(x3, weight, bias, (running_mean, running_var, running_lambda), geo, opts,
-                                 int(seed), out_dtype, None)
+                                 seed.to(x3.device), out_dtype or x3.dtype, None, traced=True)
     return y, stats
+
+
+@torch.library.custom_op(f"{NAMESPACE}::normality_forward_cpu", mutates_args=())
+def normality_forward_cpu(x3: Tensor, weight: Tensor | None, bias: Tensor | None, running_mean: Tensor | None,
+                          running_var: Tensor | None, running_lambda: Tensor | None, seed: Tensor,
+                          partition: str, groups: int, tokens: bool, training: bool, eps: float, alpha: float,
+                          noise: float, lambda_min: float | None, lambda_max: float | None,
+                          detach_lambda: bool, out_dtype: torch.dtype | None) -> tuple[Tensor, Tensor]:
+    """`normality_forward` on CPU: the interpreted kernels, or the reference."""
+    out_dtype = out_dtype or x3.dtype
+    running = (running_mean, running_var, running_lambda)
+    if runs_kernels(x3):
+        geo = geometry(x3.shape, partition, groups, tokens)
+        opts = Options(training, eps, alpha, noise, lambda_min, lambda_max, detach_lambda)
+        y, stats, _ = kernel_forward(x3, weight, bias, running, geo, opts, seed, out_dtype, None)
+        return y, stats
+    return _reference_forward(x3, weight, bias, running, seed, out_dtype,
+                              {"partition": partition, "groups": groups, "tokens": tokens, "training": training,
+                               "eps": eps, "alpha": alpha, "noise": noise, "lambda_min": lambda_min,
+                               "lambda_max": lambda_max, "detach_lambda": detach_lambda})
+
+
+@normality_forward_cpu.register_fake
+def _(x3, weight, bias, running_mean, running_var, running_lambda, seed, partition, groups, tokens,
+      training, eps, alpha, noise, lambda_min, lambda_max, detach_lambda, out_dtype):
+    rows = _stat_rows(x3, partition, groups, tokens)
+    return torch.empty_like(x3, dtype=out_dtype or x3.dtype), x3.new_empty(rows, NSTAT, dtype=torch.float32)
 
 
 def _reference_forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None,
                        running: tuple[Tensor | None, ...], seed: Tensor, out_dtype: torch.dtype,
                        kwargs: dict) -> tuple[Tensor, Tensor]:
     """The reference under the seed; for a tracked training batch, the statistics table carries the
-    batch mean/var/lambda (read back from buffer copies updated with factor 1)."""
+    batch mean/var/lambda (read back from buffer copies updated with factor 1); other entries are 0."""
     rm, rv, rl = (t.detach().clone() if t is not None else None for t in running)
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         torch.manual_seed(int(seed))
         y = normality_norm(x3, weight, bias, running_mean=rm, running_var=rv, running_lambda=rl, momentum=1.0,
                            **kwargs)
-    rows = _stat_rows(x3, kwargs["partition"], kwargs["groups"], kwargs["tokens"], rm is not None,
-                      kwargs["training"])
-    stats = torch.zeros(rows, NSTAT, dtype=torch.float32, device=x3.device)
-    if rows:
+    stats = torch.zeros(_stat_rows(x3, kwargs["partition"], kwargs["groups"], kwargs["tokens"]), NSTAT,
+                        dtype=torch.float32, device=x3.device)
+    if kwargs["partition"] == "batch" and rm is not None and kwargs["training"]:
         count = x3.shape[0] * x3.shape[2]
         stats[:, MEAN] = rm.float()
         stats[:, VAR] = rv.float() * ((count - 1) / count)
@@ -80,14 +110,10 @@ def _reference_forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None,
     return torch.empty_like(x3, dtype=out_dtype).copy_(y), stats
 
 
-@normality_forward.register_fake
-def _(x3, weight, bias, running_mean, running_var, running_lambda, seed, partition, groups, tokens,
-      training, eps, alpha, noise, lambda_min, lambda_max, detach_lambda, out_dtype):
-    rows = _stat_rows(x3, partition, groups, tokens, running_mean is not None, training)
-    return torch.empty_like(x3, dtype=out_dtype or x3.dtype), x3.new_empty(rows, NSTAT, dtype=torch.float32)
+# -- backward -----------------------------------------------------------------------------------
 
 
-@torch.library.custom_op(f"{NAMESPACE}::normality_backward", mutates_args=())
+@torch.library.triton_op(f"{NAMESPACE}::normality_backward", mutates_args=())
 def normality_backward(dy: Tensor, x3: Tensor, weight: Tensor | None, bias: Tensor | None,
                        running_mean: Tensor | None, running_var: Tensor | None,
                        running_lambda: Tensor | None, stats: Tensor, seed: Tensor, partition: str,
@@ -95,21 +121,45 @@ def normality_backward(dy: Tensor, x3: Tensor, weight: Tensor | None, bias: Tens
                        lambda_min: float | None, lambda_max: float | None,
                        detach_lambda: bool) -> tuple[Tensor, Tensor, Tensor]:
     """(dx, dweight, dbias); a missing weight or bias gets an empty gradient."""
-    empty = x3.new_empty(0)
-    if not runs_kernels(x3):
-        return _reference_backward(dy, x3, weight, bias, (running_mean, running_var, running_lambda), seed,
-                                   {"partition": partition, "groups": groups, "tokens": tokens, "training": training,
-                                        "eps": eps, "alpha": alpha, "noise": noise, "lambda_min": lambda_min,
-                                        "lambda_max": lambda_max, "detach_lambda": detach_lambda})
+    if x3.device.type == "cpu":
+        return normality_backward_cpu(dy, x3, weight, bias, running_mean, running_var, running_lambda, stats, seed,
+                                      partition, groups, tokens, training, eps, alpha, noise, lambda_min,
+                                      lambda_max, detach_lambda)
+    return _kernel_backward(dy, x3, weight, bias, running_mean, stats, seed.to(x3.device), partition, groups,
+                            tokens, Options(training, eps, alpha, noise, lambda_min, lambda_max, detach_lambda),
+                            traced=True)
+
+
+def _kernel_backward(dy: Tensor, x3: Tensor, weight: Tensor | None, bias: Tensor | None,
+                     running_mean: Tensor | None, stats: Tensor, seed: Tensor, partition: str, groups: int,
+                     tokens: bool, opts: Options, traced: bool) -> tuple[Tensor, Tensor, Tensor]:
     geo = geometry(x3.shape, partition, groups, tokens)
-    opts = Options(training, eps, alpha, noise, lambda_min, lambda_max, detach_lambda)
-    use_running = partition == "batch" and running_mean is not None and not training
-    dx, dw, db = kernel_backward(dy, x3, weight, bias, stats, geo, opts, use_running, int(seed))
-    # dw and db are views of one buffer; custom-op outputs must not alias each other.
-    return dx, dw.clone() if dw is not None else empty, db.clone() if db is not None else empty.clone()
+    use_running = partition == "batch" and running_mean is not None and not opts.training
+    dx, dw, db = kernel_backward(dy, x3, weight, bias, stats, geo, opts, use_running, seed, traced)
+    # dw and db are views of one buffer; op outputs must not alias each other.
+    return (dx, dw.clone() if dw is not None else x3.new_empty(0),
+            db.clone() if db is not None else x3.new_empty(0))
 
 
-@normality_backward.register_fake
+@torch.library.custom_op(f"{NAMESPACE}::normality_backward_cpu", mutates_args=())
+def normality_backward_cpu(dy: Tensor, x3: Tensor, weight: Tensor | None, bias: Tensor | None,
+                           running_mean: Tensor | None, running_var: Tensor | None,
+                           running_lambda: Tensor | None, stats: Tensor, seed: Tensor, partition: str,
+                           groups: int, tokens: bool, training: bool, eps: float, alpha: float, noise: float,
+                           lambda_min: float | None, lambda_max: float | None,
+                           detach_lambda: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """`normality_backward` on CPU: the interpreted kernels, or the reference's gradients."""
+    if runs_kernels(x3):
+        return _kernel_backward(dy, x3, weight, bias, running_mean, stats, seed, partition, groups, tokens,
+                                Options(training, eps, alpha, noise, lambda_min, lambda_max, detach_lambda),
+                                traced=False)
+    return _reference_backward(dy, x3, weight, bias, (running_mean, running_var, running_lambda), seed,
+                               {"partition": partition, "groups": groups, "tokens": tokens, "training": training,
+                                "eps": eps, "alpha": alpha, "noise": noise, "lambda_min": lambda_min,
+                                "lambda_max": lambda_max, "detach_lambda": detach_lambda})
+
+
+@normality_backward_cpu.register_fake
 def _(dy, x3, weight, bias, running_mean, running_var, running_lambda, stats, seed, partition, groups,
       tokens, training, eps, alpha, noise, lambda_min, lambda_max, detach_lambda):
     def like(p: Tensor | None) -> Tensor:
@@ -134,6 +184,9 @@ def _reference_backward(dy: Tensor, x3: Tensor, weight: Tensor | None, bias: Ten
     return torch.empty_like(x3).copy_(out[0]), out[1], out[2]
 
 
+# -- autograd -----------------------------------------------------------------------------------
+
+
 def _setup_context(ctx, inputs, output) -> None:
     (x3, weight, bias, running_mean, running_var, running_lambda, seed, partition, groups, tokens,
      training, eps, alpha, noise, lambda_min, lambda_max, detach_lambda, _out_dtype) = inputs
@@ -150,4 +203,4 @@ def _backward(ctx, grad_out: Tensor, grad_stats: Tensor):
             None, None, None, None, *([None] * 11))
 
 
-torch.library.register_autograd(f"{NAMESPACE}::normality_forward", _backward, setup_context=_setup_context)
+normality_forward.register_autograd(_backward, setup_context=_setup_context)

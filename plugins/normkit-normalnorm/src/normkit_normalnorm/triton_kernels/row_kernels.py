@@ -24,10 +24,10 @@ from normkit_normalnorm.triton_kernels.jit_common import (
 )
 
 
-@triton.jit(do_not_specialize=["seed"])
+@triton.jit
 def row_forward(x_ptr, y_ptr, w_ptr, b_ptr, stats_ptr, run_mean_ptr, run_var_ptr, run_lam_ptr,
                 C, S, G, CG, T, M, sn, sc, ss,
-                eps, sqrt_eps, alpha, noise, lmin, lmax, momentum, unbias, seed,
+                eps, sqrt_eps, alpha, noise, lmin, lmax, momentum, unbias, seed_ptr,
                 PART: tl.constexpr, BLOCK: tl.constexpr, NSTAT: tl.constexpr,
                 HAS_W: tl.constexpr, HAS_B: tl.constexpr, NOISE: tl.constexpr,
                 CLAMP_MIN: tl.constexpr, CLAMP_MAX: tl.constexpr, DETACH: tl.constexpr,
@@ -58,16 +58,16 @@ def row_forward(x_ptr, y_ptr, w_ptr, b_ptr, stats_ptr, run_mean_ptr, run_var_ptr
     if NOISE:
         x_mean = tl.sum(tl.where(mask, x, 0.0), axis=0) / M
         scale = tl.sum(tl.where(mask, tl.abs(x - x_mean), 0.0), axis=0) / M
-        x = x + (noise * scale) * tl.randn(seed, logical)
+        x = x + (noise * scale) * tl.randn(tl.load(seed_ptr), logical)
     affine_store(y_ptr, offset, x, w_ptr, b_ptr, c, mask, HAS_W, HAS_B)
     store_stats(stats_ptr + gid * NSTAT, mean, rstd, lam, scale, mean_d, coef_d, coef_e, coef_s, var)
     if UPDATE:
         update_running(run_mean_ptr, run_var_ptr, run_lam_ptr, gid, mean, var * unbias, lam, momentum)
 
 
-@triton.jit(do_not_specialize=["seed"])
+@triton.jit
 def row_backward(x_ptr, dy_ptr, dx_ptr, w_ptr, stats_ptr, dw_part_ptr, db_part_ptr,
-                 C, S, G, CG, T, M, K, per_split, n_per_class, sn, sc, ss, noise, seed,
+                 C, S, G, CG, T, M, K, per_split, n_per_class, sn, sc, ss, noise, seed_ptr,
                  PART: tl.constexpr, BLOCK: tl.constexpr, NSTAT: tl.constexpr,
                  HAS_W: tl.constexpr, HAS_B: tl.constexpr, USE_RUNNING: tl.constexpr,
                  NOISE: tl.constexpr, LAMBDA_GRAD: tl.constexpr):
@@ -94,7 +94,7 @@ def row_backward(x_ptr, dy_ptr, dx_ptr, w_ptr, stats_ptr, dw_part_ptr, db_part_p
         if HAS_W:
             gx = dy * tl.load(w_ptr + c, mask=mask, other=0.0).to(tl.float32)
             if NOISE:
-                x = x + (noise * tl.load(row + 3)) * tl.randn(seed, logical)
+                x = x + (noise * tl.load(row + 3)) * tl.randn(tl.load(seed_ptr), logical)
             acc_w += dy * x
         if HAS_B:
             acc_b += dy

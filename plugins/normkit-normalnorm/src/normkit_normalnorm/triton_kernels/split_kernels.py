@@ -160,11 +160,11 @@ def split_spread(x_ptr, moments_ptr, newton_ptr, sum_x_ptr, part_ptr, R, T, n_tb
     tl.store(part_ptr + gid * n_ch + ch, tl.sum(tl.sum(value, axis=1), axis=0))
 
 
-@triton.jit(do_not_specialize=["seed"])
+@triton.jit
 def split_output(x_ptr, y_ptr, w_ptr, b_ptr, stats_ptr, moments_ptr, newton_ptr, spread_ptr,
                  run_mean_ptr, run_var_ptr, run_lam_ptr,
                  R, T, n_tb, M, C, S, G, CG, sn, sc, ss, eps, sqrt_eps, alpha, noise, lmin, lmax,
-                 momentum, unbias, seed,
+                 momentum, unbias, seed_ptr,
                  PART: tl.constexpr, BR: tl.constexpr, BT: tl.constexpr, BLOCK_CH: tl.constexpr,
                  NSTAT: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, NOISE: tl.constexpr,
                  CLAMP_MIN: tl.constexpr, CLAMP_MAX: tl.constexpr, DETACH: tl.constexpr,
@@ -184,7 +184,7 @@ def split_output(x_ptr, y_ptr, w_ptr, b_ptr, stats_ptr, moments_ptr, newton_ptr,
     scale = 0.0
     if NOISE:
         scale = _total(spread_ptr, gid, 0, 1, n_ch, BLOCK_CH) / M
-        x = x + (noise * scale) * tl.randn(seed, logical)
+        x = x + (noise * scale) * tl.randn(tl.load(seed_ptr), logical)
     affine_store(y_ptr, offset, x, w_ptr, b_ptr, c, mask, HAS_W, HAS_B)
     if ch == 0:
         store_stats(stats_ptr + gid * NSTAT, shift + mean, rstd, lam, scale, mean_d, coef_d, coef_e, coef_s,
@@ -194,9 +194,9 @@ def split_output(x_ptr, y_ptr, w_ptr, b_ptr, stats_ptr, moments_ptr, newton_ptr,
                            momentum)
 
 
-@triton.jit(do_not_specialize=["seed"])
+@triton.jit
 def split_backward_reduce(x_ptr, dy_ptr, w_ptr, stats_ptr, sums_ptr, dw_part_ptr, db_part_ptr,
-                          R, T, n_tb, C, S, G, CG, sn, sc, ss, noise, seed,
+                          R, T, n_tb, C, S, G, CG, sn, sc, ss, noise, seed_ptr,
                           PART: tl.constexpr, BR: tl.constexpr, BT: tl.constexpr, NSTAT: tl.constexpr,
                           HAS_W: tl.constexpr, HAS_B: tl.constexpr, NOISE: tl.constexpr,
                           LAMBDA_GRAD: tl.constexpr):
@@ -220,7 +220,7 @@ def split_backward_reduce(x_ptr, dy_ptr, w_ptr, stats_ptr, sums_ptr, dw_part_ptr
     if HAS_W:
         gx = dy * tl.load(w_ptr + c, mask=mask, other=0.0).to(tl.float32)
         if NOISE:
-            x = x + (noise * tl.load(row + 3)) * tl.randn(seed, logical)
+            x = x + (noise * tl.load(row + 3)) * tl.randn(tl.load(seed_ptr), logical)
         tl.store(dw_part_ptr + part_rows, tl.sum(dy * x, axis=1)[:, None], mask=row_mask)
     if HAS_B:
         tl.store(db_part_ptr + part_rows, tl.sum(dy, axis=1)[:, None], mask=row_mask)

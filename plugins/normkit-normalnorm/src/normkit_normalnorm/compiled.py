@@ -1,0 +1,305 @@
+"""The compiled CPU path: the fused math as two functions that torch.compile (Inductor) turns into C++.
+
+Why: on CPU the eager fused path (`fused.py`) still runs about 48 activation-sized torch ops per
+training step, each a pass over memory; BatchNorm runs about 4. Inductor fuses each function here
+into a few vectorized loops (SLEEF log1p/expm1), one per dependent reduction: the forward reads x
+for the moments, the Newton sums, mean(x), mean|x - mean x| and the output, computing log1p|h| and
+expm1(mu log1p|h|) once each; the backward reuses both (saved), and takes every per-group sum in
+one loop (all are linear in the lambda gradient) and dx in a second.
+
+When: `normality_compiled` (the layer's `kernel=auto` on CPU, or `kernel=compiled`) takes this path
+for a training step with gradients of at least `MIN_ELEMENTS` values; everything else (inference,
+eval with running statistics, small inputs, other devices) goes to `normality_norm`. The first
+call per configuration compiles (tens of seconds on 2 cores; logged once, with its time, and
+cached on disk by Inductor for later processes); a second input shape compiles once more, then
+shape-generic code serves every later shape (torch.compile's automatic dynamic shapes). If compiling fails (no C++ compiler, an
+unsupported torch), the failure is logged once and the same functions run eagerly, so nothing
+depends on a compiler at install or run time. `NORMKIT_NN_COMPILE=0` turns the path off.
+
+Noise: a counter-based generator (a 32-bit integer hash of the seed and each value's logical
+index, then Box-Muller) that Inductor vectorizes; the seed comes from torch's default generator,
+so `torch.manual_seed` reproduces it, but the values differ from `torch.randn`'s (which is serial
+on CPU and cost more than BatchNorm's whole step at 128x64x32x32).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from normkit.stages import Partition
+from torch import Tensor
+
+from normkit_normalnorm.functional import ema_factor, normality_norm, update_running
+from normkit_normalnorm.fused import FusedConfig
+
+MIN_ELEMENTS = 1 << 20  # 4 MB of float32: below it the eager fused path is about as fast, and tests stay uncompiled
+_TINY_MU = 1e-20  # as fused.py: stands in for mu == 0
+_TWO_PI = 2 * math.pi
+_log = logging.getLogger("normkit.normalnorm")
+_lock = threading.Lock()
+_compiled: dict[tuple, Callable[..., Any] | None] = {}  # None: compiling failed, run eagerly
+report: dict[str, float] = {}  # configuration -> seconds its first compiled call took
+OPTIONS: dict[str, Any] = {}  # Inductor options for torch.compile
+
+
+def _setting() -> str:
+    return os.environ.get("NORMKIT_NN_COMPILE", "1").strip().lower()
+
+
+def enabled() -> bool:
+    """False when NORMKIT_NN_COMPILE=0 or this torch has no torch.compile. NORMKIT_NN_COMPILE=eager
+    runs this path's functions without compiling them (for tests and debugging)."""
+    return _setting() not in ("0", "false", "no", "off") and hasattr(torch, "compile")
+
+
+def normality_compiled(x3: Tensor, weight: Tensor | None, bias: Tensor | None, *, partition: str, groups: int = 1,
+                       tokens: bool = False, training: bool, eps: float = 1e-5, alpha: float = 1.0,
+                       noise: float = 0.0, running_mean: Tensor | None = None,
+                       running_var: Tensor | None = None, running_lambda: Tensor | None = None,
+                       momentum: float | None = 0.1, lambda_min: float | None = None,
+                       lambda_max: float | None = None, detach_lambda: bool = False,
+                       num_batches_tracked: Tensor | None = None) -> Tensor:
+    """`normality_norm`'s contract; compiled where it pays (see the module docstring), else the eager path."""
+    kwargs = {"partition": partition, "groups": groups, "tokens": tokens, "training": training, "eps": eps,
+              "alpha": alpha, "noise": noise, "running_mean": running_mean, "running_var": running_var,
+              "running_lambda": running_lambda, "momentum": momentum, "lambda_min": lambda_min,
+              "lambda_max": lambda_max, "detach_lambda": detach_lambda, "num_batches_tracked": num_batches_tracked}
+    tracked = partition == "batch" and running_mean is not None
+    wants_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x3, weight, bias))
+    if not (wants_grad and pays(x3) and (training or not tracked)):
+        return normality_norm(x3, weight, bias, **kwargs)
+    Partition(partition, groups).check(x3.shape[1], "normality_norm")
+    if partition == "batch" and training and x3.shape[0] * x3.shape[2] < 2:
+        return normality_norm(x3, weight, bias, **kwargs)  # raises its one-line error
+    factor = ema_factor(momentum, num_batches_tracked) if tracked and training else 0.0
+    cfg = FusedConfig(partition, groups, tokens, training, eps, alpha, noise, factor, lambda_min, lambda_max,
+                      detach_lambda)
+    seed = torch.randint(0, 2**31 - 1, (1,), dtype=torch.int32) if training and noise else torch.zeros(
+        1, dtype=torch.int32)
+    out, *stats = CompiledFunction.apply(x3, weight, bias, seed, cfg)
+    if tracked and training:
+        mean, var, lam = (stats[STATS.index(k)].reshape(-1) for k in ("mean", "var", "lam"))
+        update_running(mean, var, lam, x3.shape[0] * x3.shape[2], factor, running_mean, running_var, running_lambda)
+    return out
+
+
+def pays(x3: Tensor) -> bool:
+    """A real float32/float64 CPU tensor large enough that the compiled loops beat the eager ops."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    return (enabled() and x3.device.type == "cpu" and x3.dtype in (torch.float32, torch.float64)
+            and MIN_ELEMENTS <= x3.numel() < 2**31
+            and not is_fake(x3) and not torch.compiler.is_compiling() and not torch.jit.is_tracing())
+
+
+class CompiledFunction(torch.autograd.Function):
+    """Forward and backward each one compiled function; saves x3, the noisy values, log1p|h|, the
+    power term and the per-group statistics."""
+
+    @staticmethod
+    def forward(ctx: Any, x3: Tensor, weight: Tensor | None, bias: Tensor | None, seed: Tensor,
+                cfg: FusedConfig) -> tuple[Tensor, ...]:
+        out, y, log1p_a, power, *stats = run("forward", cfg, forward_math, x3, weight, bias, seed)
+        ctx.cfg = cfg
+        ctx.has_bias = bias is not None
+        ctx.save_for_backward(x3, weight, y, log1p_a, power, *stats)
+        ctx.mark_non_differentiable(*stats)
+        return (out, *stats)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad_out: Tensor, *_grad_stats: Any) -> tuple[Tensor | None, ...]:
+        x3, weight, y, log1p_a, power, *stats = ctx.saved_tensors
+        dx, dw, db = run("backward", ctx.cfg, backward_math, grad_out, x3, weight, y, log1p_a, power, ctx.has_bias,
+                         *stats)
+        return (dx if ctx.needs_input_grad[0] else None, dw if ctx.needs_input_grad[1] else None,
+                db if ctx.needs_input_grad[2] else None, None, None)
+
+
+def run(kind: str, cfg: FusedConfig, fn: Callable[..., Any], *args: Any) -> Any:
+    """`fn(*args, cfg)` compiled once per (kind, configuration); eagerly if compiling fails."""
+    key = (kind, cfg.partition, cfg.groups, cfg.tokens, cfg.training, cfg.eps, cfg.alpha, cfg.noise,
+           cfg.lambda_min, cfg.lambda_max, cfg.detach_lambda, tuple(a is None or a is False for a in args),
+           tuple(sorted(OPTIONS.items())))
+    if _setting() == "eager":
+        return fn(*args, cfg=cfg)
+    with _lock:
+        compiled = _compiled.get(key, ...)
+        if compiled is ...:
+            compiled = _compiled[key] = torch.compile(lambda *a: fn(*a, cfg=cfg), fullgraph=True,
+                                                      options=dict(OPTIONS) or None)
+    if compiled is None:
+        return fn(*args, cfg=cfg)
+    label = f"{kind} {cfg.partition}{'(tokens)' if cfg.tokens else ''}"
+    first = label not in report
+    start = time.perf_counter()
+    try:
+        result = compiled(*args)
+    except Exception as err:  # noqa: BLE001 (any compile failure: fall back, once, loudly)
+        with _lock:
+            _compiled[key] = None
+        _log.warning("normkit: compiling the normality norm's CPU %s failed (%s: %s); running it eagerly "
+                     "(set NORMKIT_NN_COMPILE=0 to skip compiling)", kind, type(err).__name__,
+                     str(err).splitlines()[0] if str(err) else "")
+        return fn(*args, cfg=cfg)
+    if first:
+        report[label] = time.perf_counter() - start
+        _log.info("normkit: compiled the normality norm's CPU %s in %.1f s (Inductor caches it on disk)", label,
+                  report[label])
+    return result
+
+
+# -- the math (plain torch ops: Inductor compiles them; they also run eagerly) ------------------
+
+
+def _grouped(t: Tensor, cfg: FusedConfig) -> tuple[Tensor, tuple[int, ...]]:
+    """The `(N, C, S)` tensor regrouped so each normalization group reduces over the returned dims."""
+    g, groups = Partition(cfg.partition, cfg.groups).group(t, cfg.tokens)
+    return g, groups.dims
+
+
+def _per_channel(v: Tensor, cfg: FusedConfig) -> Tensor:
+    return v.view(1, cfg.groups, -1, 1) if cfg.partition == "group" else v.view(1, -1, 1)
+
+
+def standard_normal(x3: Tensor, seed: Tensor, tokens: bool) -> Tensor:
+    """N(0, 1) per value of the `(N, C, S)` shape from a hash of (seed, logical index): the input's
+    `(N, C, S)` order, or `(N, S, C)` for channels-last tokens (as `standard_normal_like`).
+
+    int32 arithmetic (products wrap, as the hash wants; shifts masked to act as logical shifts):
+    AVX2 has no 64-bit multiply, and int64 made the draw twice as slow. `seed`: one int32 value.
+    """
+    n, c, s = x3.shape
+    i_n = torch.arange(n, dtype=torch.int32).view(n, 1, 1)
+    i_c = torch.arange(c, dtype=torch.int32).view(1, c, 1)
+    i_s = torch.arange(s, dtype=torch.int32).view(1, 1, s)
+    index = (i_n * s + i_s) * c + i_c if tokens else (i_n * c + i_c) * s + i_s
+    first = _hash32(index ^ seed)
+    second = _hash32(first ^ 0x632BE5AB)
+    u1 = (((first >> 8) & 0xFFFFFF).to(torch.float32) + 0.5) * (1.0 / 16777216)  # (0, 1): log(u1) is finite
+    u2 = ((second >> 8) & 0xFFFFFF).to(torch.float32) * (1.0 / 16777216)
+    return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(_TWO_PI * u2)
+
+
+def _hash32(v: Tensor) -> Tensor:
+    """A 32-bit integer finalizer (xorshift-multiply, 'lowbias32') on int32 values."""
+    v = v ^ ((v >> 16) & 0xFFFF)
+    v = v * 0x7FEB352D
+    v = v ^ ((v >> 15) & 0x1FFFF)
+    v = v * -0x7B935975  # 0x846CA68B as a signed 32-bit value
+    return v ^ ((v >> 16) & 0xFFFF)
+
+
+def _sign_over_mu(h: Tensor, mu: Tensor) -> Tensor:
+    """sign(h) / mu, with mu == 0 standing in as a tiny number (then expm1(mu L) / mu -> L).
+
+    mu is the same rounded number that the power term expm1(mu L) was computed with: dx/dlam =
+    (sign L (E + 1) - x) sign / mu cancels to O(mu L^2), so a mu rounded differently in the two
+    places (L + (lam - 1) sign L, say) is amplified by 1 / mu^2 where lambda is near 0 or 2.
+    """
+    return torch.sign(h) / torch.where(mu == 0, _TINY_MU, mu)
+
+
+STATS = ("mean", "var", "rstd", "lam", "in_range", "g1", "den", "dvar", "mean_d")  # per group, keepdim
+
+
+def forward_math(x3: Tensor, weight: Tensor | None, bias: Tensor | None, seed: Tensor, *,
+                 cfg: FusedConfig) -> tuple[Tensor, ...]:
+    """(output, noisy pre-affine values y, log1p|h|, expm1(mu log1p|h|) (all three grouped), *per-group
+    statistics in STATS order) of a batch-statistics step. Inductor writes log1p|h| and the power
+    term to memory anyway (three reductions and the output read them); handing them to backward
+    spares it both transcendentals."""
+    g, dims = _grouped(x3, cfg)
+    n = math.prod([g.shape[d] for d in dims])
+    var, mean = torch.var_mean(g, dim=dims, correction=0, keepdim=True)
+    rstd = torch.rsqrt(var + cfg.eps)
+    h = (g - mean) * rstd
+    a = h.abs()
+    log1p_a = torch.log1p(a)
+    signed_log = torch.copysign(log1p_a, h)
+    p = log1p_a + a * log1p_a  # (1 + a) L without rounding 1 + a: d = p - a cancels to about a^2 / 2
+    d = p - a
+    q = p * log1p_a - 2 * d
+    mean_d = d.sum(dims, keepdim=True) / n
+    mean_hd = (h * d).sum(dims, keepdim=True) / n
+    mean_dd = (d * d).sum(dims, keepdim=True) / n
+    mean_aq = (a * q).sum(dims, keepdim=True) / n
+    s1 = signed_log.sum(dims, keepdim=True) / n
+    dvar = 2 * mean_hd
+    d2var = 2 * (mean_aq + mean_dd - mean_d * mean_d)
+    g1 = 0.5 * dvar - s1
+    den = 0.5 * (d2var - dvar * dvar) + math.sqrt(cfg.eps)
+    raw = 1 - cfg.alpha * g1 / den
+    lam = raw if cfg.lambda_min is None and cfg.lambda_max is None else raw.clamp(cfg.lambda_min, cfg.lambda_max)
+    in_range = (lam == raw).to(raw.dtype)
+    mu = torch.where(h >= 0, lam, 2 - lam)
+    power = torch.expm1(mu * log1p_a)  # (1 + a)^mu - 1
+    x = power * _sign_over_mu(h, mu)
+    scale = torch.zeros_like(mean)
+    if cfg.training and cfg.noise:
+        x_mean = x.sum(dims, keepdim=True) / n
+        scale = (x - x_mean).abs().sum(dims, keepdim=True) / n
+        z = standard_normal(x3, seed, cfg.tokens).reshape(g.shape)
+        x = x + (cfg.noise * scale) * z
+    out = x
+    if weight is not None:
+        out = out * _per_channel(weight, cfg)
+    if bias is not None:
+        out = out + _per_channel(bias, cfg)
+    return out.reshape(x3.shape), x, log1p_a, power, mean, var, rstd, lam, in_range, g1, den, dvar, mean_d
+
+
+def backward_math(grad_out: Tensor, x3: Tensor, weight: Tensor | None, y: Tensor, log1p_a: Tensor, power: Tensor,
+                  has_bias: bool, *values: Tensor, cfg: FusedConfig) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """(dx, dweight, dbias): gh = gx dx/dh + glam dlam/dh per group, then the standardization's backward.
+
+    Every per-group sum is linear in glam = sum(gx dx/dlam), so one loop takes them all:
+    mean(gh) = mean(A) + glam mean(B) and mean(gh h) = mean(A h) + glam mean(B h).
+    """
+    stats = dict(zip(STATS, values))
+    g, dims = _grouped(x3, cfg)
+    dy, _ = _grouped(grad_out, cfg)
+    n = math.prod([g.shape[d] for d in dims])
+    mean, rstd, lam = stats["mean"], stats["rstd"], stats["lam"]
+    h = (g - mean) * rstd
+    a = h.abs()
+    signed_log = torch.copysign(log1p_a, h)
+    sign = torch.sign(h)
+    u = 1 + a
+    e1 = power + 1  # (1 + a)^mu
+    inverse_mu = _sign_over_mu(h, torch.where(h >= 0, lam, 2 - lam))
+    gx = dy * _per_channel(weight, cfg) if weight is not None else dy
+    grad_a = gx * (e1 / u)  # gx dx/dh
+    mean_a = grad_a.sum(dims, keepdim=True) / n
+    mean_ah = (grad_a * h).sum(dims, keepdim=True) / n
+    gh_mean, ghh_mean = mean_a, mean_ah
+    lam_grads = not cfg.detach_lambda
+    if lam_grads:
+        x = power * inverse_mu  # sign L (E + 1) - x cancels to O(h^2): E, not E + 1 - 1
+        grad_lam = (gx * ((signed_log + signed_log * power - x) * inverse_mu)).sum(dims, keepdim=True)
+        grad_lam = grad_lam * stats["in_range"]
+        den, g1, dvar, mean_d = stats["den"], stats["g1"], stats["dvar"], stats["mean_d"]
+        k1 = (2 / n) * (-0.5 * cfg.alpha / den - dvar * cfg.alpha * g1 / (den * den))
+        k2 = cfg.alpha * g1 / (n * den * den)
+        k3 = cfg.alpha / (n * den)
+        p = log1p_a + a * log1p_a  # (1 + a) L, as in forward_math
+        d = p - a
+        q = p * log1p_a - 2 * d
+        w = d + a * log1p_a
+        jac = k1 * w + k2 * (sign * q + signed_log * (w + d - 2 * mean_d)) + k3 / u  # dlam/dh
+        gh_mean = mean_a + grad_lam * (jac.sum(dims, keepdim=True) / n)
+        ghh_mean = mean_ah + grad_lam * ((jac * h).sum(dims, keepdim=True) / n)
+        grad_h = grad_a + grad_lam * jac
+    else:
+        grad_h = grad_a
+    dx = (rstd * (grad_h - gh_mean - h * ghh_mean)).reshape(x3.shape)
+    dweight = (grad_out * y.reshape(x3.shape)).sum((0, 2)) if weight is not None else None
+    dbias = grad_out.sum((0, 2)) if has_bias else None
+    return dx, dweight, dbias
