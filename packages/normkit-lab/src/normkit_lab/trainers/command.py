@@ -35,8 +35,15 @@ from normkit_lab.errors import ConfigError, one_line
 from normkit_lab.reporting import ReportError, parse_line
 from normkit_lab.safe_paths import make_dirs
 from normkit_lab.trainers import RunContext
-from normkit_lab.trainers.external import Records, check_external, plain_config, require_metric, tuning_score
-from normkit_lab.trainers.template import CommandTemplate, changed_files
+from normkit_lab.trainers.external import (
+    Records,
+    check_external,
+    plain_config,
+    record_or_check_code,
+    require_metric,
+    tuning_score,
+)
+from normkit_lab.trainers.template import CommandTemplate
 
 if TYPE_CHECKING:
     from normkit_lab.config import CompareConfig
@@ -82,15 +89,8 @@ class CommandTrainer:
         check_external(cfg)
         for norm in cfg.norms:
             normkit.parse(norm)
-        now = template.named_files(workdir)
-        if cfg.code_files is None:
-            cfg.code_files = now
-        else:
-            changed = changed_files(cfg.code_files, now)
-            if changed:
-                raise ConfigError(f"{', '.join(changed)} changed since this comparison started (its runs were "
-                                  f"made with the file as it was; code_files in config.yaml holds its hash); "
-                                  f"restore it, or start a new comparison")
+        record_or_check_code(cfg, template.named_files(workdir),
+                             "with the file as it was; code_files in config.yaml holds its hash")
         cfg.command_dir = self.workdir
         if cfg.train.cpu_threads is None and parallel > 1:
             from normkit_lab.executors.local import split_threads

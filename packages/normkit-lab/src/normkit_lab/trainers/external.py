@@ -28,6 +28,20 @@ if TYPE_CHECKING:
 METRICS_FILE = "metrics.jsonl"
 
 
+def record_or_check_code(cfg: CompareConfig, now: dict[str, str], what: str) -> None:
+    """Save the code's file hashes on the first check; on resume refuse (one line) any file whose hash
+    changed, since the saved runs were made with the code as it was. `what` ends the message's cause."""
+    from normkit_lab.trainers.template import changed_files
+
+    if cfg.code_files is None:
+        cfg.code_files = now
+        return
+    changed = changed_files(cfg.code_files, now)
+    if changed:
+        raise ConfigError(f"{', '.join(changed)} changed since this comparison started (its runs were made "
+                          f"{what}); restore it, or start a new comparison")
+
+
 def check_external(cfg: CompareConfig) -> None:
     """What every non-built-in trainer needs of the config: a metric it can read, and a selection it can make."""
     from normkit_lab.metrics import metric_named

@@ -30,8 +30,15 @@ from normkit_lab.errors import ConfigError
 from normkit_lab.reporting import ReportError
 from normkit_lab.safe_paths import make_dirs
 from normkit_lab.trainers import RunContext
-from normkit_lab.trainers.external import Records, check_external, plain_config, require_metric, tuning_score
-from normkit_lab.trainers.template import changed_files, file_hash
+from normkit_lab.trainers.external import (
+    Records,
+    check_external,
+    plain_config,
+    record_or_check_code,
+    require_metric,
+    tuning_score,
+)
+from normkit_lab.trainers.template import file_hash
 
 if TYPE_CHECKING:
     from normkit_lab.config import CompareConfig
@@ -92,14 +99,7 @@ class FunctionTrainer:
         for norm in cfg.norms:
             normkit.parse(norm)
         cfg.train_function = reference(self.function)
-        now = source_files(self.function)
-        if cfg.code_files is None:
-            cfg.code_files = now
-        else:
-            changed = changed_files(cfg.code_files, now)
-            if changed:
-                raise ConfigError(f"{', '.join(changed)} changed since this comparison started (its runs were made "
-                                  f"with the code as it was); restore it, or start a new comparison")
+        record_or_check_code(cfg, source_files(self.function), "with the code as it was")
 
     def run_config(self, run_id: RunId, base: TrainConfig) -> TrainConfig:
         return plain_config(run_id, base)
