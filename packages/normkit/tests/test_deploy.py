@@ -83,7 +83,6 @@ def _onnx_parity(model: nn.Module, tmp_path, channels_last_tokens: bool = False)
     shape = (4, 5, C) if channels_last_tokens else (4, 3, 6, 6)
     example = torch.randn(*shape)
     batch = torch.export.Dim("batch", min=1)
-    torch.export.export(model, (example,), dynamic_shapes=({0: batch},))  # the graph ONNX is made from
     path = tmp_path / "model.onnx"
     logging.disable(logging.WARNING)  # the exporter logs each step
     try:
