@@ -11,13 +11,16 @@ import torch
 import yaml
 
 from normkit.layer import NormLayer
-from normkit_lab import compare, compare_norms, config, training
+from normkit_lab import compare_norms
 from normkit_lab.datasets import load_dataset
 from normkit_lab.datasets.tensors import ImageTensors
 from normkit_lab.errors import ConfigError
-from normkit_lab.plan import RunId, choose, compare_plan, run_count, selected_epoch, tune_plan
-from normkit_lab.results import TUNING_FILE, ResultsDir
-from normkit_lab.training import EpochRecord, RunResult, TrainConfig
+from normkit_lab.records import EpochRecord, RunId, RunResult, selected_epoch
+from normkit_lab.runs import training
+from normkit_lab.spec import TrainConfig
+from normkit_lab.store.results import TUNING_FILE, ResultsDir
+from normkit_lab.study import compare, config
+from normkit_lab.study.plan import choose, compare_plan, run_count, tune_plan
 
 TINY = {"dataset": "fake", "dataset_params": {"size": 40, "image_size": 8, "num_classes": 2},
         "model_params": {"width": 4}, "epochs": 1, "batch_size": 8}
