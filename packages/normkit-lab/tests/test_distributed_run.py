@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader, Subset
 from normkit_lab import records, spec
 from normkit_lab.errors import ConfigError
 from normkit_lab.records import RunId
-from normkit_lab.runs import distributed, training
+from normkit_lab.runs import checks, distributed, training
 from normkit_lab.runs.checkpoints import Checkpointing
 from normkit_lab.runs.execute import Job, run_job
 from normkit_lab.study import compare, config
@@ -124,13 +124,13 @@ def test_a_killed_rank_is_the_machines_failure_and_the_run_stays_resumable(tmp_p
 
 def test_check_config_refuses_a_global_batch_that_does_not_split_evenly():
     with pytest.raises(ConfigError, match=r"^batch_size 130 is not divisible by nproc_per_node 4 .*multiple of 4$"):
-        training.check_config(spec.TrainConfig(batch_size=130, nproc_per_node=4), ["bn"])
+        checks.check_config(spec.TrainConfig(batch_size=130, nproc_per_node=4), ["bn"])
 
 
 @pytest.mark.parametrize(("device", "message"), [("mps", "not on mps"), ("cuda:1", "names one GPU")])
 def test_a_ddp_run_refuses_a_device_it_cannot_use(device, message):
     with pytest.raises(ConfigError, match=message):
-        training._check_processes(spec.TrainConfig(nproc_per_node=2, device=device), torch.device(device))
+        checks._check_processes(spec.TrainConfig(nproc_per_node=2, device=device), torch.device(device))
 
 
 # -- slow: the CLI, signals, and the arithmetic across processes ---------------------------------

@@ -19,7 +19,7 @@ from normkit_lab.errors import ConfigError, one_line
 from normkit_lab.limits import MAX_SEED, MAX_SEEDS, MAX_YAML_NODES
 from normkit_lab.models import model_params, preact_resnet
 from normkit_lab.records import EpochRecord, RunId, RunResult, failed_run
-from normkit_lab.runs.training import check_config
+from normkit_lab.runs.checks import check_config
 from normkit_lab.spec import TrainConfig
 from normkit_lab.store.results import RUNS_FILE, ResultsDir, check_row, rows_to_runs, run_rows
 from normkit_lab.study import config

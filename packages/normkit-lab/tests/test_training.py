@@ -12,8 +12,9 @@ import torch
 import normkit
 from normkit_lab.errors import DatasetMissing
 from normkit_lab.records import EpochRecord, RunResult
+from normkit_lab.runs.checks import check_config
 from normkit_lab.runs.schedule import lr_factor
-from normkit_lab.runs.training import check_config, train_run
+from normkit_lab.runs.training import train_run
 from normkit_lab.spec import TrainConfig
 
 TIMING_FIELDS = {"epoch_time_s", "throughput", "peak_mem_mb"}

@@ -92,7 +92,8 @@ def _fresh(norms: list[str], model: str, dataset: str, epochs: int, seed: int, m
     from normkit_lab.diagnostics import DiagnosticsCallback, write_report
     from normkit_lab.diagnostics.report import DIAGNOSTICS_MD
     from normkit_lab.records import failed_run
-    from normkit_lab.runs.training import check_config, train_run
+    from normkit_lab.runs.checks import check_config
+    from normkit_lab.runs.training import train_run
     from normkit_lab.spec import TrainConfig
     from normkit_lab.store.results import atomic_write_text, new_results_dir
     from normkit_lab.study.config import parse_key_values

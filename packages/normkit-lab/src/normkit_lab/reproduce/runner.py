@@ -132,7 +132,7 @@ def dry_run(p: Plan, emit: Callable[[str], None] | None = None) -> list[str]:
     import torch
 
     from normkit_lab.datasets import load_dataset
-    from normkit_lab.runs.training import check_config
+    from normkit_lab.runs.checks import check_config
 
     train = p.config.train
     wanted = str(p.scale.requires.get("device") or train.device)

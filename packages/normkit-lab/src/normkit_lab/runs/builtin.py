@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from normkit_lab.records import RunId, RunResult, selected_epoch
+from normkit_lab.runs.checks import check_config, resolved_threads
 from normkit_lab.runs.device import split_threads
 from normkit_lab.runs.trainer import RunContext
-from normkit_lab.runs.training import check_config, resolved_threads, train_run
+from normkit_lab.runs.training import train_run
 from normkit_lab.spec import CompareConfig, TrainConfig, grid
 
 
