@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 import normkit
 from normkit_cli.app import app
-from normkit_lab.trainers import builtin as lab_execute
+from normkit_lab.runs import builtin as lab_execute
 
 NORMS = ["bn", "gn+pn"] + (["bnn"] if any(e["name"] == "bnn" for e in normkit.available()) else [])
 TINY = ["--epochs", "1", "--batch-size", "128", "--seeds", "2", "--model-param", "depth=2"]

@@ -23,9 +23,9 @@ import yaml
 
 from normkit_lab import ExecutorOptions, compare_norms
 from normkit_lab.errors import ConfigError
-from normkit_lab.plan import RunId
-from normkit_lab.progress import Progress
-from normkit_lab.results import ResultsDir
+from normkit_lab.records import RunId
+from normkit_lab.store.results import ResultsDir
+from normkit_lab.study.progress import Progress
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples" / "own-training"

@@ -17,9 +17,9 @@ from normkit.stages import Step
 from normkit.testing import temporary_plugin
 from normkit_cli.app import app
 from normkit_cli.text import plural
-from normkit_lab.config import build_config, save_yaml
-from normkit_lab.results import ResultsDir, run_rows
-from normkit_lab.training import EpochRecord, RunResult
+from normkit_lab.records import EpochRecord, RunResult
+from normkit_lab.store.results import ResultsDir, run_rows
+from normkit_lab.study.config import build_config, save_yaml
 
 runner = CliRunner()
 BOMB = "norms: [bn]\na: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(

@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from normkit_cli.app import app
-from normkit_lab import config
-from normkit_lab.results import ResultsDir
+from normkit_lab.store.results import ResultsDir
+from normkit_lab.study import config
 
 runner = CliRunner()
 BN = [0.80, 0.82, 0.84, 0.81]

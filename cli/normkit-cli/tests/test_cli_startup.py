@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 
 from normkit_cli import defaults
-from normkit_lab import config
+from normkit_lab import records, spec
 
 NORMKIT = [sys.executable, "-c", "from normkit_cli.app import main; main()"]
 COMMANDS = ["compare", "report", "list", "plugins", "show", "bench", "diagnose"]
 
 
 def test_cli_defaults_agree_with_the_lab():
-    assert defaults.DEFAULTS == config.defaults()
-    assert defaults.RUNTIME_KEYS == config.RUNTIME_KEYS
+    assert defaults.DEFAULTS == spec.defaults()
+    assert defaults.RUNTIME_KEYS == records.RUNTIME_KEYS
     from normkit_lab import metrics
 
     assert defaults.METRIC_NAMES == tuple(metrics.METRICS)
@@ -34,7 +34,8 @@ def test_help_of_every_command_loads_neither_torch_nor_the_lab():
             f"for cmd in [[], *([c] for c in {COMMANDS!r})]:\n"
             "    r = CliRunner().invoke(app, [*cmd, '--help'])\n"
             "    assert r.exit_code == 0 and 'Usage' in r.output, (cmd, r.output)\n"
-            "heavy = ('torch', 'normkit', 'normkit_lab.training', 'normkit_lab.config', 'scipy', 'matplotlib')\n"
+            "heavy = ('torch', 'normkit', 'normkit_lab.runs.training', 'normkit_lab.study.config', 'scipy',\n"
+            "         'matplotlib')\n"
             "heavy = sorted(m for m in heavy if m in sys.modules)\n"
             "print(heavy)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from normkit_lab import config
-from normkit_lab.caption import caption, is_default_recipe, pooling_over_batch
+from normkit_lab.analysis.caption import caption, is_default_recipe, pooling_over_batch
+from normkit_lab.spec import default_recipe
+from normkit_lab.study import config
 
 
 def words(values: dict) -> str:
@@ -51,3 +52,8 @@ def test_swept_keys_are_named_as_swept():
     assert "same learning rate (" not in lrs
     one = words({"norms": "bn,gn+pn", "seeds": 1})
     assert "1 seed; the final epoch" in one
+
+
+def test_the_reference_recipe_is_the_one_build_config_gives():
+    """The caption (analysis) may not import the study's build_config; spec.default_recipe stands in for it."""
+    assert default_recipe() == config.build_config({"norms": "bn"}).to_dict()

@@ -8,11 +8,11 @@ import dataclasses
 import pytest
 import torch
 
-from normkit_lab import compare, config
-from normkit_lab.checkpoints import STATE_KEYS, Checkpointing
 from normkit_lab.errors import ConfigError
-from normkit_lab.execute import Job, RunOptions, run_job
-from normkit_lab.plan import RunId
+from normkit_lab.records import RunId
+from normkit_lab.runs.checkpoints import STATE_KEYS, Checkpointing
+from normkit_lab.runs.execute import Job, RunOptions, run_job
+from normkit_lab.study import compare, config
 
 TIMING = {"epoch_time_s", "throughput", "peak_mem_mb"}
 

@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from normkit_lab import compare, config
-from normkit_lab.plan import RunId, compare_plan
-from normkit_lab.progress import PlainProgress
-from normkit_lab.results import SUMMARY_JSON
-from normkit_lab.trainers import builtin
-from normkit_lab.training import EpochRecord, RunResult
+from normkit_lab.records import EpochRecord, RunId, RunResult
+from normkit_lab.runs import builtin
+from normkit_lab.store.results import SUMMARY_JSON
+from normkit_lab.study import compare, config
+from normkit_lab.study.plan import compare_plan
+from normkit_lab.study.progress import PlainProgress
 
 
 class FakeTrainer:

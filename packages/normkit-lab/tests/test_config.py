@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from normkit import NormkitError
-from normkit_lab import config
+from normkit_lab import spec
 from normkit_lab.errors import ConfigError
-from normkit_lab.plan import compare_plan
+from normkit_lab.study import config
+from normkit_lab.study.plan import compare_plan
 
 
 @pytest.mark.parametrize(("text", "seeds"), [
@@ -43,7 +44,7 @@ def test_precedence_cli_over_yaml_over_defaults(tmp_path):
     cfg = config.resolve({"epochs": 2}, path)
     assert cfg.train.epochs == 2  # CLI
     assert cfg.train.batch_size == 16  # YAML, '-' read as '_'
-    assert cfg.train.model == "small-cnn" and cfg.seeds == list(config.DEFAULT_SEEDS)  # defaults
+    assert cfg.train.model == "small-cnn" and cfg.seeds == list(spec.DEFAULT_SEEDS)  # defaults
     assert cfg.norms == ["bn", "ln"] and cfg.baseline_norm == "bn"
     assert config.resolve({"norms": "ln,bn"}, path).norms == ["ln", "bn"]
 
@@ -113,5 +114,5 @@ def test_a_model_brings_its_training_defaults_and_typed_values_win(tmp_path):
 
 
 def test_an_unknown_model_gets_no_defaults_and_is_named_by_the_check():
-    assert config.registered_train_defaults("model", "gpt-tiniest") == {}
-    assert config.registered_train_defaults("model", 3) == {}
+    assert spec.registered_train_defaults("model", "gpt-tiniest") == {}
+    assert spec.registered_train_defaults("model", 3) == {}

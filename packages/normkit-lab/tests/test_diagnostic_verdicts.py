@@ -6,9 +6,9 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 
-from normkit_lab.diagnostic_verdicts import HIGHER, LOWER, NO_EVIDENCE, measures_of
+from normkit_lab.analysis.diagnostic_verdicts import HIGHER, LOWER, NO_EVIDENCE, measures_of
+from normkit_lab.analysis.summary import runs_from_rows, summarize
 from normkit_lab.metrics import METRICS
-from normkit_lab.summary import runs_from_rows, summarize
 
 QQ = {"bn": [[0.970, 0.980], [0.972, 0.985], [0.969, 0.979], [0.975, 0.983]],
       "bnn": [[0.985, 0.981], [0.986, 0.990], [0.984, 0.975], [0.988, 0.986]]}
@@ -63,8 +63,7 @@ def test_the_forest_plot_gets_one_panel_per_family_of_diagnostic_verdicts():
 
     from matplotlib import image
 
-    from normkit_lab import plots
-
+    from normkit_lab.analysis import plots
     rows = run_rows()
     with_diagnostics = summarize(runs_from_rows(rows), ["bn", "bnn"], "bn", METRICS["test_acc"])
     without = summarize(runs_from_rows([{**r, "extras": {}} for r in rows]), ["bn", "bnn"], "bn", METRICS["test_acc"])

@@ -8,7 +8,9 @@ import pytest
 
 from normkit_lab.diagnostics import DiagnosticsCallback, DiagnosticsSettings, random_net_power, render, write_report
 from normkit_lab.diagnostics.report import DIAGNOSTICS_JSON, DIAGNOSTICS_MD
-from normkit_lab.training import RunResult, TrainConfig, train_run
+from normkit_lab.records import RunResult
+from normkit_lab.runs.training import train_run
+from normkit_lab.spec import TrainConfig
 
 SEEDS = (0, 1, 2)
 

@@ -24,17 +24,19 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Subset
 
-from normkit_lab import compare, config, distributed, training
-from normkit_lab.checkpoints import Checkpointing
+from normkit_lab import records, spec
 from normkit_lab.errors import ConfigError
-from normkit_lab.execute import Job, run_job
-from normkit_lab.plan import RunId
+from normkit_lab.records import RunId
+from normkit_lab.runs import checks, distributed, training
+from normkit_lab.runs.checkpoints import Checkpointing
+from normkit_lab.runs.execute import Job, run_job
+from normkit_lab.study import compare, config
 
 BIN = Path(sys.executable).parent
 TIMING = ("epoch_time_s", "throughput", "peak_mem_mb")  # differ between any two runs
-EQUIVALENCE_CFG = training.TrainConfig(epochs=1, batch_size=64)
+EQUIVALENCE_CFG = spec.TrainConfig(epochs=1, batch_size=64)
 EQUIVALENCE_NORMS = ("bn", "bnn(noise=0)", "ln", "ibln-t")  # synced batch statistics, per-sample, both
-RESUME_CFG = training.TrainConfig(epochs=2, batch_size=64)
+RESUME_CFG = spec.TrainConfig(epochs=2, batch_size=64)
 
 
 def _job(tmp_path: Path, nproc: int, **changes: object) -> Job:
@@ -122,13 +124,13 @@ def test_a_killed_rank_is_the_machines_failure_and_the_run_stays_resumable(tmp_p
 
 def test_check_config_refuses_a_global_batch_that_does_not_split_evenly():
     with pytest.raises(ConfigError, match=r"^batch_size 130 is not divisible by nproc_per_node 4 .*multiple of 4$"):
-        training.check_config(training.TrainConfig(batch_size=130, nproc_per_node=4), ["bn"])
+        checks.check_config(spec.TrainConfig(batch_size=130, nproc_per_node=4), ["bn"])
 
 
 @pytest.mark.parametrize(("device", "message"), [("mps", "not on mps"), ("cuda:1", "names one GPU")])
 def test_a_ddp_run_refuses_a_device_it_cannot_use(device, message):
     with pytest.raises(ConfigError, match=message):
-        training._check_processes(training.TrainConfig(nproc_per_node=2, device=device), torch.device(device))
+        checks._check_processes(spec.TrainConfig(nproc_per_node=2, device=device), torch.device(device))
 
 
 # -- slow: the CLI, signals, and the arithmetic across processes ---------------------------------
@@ -209,7 +211,7 @@ def test_a_stopped_compare_leaves_no_process_behind(tmp_path, sig):
             proc.kill()
 
 
-def _fixed_order_loaders(cfg: training.TrainConfig, data, seed: int, device: torch.device):
+def _fixed_order_loaders(cfg: spec.TrainConfig, data, seed: int, device: torch.device):
     """The loaders with the training data in file order: global batch b is samples [b*B, (b+1)*B), and
     rank r of K takes its r-th B/K slice, so K processes see exactly one process's batches."""
     rank, world = training._world()
@@ -235,7 +237,7 @@ class _CopyFirst(Checkpointing):
             shutil.copy(self.path, self.first)
 
 
-def _records(result: training.RunResult) -> list[dict]:
+def _records(result: records.RunResult) -> list[dict]:
     return [{k: v for k, v in r.as_dict().items() if k not in TIMING} for r in result.epochs]
 
 
@@ -277,11 +279,11 @@ def test_two_processes_equal_one_process_and_resume_continues_exactly(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ranks = json.loads((tmp_path / "ranks.json").read_text())
     single = _equivalence_runs()
-    for spec, records in single.items():
-        for key, value in records[0].items():  # measured: losses within 5e-7, accuracies equal
-            got, tolerance = ranks["fixed"][spec][0][key], 0.005 if key.endswith("acc") else 1e-5
+    for norm, epochs in single.items():
+        for key, value in epochs[0].items():  # measured: losses within 5e-7, accuracies equal
+            got, tolerance = ranks["fixed"][norm][0][key], 0.005 if key.endswith("acc") else 1e-5
             expected = pytest.approx(value, rel=tolerance, abs=tolerance) if isinstance(value, float) else value
-            assert got == expected, f"{spec} {key}: 2 processes {got} vs 1 process {value}"
+            assert got == expected, f"{norm} {key}: 2 processes {got} vs 1 process {value}"
     assert ranks["resumed"] == ranks["full"]  # bit-identical continuation from the epoch-0 checkpoint
     assert len(set(ranks["seeds"])) == 2  # rank 1 re-seeded: its noise is its own
 

@@ -11,13 +11,16 @@ import torch
 import yaml
 
 from normkit.layer import NormLayer
-from normkit_lab import compare, compare_norms, config, training
+from normkit_lab import compare_norms
 from normkit_lab.datasets import load_dataset
 from normkit_lab.datasets.tensors import ImageTensors
 from normkit_lab.errors import ConfigError
-from normkit_lab.plan import RunId, choose, compare_plan, run_count, selected_epoch, tune_plan
-from normkit_lab.results import TUNING_FILE, ResultsDir
-from normkit_lab.training import EpochRecord, RunResult, TrainConfig
+from normkit_lab.records import EpochRecord, RunId, RunResult, selected_epoch
+from normkit_lab.runs import checks, training
+from normkit_lab.spec import TrainConfig
+from normkit_lab.store.results import TUNING_FILE, ResultsDir
+from normkit_lab.study import compare, config
+from normkit_lab.study.plan import choose, compare_plan, run_count, tune_plan
 
 TINY = {"dataset": "fake", "dataset_params": {"size": 40, "image_size": 8, "num_classes": 2},
         "model_params": {"width": 4}, "epochs": 1, "batch_size": 8}
@@ -38,10 +41,10 @@ def test_selection_reads_validation_only():
 def test_a_run_does_not_change_when_its_test_data_does(monkeypatch):
     cfg = TrainConfig(**{**TINY, "epochs": 2})
     first = training.train_run(cfg, "bn", seed=0)
-    data = training._dataset(cfg)
+    data = checks.run_dataset(cfg)
     noisy = ImageTensors(torch.randint(0, 255, data.test.images.shape, dtype=torch.uint8),
                          1 - data.test.labels, data.test.mean, data.test.std, scale=1 / 255)
-    monkeypatch.setattr(training, "_dataset", lambda _cfg: dataclasses.replace(data, test=noisy))
+    monkeypatch.setattr(training, "run_dataset", lambda _cfg: dataclasses.replace(data, test=noisy))
     second = training.train_run(cfg, "bn", seed=0)
     strip = [dataclasses.replace(r, test_acc=None, test_loss=None, epoch_time_s=0, throughput=0, peak_mem_mb=0)
              for run in (first, second) for r in run.epochs]
@@ -63,7 +66,7 @@ def test_val_is_fixed_and_disjoint_from_test_for_every_seed():
 @pytest.mark.parametrize("norm", ["bn", "bnn", "gn(groups=2)+pn", "ln"])
 def test_every_arm_decays_every_parameter_alike(norm):
     cfg = TrainConfig(**TINY)
-    model = training._build(cfg, norm, training._dataset(cfg))
+    model = checks.build_run_model(cfg, norm, checks.run_dataset(cfg))
     groups = training._optimizer(cfg, model).param_groups
     assert [g["weight_decay"] for g in groups] == [cfg.resolved_weight_decay]
     assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
@@ -71,7 +74,7 @@ def test_every_arm_decays_every_parameter_alike(norm):
 
 def test_norm_weight_decay_is_one_value_for_every_norm_parameter_and_plugin_policy_is_opt_in():
     cfg = TrainConfig(**TINY, norm_weight_decay=0.0)
-    model = training._build(cfg, "gn(groups=2)+pn", training._dataset(cfg))
+    model = checks.build_run_model(cfg, "gn(groups=2)+pn", checks.run_dataset(cfg))
     decay = {id(p): g["weight_decay"] for g in training._optimizer(cfg, model).param_groups for p in g["params"]}
     norm_params = {id(p) for m in model.modules() if isinstance(m, NormLayer) for p in m.parameters()}
     conv = [p for name, p in model.named_parameters() if p.dim() == 4]
@@ -80,7 +83,7 @@ def test_norm_weight_decay_is_one_value_for_every_norm_parameter_and_plugin_poli
     plugin = training._optimizer(dataclasses.replace(cfg, weight_decay_policy="plugin"), model).param_groups
     assert len({g["weight_decay"] for g in plugin}) >= 2
     with pytest.raises(ConfigError, match="weight_decay_policy must be one of uniform, plugin"):
-        training.check_config(TrainConfig(**TINY, weight_decay_policy="pn"), ["bn"])
+        checks.check_config(TrainConfig(**TINY, weight_decay_policy="pn"), ["bn"])
 
 
 def test_tune_seeds_must_not_overlap_the_comparison_seeds():

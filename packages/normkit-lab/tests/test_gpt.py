@@ -14,7 +14,8 @@ from normkit.layer import NormLayer
 from normkit_lab.diagnostics import DiagnosticsCallback, DiagnosticsSettings
 from normkit_lab.models import build_model
 from normkit_lab.models.causality import token_pooling
-from normkit_lab.training import TrainConfig, train_run
+from normkit_lab.runs.training import train_run
+from normkit_lab.spec import TrainConfig
 
 T = 16
 TINY = {"width": 16, "depth": 2, "heads": 2, "context": T}

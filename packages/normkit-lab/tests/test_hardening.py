@@ -13,14 +13,16 @@ import pytest
 
 import normkit
 from normkit import plugins
-from normkit_lab import config, safe_yaml
+from normkit_lab import safe_yaml
 from normkit_lab.datasets import load_dataset
 from normkit_lab.errors import ConfigError, one_line
 from normkit_lab.limits import MAX_SEED, MAX_SEEDS, MAX_YAML_NODES
 from normkit_lab.models import model_params, preact_resnet
-from normkit_lab.plan import RunId
-from normkit_lab.results import RUNS_FILE, ResultsDir, check_row, rows_to_runs, run_rows
-from normkit_lab.training import EpochRecord, RunResult, TrainConfig, check_config, failed_run
+from normkit_lab.records import EpochRecord, RunId, RunResult, failed_run
+from normkit_lab.runs.checks import check_config
+from normkit_lab.spec import TrainConfig
+from normkit_lab.store.results import RUNS_FILE, ResultsDir, check_row, rows_to_runs, run_rows
+from normkit_lab.study import config
 
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
@@ -344,7 +346,7 @@ def test_an_epoch_row_needs_its_measurements(key):
 @pytest.mark.parametrize("text", ["norms: [[1], {a: 2}]\n", "norms: []\n", "norms: [bn]\nbaseline: [x]\n",
                                   "- bn\n"])
 def test_report_refuses_a_config_that_compare_never_writes(store, text):
-    from normkit_lab.report import load_results
+    from normkit_lab.analysis.report import load_results
 
     (store.path / "config.yaml").write_text(text)
     with pytest.raises(ConfigError) as info:

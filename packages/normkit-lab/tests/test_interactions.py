@@ -6,9 +6,9 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 
-from normkit_lab.interactions import cell_pairs
+from normkit_lab.analysis.interactions import cell_pairs
+from normkit_lab.analysis.summary import runs_from_rows, summarize
 from normkit_lab.metrics import METRICS
-from normkit_lab.summary import runs_from_rows, summarize
 
 TEST_ACC = METRICS["test_acc"]
 

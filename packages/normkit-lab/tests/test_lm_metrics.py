@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from normkit_lab.lm_metrics import bits_per_byte, bits_per_token, perplexity
+from normkit_lab.runs.lm_metrics import bits_per_byte, bits_per_token, perplexity
 
 
 def test_uniform_bytes_cost_eight_bits():
@@ -25,14 +25,14 @@ def test_zero_loss_and_overflow():
 
 
 def _record(val_loss: float):
-    from normkit_lab.training import EpochRecord
+    from normkit_lab.records import EpochRecord
 
     return EpochRecord(0, 1.0, 0.5, val_loss, 0.5, None, 1.0, 100.0, 10.0, 0.1)
 
 
 def test_epoch_records_get_bits_per_byte_only_for_byte_datasets():
     from normkit_lab.datasets import DatasetBundle
-    from normkit_lab.training import add_bits_per_byte
+    from normkit_lab.runs.training import add_bits_per_byte
 
     text = DatasetBundle("t", [], [], [], 256, 0, 16, metadata={"bytes_per_token": 1.0})
     record = _record(math.log(256))

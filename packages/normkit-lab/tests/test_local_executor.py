@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from normkit_lab import compare, config
 from normkit_lab.errors import ConfigError
 from normkit_lab.executors import ExecutorOptions, make_executor
-from normkit_lab.executors.local import split_threads, worker_count
-from normkit_lab.plan import RunId
-from normkit_lab.progress import PlainProgress, Progress, format_eta
-from normkit_lab.training import EpochRecord, RunResult
+from normkit_lab.executors.local import worker_count
+from normkit_lab.records import EpochRecord, RunId, RunResult
+from normkit_lab.runs.device import split_threads
+from normkit_lab.study import compare, config
+from normkit_lab.study.progress import PlainProgress, Progress, format_eta
 
 TIMING = {"epoch_time_s", "throughput", "peak_mem_mb", "mean_epoch_time_s", "samples_per_s"}
 
@@ -58,7 +58,7 @@ def _record(epoch: int) -> EpochRecord:
 
 def test_eta_counts_the_epochs_left_at_this_sessions_pace(monkeypatch):
     now = [100.0]
-    monkeypatch.setattr("normkit_lab.progress.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("normkit_lab.study.progress.time.monotonic", lambda: now[0])
     progress = Progress()
     progress.start(total=4, done=1, epochs=5)  # 15 epochs to train
     now[0] = 110.0

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from normkit_lab import loggers
 from normkit_lab.errors import ConfigError
-from normkit_lab.loggers import (
+from normkit_lab.records import EpochRecord
+from normkit_lab.runs import loggers
+from normkit_lab.runs.loggers import (
     LOG_KINDS,
     TENSORBOARD_MISSING,
     CSVLogger,
@@ -20,8 +21,7 @@ from normkit_lab.loggers import (
     check_log_kinds,
     make_loggers,
 )
-from normkit_lab.results import epoch_fields
-from normkit_lab.training import EpochRecord
+from normkit_lab.store.results import epoch_fields
 
 pytest.importorskip("tensorboard")
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402

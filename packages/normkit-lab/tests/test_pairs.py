@@ -6,8 +6,8 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 
+from normkit_lab.analysis.summary import runs_from_rows, summarize
 from normkit_lab.metrics import METRICS
-from normkit_lab.summary import runs_from_rows, summarize
 
 VALUES = {"bn": [0.80, 0.82, 0.84, 0.81, 0.83], "gn": [0.85, 0.86, 0.885, 0.855, 0.87],
           "ln": [0.79, 0.805, 0.83, 0.8, 0.815]}

@@ -15,8 +15,8 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats.power import TTestPower
 
+from normkit_lab.analysis.verdicts import WITHIN_MARGIN, WORSE, decide, reading
 from normkit_lab.stats import paired_p, seeds_for_equivalence, tost_power
-from normkit_lab.verdicts import WITHIN_MARGIN, WORSE, decide, reading
 
 NOISY = [2.0, -3.0, 1.5, -2.5, 3.0]
 OTHER = [0.4, -0.9, 1.1, 0.2, -0.3]

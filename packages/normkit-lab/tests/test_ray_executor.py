@@ -20,14 +20,14 @@ from typing import Any
 
 import pytest
 
-from normkit_lab.compare import check, create_store, open_store, run_compare
-from normkit_lab.config import build_config
 from normkit_lab.errors import ConfigError
-from normkit_lab.execute import Job
 from normkit_lab.executors import ExecutorOptions, make_executor
-from normkit_lab.plan import compare_plan
-from normkit_lab.progress import Progress
-from normkit_lab.results import SUMMARY_JSON, ResultsDir
+from normkit_lab.runs.execute import Job
+from normkit_lab.store.results import SUMMARY_JSON, ResultsDir
+from normkit_lab.study.compare import check, create_store, open_store, run_compare
+from normkit_lab.study.config import build_config
+from normkit_lab.study.plan import compare_plan
+from normkit_lab.study.progress import Progress
 
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs normkit-lab[ray]")
 

@@ -6,11 +6,12 @@ import dataclasses
 
 import pytest
 
-from normkit_lab import config, plots
+from normkit_lab.analysis import plots
+from normkit_lab.analysis.report import REPORT_HTML, load_results, merge_into, write_summary
 from normkit_lab.errors import ConfigError
-from normkit_lab.report import REPORT_HTML, load_results, merge_into, write_summary
-from normkit_lab.results import SUMMARY_CSV, SUMMARY_JSON, ResultsDir
-from normkit_lab.training import EpochRecord, RunResult
+from normkit_lab.records import EpochRecord, RunResult
+from normkit_lab.store.results import SUMMARY_CSV, SUMMARY_JSON, ResultsDir
+from normkit_lab.study import config
 
 PNG = b"\x89PNG\r\n\x1a\n"
 ENV = {"host": "h", "torch_version": "2.x", "device": "cpu"}

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from normkit_lab import plots
+from normkit_lab.analysis import plots
+from normkit_lab.analysis.report_html import render_html
+from normkit_lab.analysis.summary import Summary, runs_from_rows, summarize
 from normkit_lab.metrics import METRICS
-from normkit_lab.report_html import render_html
-from normkit_lab.summary import Summary, runs_from_rows, summarize
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -11,7 +11,7 @@ import pytest
 from normkit_lab.errors import ConfigError
 from normkit_lab.metrics import metric_named, metric_spec
 from normkit_lab.reporting import ReportError, check_record, parse_line, report_metrics
-from normkit_lab.trainers.template import CommandTemplate
+from normkit_lab.runs.template import CommandTemplate
 
 
 def test_report_metrics_prints_one_checked_line() -> None:
@@ -71,8 +71,8 @@ def test_a_programs_own_metric_carries_its_direction() -> None:
 
 
 def test_the_caption_of_a_command_comparison_names_the_command_not_normkits_recipe() -> None:
-    from normkit_lab.caption import caption
-    from normkit_lab.config import build_config
+    from normkit_lab.analysis.caption import caption
+    from normkit_lab.study.config import build_config
 
     config = build_config({"norms": "bn,bnn", "command": "python train.py --norm {norm}",
                            "tune": {"lr": [0.01, 0.1]}}).to_dict()

@@ -15,6 +15,7 @@ import yaml
 
 import normkit
 from normkit.testing import temporary_plugin
+from normkit_lab.analysis.summary import Run
 from normkit_lab.errors import ConfigError, DatasetMissing
 from normkit_lab.reproduce import available, load_preset, runner
 from normkit_lab.reproduce.outcomes import (
@@ -25,7 +26,6 @@ from normkit_lab.reproduce.outcomes import (
     judge_random_net,
 )
 from normkit_lab.reproduce.preset import parse_hypothesis, parse_preset
-from normkit_lab.summary import Run
 
 EXPECTED = {"proxynorm-random-net-collapse", "proxynorm-pn-rescues-ln", "proxynorm-bn-pn-equivalent",
             "proxynorm-small-batch", "normalnorm-gaussianity-robustness", "normalnorm-noise-ablation",

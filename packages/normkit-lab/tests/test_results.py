@@ -8,8 +8,8 @@ import math
 import pytest
 
 from normkit_lab.errors import ConfigError
-from normkit_lab.plan import RunId
-from normkit_lab.results import (
+from normkit_lab.records import EpochRecord, RunId, RunResult
+from normkit_lab.store.results import (
     RUNS_FILE,
     ResultsDir,
     atomic_write_text,
@@ -18,7 +18,6 @@ from normkit_lab.results import (
     new_results_dir,
     run_rows,
 )
-from normkit_lab.training import EpochRecord, RunResult
 
 ENV = {"host": "h", "torch_version": "2.x", "device": "cpu"}
 

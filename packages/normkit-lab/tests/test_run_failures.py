@@ -16,11 +16,11 @@ from torch import nn
 
 import normkit
 from normkit.testing import temporary_plugin
-from normkit_lab import compare, config
 from normkit_lab.errors import ConfigError, DamagedRunFile
-from normkit_lab.execute import Job, RunOptions, run_job
-from normkit_lab.plan import RunId
-from normkit_lab.results import ResultsDir
+from normkit_lab.records import RunId
+from normkit_lab.runs.execute import Job, RunOptions, run_job
+from normkit_lab.store.results import ResultsDir
+from normkit_lab.study import compare, config
 
 
 @pytest.fixture(scope="module")
@@ -200,10 +200,10 @@ def test_a_systemexit_from_a_signal_handler_is_not_the_norms(cfg, tmp_path):
 
 DISK_FULL = textwrap.dedent("""
     import resource, signal, sys
-    from normkit_lab import compare, config
+    from normkit_lab.study import compare, config
     from normkit_lab.errors import MachineFailure
-    from normkit_lab.execute import Job, run_job
-    from normkit_lab.plan import RunId
+    from normkit_lab.runs.execute import Job, run_job
+    from normkit_lab.records import RunId
 
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG instead
     cfg = config.build_config({"norms": "bn", "seeds": 1, "epochs": 3, "batch_size": 64, "device": "cpu"})

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from normkit_lab import compare, config
 from normkit_lab.errors import ConfigError
-from normkit_lab.execute import Job, run_job
 from normkit_lab.executors import ExecutorOptions, make_executor
-from normkit_lab.loggers import METRICS_DIR
-from normkit_lab.plan import RunId, compare_plan
-from normkit_lab.progress import PlainProgress
-from normkit_lab.results import RUNS_FILE, SUMMARY_JSON
+from normkit_lab.records import RunId
+from normkit_lab.runs.execute import Job, run_job
+from normkit_lab.store.results import METRICS_DIR, RUNS_FILE, SUMMARY_JSON
+from normkit_lab.study import compare, config
+from normkit_lab.study.plan import compare_plan
+from normkit_lab.study.progress import PlainProgress
 
 pytest.importorskip("submitit")
 

@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 from scipy import stats as sps
 
+from normkit_lab.analysis.summary import runs_from_results, runs_from_rows, summarize
 from normkit_lab.errors import ConfigError
 from normkit_lab.metrics import METRICS, margin_of, select_of
-from normkit_lab.summary import runs_from_results, runs_from_rows, summarize
-from normkit_lab.training import EpochRecord, RunResult
+from normkit_lab.records import EpochRecord, RunResult
 
 TEST_ACC = METRICS["test_acc"]
 

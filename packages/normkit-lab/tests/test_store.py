@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from normkit_lab import compare, config
 from normkit_lab.errors import ConfigError
-from normkit_lab.plan import RunId, config_hash
-from normkit_lab.results import RUNS_FILE, STORE_FILE, ResultsDir
+from normkit_lab.records import RunId, config_hash
+from normkit_lab.store.results import RUNS_FILE, STORE_FILE, ResultsDir
+from normkit_lab.study import compare, config
 
 NORMKIT = str(Path(sys.executable).with_name("normkit"))
 
@@ -96,7 +96,7 @@ def test_a_claimed_run_is_not_claimed_again_until_released(cfg, tmp_path):
 _APPENDER = """
 import sys
 from pathlib import Path
-from normkit_lab.results import ResultsDir
+from normkit_lab.store.results import ResultsDir
 store = ResultsDir(Path(sys.argv[1]))
 me = int(sys.argv[2])
 for i in range(150):

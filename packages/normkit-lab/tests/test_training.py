@@ -11,8 +11,11 @@ import torch
 
 import normkit
 from normkit_lab.errors import DatasetMissing
-from normkit_lab.schedule import lr_factor
-from normkit_lab.training import EpochRecord, RunResult, TrainConfig, check_config, train_run
+from normkit_lab.records import EpochRecord, RunResult
+from normkit_lab.runs.checks import check_config
+from normkit_lab.runs.schedule import lr_factor
+from normkit_lab.runs.training import train_run
+from normkit_lab.spec import TrainConfig
 
 TIMING_FIELDS = {"epoch_time_s", "throughput", "peak_mem_mb"}
 DIGITS = TrainConfig(epochs=2, batch_size=64, model_params={"width": 16})

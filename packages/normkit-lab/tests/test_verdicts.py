@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from scipy import stats as sps
 
+from normkit_lab.analysis.verdicts import BETTER, EQUIVALENT, INCONCLUSIVE, NO_VERDICT, WORSE, decide, reading
 from normkit_lab.stats import holm, minimum_detectable_effect
-from normkit_lab.verdicts import BETTER, EQUIVALENT, INCONCLUSIVE, NO_VERDICT, WORSE, decide, reading
 
 CLEAR_GAIN = [1.9, 2.1, 2.0, 2.2, 1.8]  # mean 2.0, sd 0.16
 TINY = [0.05, -0.04, 0.02, -0.01, 0.03]  # mean 0.01, sd 0.036: inside a 0.5 margin

@@ -35,7 +35,7 @@ _CONTROL = ("config", "out", "resume", "jobs", "jobs_per_gpu", "executor", "ray_
 
 def _given(ctx: typer.Context) -> dict[str, Any]:
     """The options the user typed (not defaults), with `--model-param k=v` lists made into dicts."""
-    from normkit_lab.config import parse_key_values
+    from normkit_lab.study.config import parse_key_values
 
     given = {}
     for name, value in ctx.params.items():
@@ -275,13 +275,13 @@ def compare_cmd(
     """
     from normkit_cli.report import console as make_console
     from normkit_cli.report import show
-    from normkit_lab import config as lab_config
-    from normkit_lab.compare import check, create_store, open_store, run_compare
-    from normkit_lab.execute import RunOptions
     from normkit_lab.executors import make_executor
-    from normkit_lab.loggers import check_log_kinds
-    from normkit_lab.plan import run_count
-    from normkit_lab.progress import choose_progress
+    from normkit_lab.runs.execute import RunOptions
+    from normkit_lab.runs.loggers import check_log_kinds
+    from normkit_lab.study import config as lab_config
+    from normkit_lab.study.compare import check, create_store, open_store, run_compare
+    from normkit_lab.study.plan import run_count
+    from normkit_lab.study.progress import choose_progress
 
     given = _given(ctx)
     if higher_is_better is not None:
@@ -346,8 +346,8 @@ def _executor_options(kind: str, jobs: int | None, jobs_per_gpu: int, ray_addres
                       partition: str | None, time_min: int, gpus: int, cpus: int | None,
                       params: list[str] | None) -> Any:
     """The executor's options from the Scale-out flags (submitit parameter names for SLURM)."""
-    from normkit_lab.config import parse_key_values
     from normkit_lab.executors import ExecutorOptions
+    from normkit_lab.study.config import parse_key_values
 
     if kind != "local" and (jobs is not None or jobs_per_gpu != 1):
         raise fail(f"--jobs and --jobs-per-gpu set runs at once on this machine; with --executor {kind} the "

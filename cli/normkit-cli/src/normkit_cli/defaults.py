@@ -1,6 +1,6 @@
 """Option defaults shown in `normkit compare --help`, without importing the lab (torch) at start-up.
 
-A copy of `normkit_lab.config.defaults()`; tests/test_cli_startup.py checks the two agree, so a
+A copy of `normkit_lab.spec.defaults()`; tests/test_cli_startup.py checks the two agree, so a
 new or changed config key fails the tests until it is added here too.
 """
 
@@ -22,7 +22,7 @@ DEFAULTS: dict[str, Any] = {
     "command": None, "command_dir": None, "timeout": None, "train_function": None, "code_files": None,
 }
 
-# Keys that may change when resuming (a copy of normkit_lab.config.RUNTIME_KEYS, checked by the same test).
+# Keys that may change when resuming (a copy of normkit_lab.records.RUNTIME_KEYS, checked by the same test).
 RUNTIME_KEYS = frozenset({"device", "data_dir", "download", "num_workers", "diagnostics", "timeout"})
 
 # The primary metrics and epoch selections `normkit report` offers (copies of normkit_lab.metrics', checked

@@ -49,7 +49,7 @@ def _random_net(norms: list[str], depth: int, width: int, batch: int, image_size
                 out: Path | None) -> None:
     from normkit_lab.diagnostics import figures, random_net
     from normkit_lab.diagnostics.tables import random_net_table
-    from normkit_lab.results import atomic_write_text, json_text
+    from normkit_lab.store.results import atomic_write_text, json_text
 
     start = time.perf_counter()
     runs = random_net.random_net_runs(norms, depth=depth, width=width, batch=batch, image_size=image_size,
@@ -89,11 +89,14 @@ def _results_dir(path: Path) -> None:
 
 def _fresh(norms: list[str], model: str, dataset: str, epochs: int, seed: int, model_param: list[str],
            out: Path | None) -> None:
-    from normkit_lab.config import parse_key_values
     from normkit_lab.diagnostics import DiagnosticsCallback, write_report
     from normkit_lab.diagnostics.report import DIAGNOSTICS_MD
-    from normkit_lab.results import atomic_write_text, new_results_dir
-    from normkit_lab.training import TrainConfig, check_config, failed_run, train_run
+    from normkit_lab.records import failed_run
+    from normkit_lab.runs.checks import check_config
+    from normkit_lab.runs.training import train_run
+    from normkit_lab.spec import TrainConfig
+    from normkit_lab.store.results import atomic_write_text, new_results_dir
+    from normkit_lab.study.config import parse_key_values
 
     cfg = TrainConfig(model=model, dataset=dataset, epochs=epochs,
                       model_params=parse_key_values(model_param, "--model-param"))

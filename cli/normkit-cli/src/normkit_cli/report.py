@@ -22,10 +22,10 @@ from normkit_cli.errors import fail, one_line_errors
 from normkit_cli.text import plural
 
 if TYPE_CHECKING:  # the lab (torch) is imported when a command runs, not for --help
-    from normkit_lab.report import Results
-    from normkit_lab.results import ResultsDir
+    from normkit_lab.analysis.report import Results
+    from normkit_lab.analysis.summary import NormSummary, Summary
     from normkit_lab.stats import MeanSem
-    from normkit_lab.summary import NormSummary, Summary
+    from normkit_lab.store.results import ResultsDir
 
 
 def _mean(ms: MeanSem) -> str:
@@ -40,7 +40,7 @@ def _num(value: float | None, fmt: str) -> str:
 
 def _cells(s: NormSummary, many: bool, any_failed: bool) -> dict[str, str]:
     """Every column's text for one row (keys are the column ids)."""
-    from normkit_lab.summary import interval_text
+    from normkit_lab.analysis.summary import interval_text
 
     d, v = s.vs_baseline, s.verdict
     if d is None:
@@ -50,7 +50,7 @@ def _cells(s: NormSummary, many: bool, any_failed: bool) -> dict[str, str]:
     else:
         diff = f"{d.mean:+.2f}"
         interval = interval_text(d.low, d.high, missing=d.note)
-    from normkit_lab.summary import cell_label
+    from normkit_lab.analysis.summary import cell_label
 
     row = {"norm": s.norm}
     if many:
@@ -73,7 +73,7 @@ FOLD = "fold"
 
 def summary_table(results: Results, summary: Summary, drop: tuple[str, ...] = ()) -> Table:
     """The final table: primary metric, paired difference, Holm p, verdict, MDE, speed, size, failures."""
-    from normkit_lab.summary import cell_key
+    from normkit_lab.analysis.summary import cell_key
 
     cfg, metric = results.config, summary.metric
     epochs = plural(cfg["epochs"], "epoch") if isinstance(cfg.get("epochs"), int) else f"{cfg.get('epochs')} epochs"
@@ -124,8 +124,8 @@ def console() -> Console:
 
 def print_summary(results: Results, summary: Summary, console: Console) -> None:
     """The fitted table and, below it, the notes: fallbacks, failures, columns left out."""
-    from normkit_lab.caption import summary_caption
-    from normkit_lab.summary import cell_label
+    from normkit_lab.analysis.caption import summary_caption
+    from normkit_lab.analysis.summary import cell_label
 
     table, dropped = fitted_table(results, summary, console)
     console.print(table)
@@ -165,7 +165,7 @@ def _verdict_table(title: str, columns: list[str], left: tuple[str, ...]) -> Tab
 
 def interaction_table(summary: Summary) -> Table:
     """Sweeps: per norm and pair of cells of one key, the change of its gap to the baseline."""
-    from normkit_lab.summary import interval_text
+    from normkit_lab.analysis.summary import interval_text
 
     table = _verdict_table(f"interactions: does the gap to {summary.baseline} depend on the swept key? "
                            f"(gap at 'to' minus gap at 'from', paired by seed, + = the norm gains; Holm over "
@@ -183,8 +183,8 @@ def interaction_table(summary: Summary) -> Table:
 
 def diagnostics_table(summary: Summary) -> Table:
     """--diagnostics: each representation measure of each norm against the baseline, paired by seed."""
-    from normkit_lab.diagnostic_verdicts import MEANING
-    from normkit_lab.summary import cell_label, interval_text
+    from normkit_lab.analysis.diagnostic_verdicts import MEANING
+    from normkit_lab.analysis.summary import cell_label, interval_text
 
     many = len({cell_label(d.cell) for d in summary.diagnostics}) > 1
     names = ["norm", *(["cell"] if many else []), "measure", "n", summary.baseline, "norm value", "Δ", "95% CI",
@@ -203,7 +203,7 @@ def diagnostics_table(summary: Summary) -> Table:
 
 def ranking_table(summary: Summary) -> Table:
     """--all-pairs: the norms of each cell ranked by significant wins minus losses over all pairs."""
-    from normkit_lab.summary import cell_label
+    from normkit_lab.analysis.summary import cell_label
 
     many = len({cell_label(r.cell) for r in summary.ranks}) > 1
     names = [*(["cell"] if many else []), "rank", "norm", summary.metric.unit if summary.metric.unit == "%" else
@@ -225,8 +225,8 @@ def ranking_table(summary: Summary) -> Table:
 
 
 def _print_files(store: ResultsDir, written: list[Path], console: Console) -> None:
-    from normkit_lab import plots
-    from normkit_lab.report import REPORT_HTML
+    from normkit_lab.analysis import plots
+    from normkit_lab.analysis.report import REPORT_HTML
 
     console.print(f"results: {store.path}", markup=False)
     console.print(f"report: {store.path / REPORT_HTML}", markup=False)
@@ -238,8 +238,8 @@ def _print_files(store: ResultsDir, written: list[Path], console: Console) -> No
 
 def show(results: Results, store: ResultsDir, console: Console) -> None:
     """Rewrite the summary files, figures and report.html in `store`, then print the table and files."""
-    from normkit_lab import plots
-    from normkit_lab.report import write_diagnostics, write_summary
+    from normkit_lab.analysis import plots
+    from normkit_lab.analysis.report import write_diagnostics, write_summary
 
     summary = write_summary(store, results, figures=True)
     written = [store.path / name for name in plots.FIGURES if (store.path / name).is_file()]
@@ -270,7 +270,7 @@ def report_cmd(
     the same configuration are given; norms and seeds may differ) go to a new directory with
     summary.csv/json, the figures and report.html, which `normkit report` can read again.
     """
-    from normkit_lab.report import load_results, merge_into
+    from normkit_lab.analysis.report import load_results, merge_into
 
     if margin is not None and not (margin > 0 and margin != float("inf")):
         raise fail(f"--margin must be > 0 (a finite number in the metric's unit), not {margin!r}")

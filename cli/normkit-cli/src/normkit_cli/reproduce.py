@@ -97,9 +97,9 @@ def _run(plan: Any, out: Path | None) -> None:
     from normkit_cli.compare import print_tuning
     from normkit_cli.report import console as make_console
     from normkit_cli.report import show
-    from normkit_lab.progress import choose_progress
-    from normkit_lab.report import command_line
+    from normkit_lab.analysis.report import command_line
     from normkit_lab.reproduce import runner
+    from normkit_lab.study.progress import choose_progress
 
     typer.echo("")
     console = make_console()

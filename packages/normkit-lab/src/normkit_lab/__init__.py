@@ -1,6 +1,9 @@
 """normkit-lab: models, datasets and a training loop for paired-by-seed comparisons of norms.
 
-Kept light on purpose: import `normkit_lab.training`, `normkit_lab.models`, `normkit_lab.datasets`
+Laid out along a run's path, each folder importing only those below it (docs/lab-layout.md):
+study/ -> executors/ -> runs/ -> diagnostics/, models/, datasets/ -> store/ -> leaf modules; analysis/ reads store/.
+
+Kept light on purpose: import `normkit_lab.runs.training`, `normkit_lab.models`, `normkit_lab.datasets`
 for the heavy parts. `compare_norms` (the Python API of `normkit compare`) loads them on first use.
 """
 

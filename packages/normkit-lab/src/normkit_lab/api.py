@@ -20,15 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from normkit_lab import config as lab_config
-from normkit_lab.compare import check, create_store, open_store, run_compare
-from normkit_lab.execute import RunOptions
 from normkit_lab.executors import ExecutorOptions, make_executor
+from normkit_lab.records import RUNTIME_KEYS
+from normkit_lab.runs.execute import RunOptions
+from normkit_lab.study import config as lab_config
+from normkit_lab.study.compare import check, create_store, open_store, run_compare
 
 __all__ = ["ComparisonResult", "ExecutorOptions", "RunOptions", "compare_norms", "read_result"]
-from normkit_lab.progress import Progress
-from normkit_lab.results import SUMMARY_JSON, TUNING_FILE, ResultsDir
-from normkit_lab.trainers import make_trainer
+from normkit_lab.runs.kinds import make_trainer
+from normkit_lab.store.results import SUMMARY_JSON, TUNING_FILE, ResultsDir
+from normkit_lab.study.progress import Progress
 
 
 @dataclass
@@ -74,13 +75,13 @@ def compare_norms(norms: str | list[str], *, out: str | Path | None = None, conf
     """
     executor = executor or ExecutorOptions()
     if resume is not None:
-        runtime = {k: v for k, v in options.items() if k in lab_config.RUNTIME_KEYS}
+        runtime = {k: v for k, v in options.items() if k in RUNTIME_KEYS}
         cfg, store = open_store(resume, runtime)
         trainer = make_trainer(cfg, train)
         check(cfg, parallel=executor.parallel_runs, trainer=trainer)
     else:
         if train is not None:  # known before the config is built: sweep and tune keys are then the function's
-            from normkit_lab.trainers.function import reference
+            from normkit_lab.runs.function import reference
 
             options = {**options, "train_function": reference(train)}
         cfg = lab_config.resolve({"norms": norms, **options}, config)

@@ -13,8 +13,8 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from normkit_lab.atomic import atomic_replace_from
 from normkit_lab.diagnostics.power import TERMS
+from normkit_lab.store.atomic import atomic_replace_from
 
 SHARE_LABELS = {"dataset": "dataset scale", "instance": "instance scale", "pixel_mean": "pixel scale (mean)",
                 "pixel_var": "pixel scale (variance)"}

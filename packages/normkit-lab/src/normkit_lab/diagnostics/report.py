@@ -15,7 +15,7 @@ from normkit_lab.diagnostics import figures
 from normkit_lab.diagnostics.aggregate import aggregate
 from normkit_lab.diagnostics.tables import markdown
 from normkit_lab.errors import ConfigError
-from normkit_lab.results import atomic_write_text, json_text
+from normkit_lab.store.results import atomic_write_text, json_text
 
 DIAGNOSTICS_JSON = "diagnostics.json"
 DIAGNOSTICS_MD = "diagnostics.md"

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from normkit_lab.errors import ConfigError
-from normkit_lab.execute import Events, Job, run_job, with_identity
-from normkit_lab.executors import ExecutorOptions
-from normkit_lab.results import ResultsDir
-from normkit_lab.training import failed_run
+from normkit_lab.executors.options import ExecutorOptions
+from normkit_lab.records import failed_run
+from normkit_lab.runs.execute import Events, Job, run_job, with_identity
+from normkit_lab.store.results import ResultsDir
 
 POLL_S = 0.2  # how often the parent drains progress events while runs train
 LOST_ATTEMPTS = 2  # a run whose worker process died is run again once, then recorded failed
@@ -60,11 +60,6 @@ def _workers(options: ExecutorOptions, slots: list[str] | None) -> int:
     return len(slots) if slots is not None else options.jobs or 1
 
 
-def split_threads(threads: int, jobs: int) -> int:
-    """CPU threads each of `jobs` parallel runs gets: at most `threads`, and the cores shared out."""
-    return max(1, min(threads, (os.cpu_count() or 1) // jobs))
-
-
 class LocalExecutor:
     """Runs on this machine: in this process (one at a time) or in a pool of `jobs` processes."""
 
@@ -91,7 +86,7 @@ class LocalExecutor:
 
     def _parallel(self, jobs: list[Job], on_event: Events, workers: int, slots: list[str] | None) -> None:
         # a store made for fewer jobs (resumed with more) must not oversubscribe the cores
-        jobs = [job.with_train(cpu_threads=split_threads(job.train.cpu_threads, workers))
+        jobs = [job.sharing_cores(workers)
                 if job.train.cpu_threads is not None else job for job in jobs]
         ctx = multiprocessing.get_context("spawn")
         events: Any = ctx.Queue()

@@ -32,12 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from normkit_lab.errors import ConfigError, one_line
-from normkit_lab.execute import Events, Job, run_job
-from normkit_lab.executors import ExecutorOptions
 from normkit_lab.executors.local import LOST_ATTEMPTS, record_lost_run
-from normkit_lab.plan import RunId
-from normkit_lab.results import ResultsDir
-from normkit_lab.training import TrainConfig
+from normkit_lab.executors.options import ExecutorOptions
+from normkit_lab.records import RunId
+from normkit_lab.runs.execute import Events, Job, run_job
+from normkit_lab.spec import TrainConfig
+from normkit_lab.store.results import ResultsDir
 
 MISSING_RAY = "--executor ray needs Ray: pip install 'normkit-lab[ray]'"
 POLL_S = 0.2  # how often the driver relays progress events while tasks run

@@ -37,12 +37,11 @@ from typing import Any
 
 from normkit import NormkitError
 from normkit_lab.errors import ConfigError, one_line
-from normkit_lab.execute import Events, Job, run_job, with_identity
-from normkit_lab.executors import ExecutorOptions
-from normkit_lab.loggers import METRICS_DIR
-from normkit_lab.plan import RunId
-from normkit_lab.results import ResultsDir, epoch_fields
-from normkit_lab.training import EpochRecord, RunResult, TrainConfig, failed_run
+from normkit_lab.executors.options import ExecutorOptions
+from normkit_lab.records import EpochRecord, RunId, RunResult, failed_run
+from normkit_lab.runs.execute import Events, Job, run_job, with_identity
+from normkit_lab.spec import TrainConfig
+from normkit_lab.store.results import METRICS_DIR, ResultsDir, epoch_fields
 
 try:  # the task class below must be a real Checkpointable; without submitit, SlurmExecutor() refuses to start
     from submitit.helpers import Checkpointable

@@ -22,12 +22,12 @@ from typing import Any
 import numpy as np
 
 import normkit
-from normkit_lab.diagnostic_verdicts import HIGHER, LOWER, measures_of
+from normkit_lab.analysis.diagnostic_verdicts import HIGHER, LOWER, measures_of
+from normkit_lab.analysis.summary import Run, Summary, cell_key, summarize
+from normkit_lab.analysis.verdicts import BETTER, EQUIVALENT, NO_VERDICT, WITHIN_MARGIN, WORSE, Verdict, decide
 from normkit_lab.metrics import metric_named
 from normkit_lab.reproduce.preset import Hypothesis
 from normkit_lab.stats import ALPHA, minimum_detectable_effect, seeds_needed
-from normkit_lab.summary import Run, Summary, cell_key, summarize
-from normkit_lab.verdicts import BETTER, EQUIVALENT, NO_VERDICT, WITHIN_MARGIN, WORSE, Verdict, decide
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
 

@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import normkit
-from normkit_lab import config as lab_config
 from normkit_lab.errors import ConfigError, DatasetMissing
 from normkit_lab.reproduce.outcomes import Outcome, judge_compare, judge_random_net
 from normkit_lab.reproduce.preset import Preset, Scale
-from normkit_lab.results import atomic_write_text, json_text, new_results_dir
+from normkit_lab.spec import DEFAULT_SEEDS
+from normkit_lab.store.results import atomic_write_text, json_text, new_results_dir
+from normkit_lab.study import config as lab_config
 
 REPRODUCTION_JSON = "reproduction.json"
 REPORT_HTML = "report.html"
@@ -44,7 +45,7 @@ class Plan:
 
 
 def _seeds_of(values: dict[str, Any]) -> int:
-    return len(lab_config.parse_seeds(values.get("seeds", len(lab_config.DEFAULT_SEEDS))))
+    return len(lab_config.parse_seeds(values.get("seeds", len(DEFAULT_SEEDS))))
 
 
 def plan(preset: Preset, scale_name: str = "cpu", seeds: str | int | None = None,
@@ -59,7 +60,7 @@ def plan(preset: Preset, scale_name: str = "cpu", seeds: str | int | None = None
             values["seeds"] = seeds
         values.update(overrides or {})
         cfg = lab_config.build_config(lab_config.normalize_keys(values, f"preset {preset.name!r}"))
-        from normkit_lab.plan import run_count
+        from normkit_lab.study.plan import run_count
 
         n_tune, n_compare = run_count(cfg)
         n_seeds = len(cfg.seeds)
@@ -131,7 +132,7 @@ def dry_run(p: Plan, emit: Callable[[str], None] | None = None) -> list[str]:
     import torch
 
     from normkit_lab.datasets import load_dataset
-    from normkit_lab.training import check_config
+    from normkit_lab.runs.checks import check_config
 
     train = p.config.train
     wanted = str(p.scale.requires.get("device") or train.device)
@@ -189,10 +190,10 @@ def run(p: Plan, out: str | Path | None = None, progress: Any = None,
 
 def _run_compare(p: Plan, out: str | Path | None, progress: Any,
                  on_tuned: Callable[[list[dict[str, Any]]], None] | None) -> Reproduction:
-    from normkit_lab import environment
-    from normkit_lab.compare import check, run_compare
-    from normkit_lab.results import ResultsDir
-    from normkit_lab.summary import runs_from_rows
+    from normkit_lab.analysis.summary import runs_from_rows
+    from normkit_lab.runs import environment
+    from normkit_lab.store.results import ResultsDir
+    from normkit_lab.study.compare import check, run_compare
 
     cfg = p.config
     check(cfg)

@@ -1,0 +1,339 @@
+"""PNG figures of a comparison (optional: needs matplotlib, `pip install normkit-lab[plots]`).
+
+    forest.png          paired difference to the baseline per (cell, norm): mean and 95% t interval,
+                        the equivalence band (-margin, +margin) shaded, the verdict beside it; with
+                        --diagnostics one more panel per family of representation measures
+    primary_metric.png  the primary metric per (cell, norm): mean, 95% t interval, every seed a dot
+    curves.png          train loss, validation loss and learning rate per epoch (mean over finished
+                        seeds); diverged runs drawn dashed and ended with an x
+    sweep.png           (sweeps only) the primary metric against the swept value, one line per norm
+
+Figures are rendered to PNG bytes once; the same bytes are written as files and embedded in
+report.html. Intervals are clipped to the metric's valid range; a panel with nothing to draw says
+why in words instead of showing empty axes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import itertools
+import math
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from normkit_lab.analysis.diagnostic_verdicts import FAMILIES, MEANING
+from normkit_lab.analysis.summary import NormSummary, Run, Summary, cell_key, cell_label
+from normkit_lab.stats import mean_sem, t_interval
+from normkit_lab.store.atomic import atomic_replace_from
+
+PLOTS_HINT = "install normkit-lab[plots] for plots"
+FIGURES = ("forest.png", "primary_metric.png", "curves.png", "sweep.png")
+
+
+def available() -> bool:
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _name(s: NormSummary, many_cells: bool) -> str:
+    return f"{s.norm} [{cell_label(s.cell)}]" if many_cells and s.cell else s.norm
+
+
+def _note(ax: Any, text: str) -> None:
+    """Say in words why a panel has nothing to show."""
+    ax.text(0.5, 0.5, textwrap.fill(text, 48), ha="center", va="center", transform=ax.transAxes, fontsize=11)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _png(fig: Any) -> bytes:
+    plt = _pyplot()
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=110, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _unit(summary: Summary) -> str:
+    return summary.metric.unit
+
+
+def _many_cells(summary: Summary) -> bool:
+    return len({cell_key(s.cell) for s in summary.rows}) > 1
+
+
+def forest(summary: Summary) -> bytes:
+    """Paired differences with their 95% intervals and the equivalence band; with --diagnostics,
+    one more panel per family of representation measures (their own units, no margin)."""
+    plt = _pyplot()
+    families = [f for f in FAMILIES if any(d.family == f for d in summary.diagnostics)]
+    drawn = [s for s in summary.rows if s.vs_baseline is not None and s.vs_baseline.mean is not None]
+    heights = [1.2 + 0.55 * max(3, len(drawn))] + [
+        0.9 + 0.42 * max(2, sum(d.family == f for d in summary.diagnostics)) for f in families]
+    fig, axes = plt.subplots(len(heights), 1, figsize=(7.5, sum(heights)), squeeze=False,
+                             gridspec_kw={"height_ratios": heights})
+    _metric_panel(axes[0][0], summary, drawn)
+    for ax, family in zip((row[0] for row in axes[1:]), families, strict=True):
+        _diagnostic_panel(ax, summary, family)
+    return _png(fig)
+
+
+def _metric_panel(ax: Any, summary: Summary, drawn: list[NormSummary]) -> None:
+    many = _many_cells(summary)
+    metric, m = summary.metric, summary.margin
+    span = None if metric.low is None or metric.high is None else metric.high - metric.low
+    if not drawn:
+        if not any(s.vs_baseline is not None for s in summary.rows):
+            _note(ax, "only the baseline was run: nothing to compare")
+        elif not any(s.values for s in summary.rows):
+            _note(ax, "every run diverged or failed: no paired difference to draw")
+        else:
+            _note(ax, "no paired differences to draw: no norm finished on a seed where the baseline also finished")
+        return
+    ax.axvspan(-m, m, color="tab:green", alpha=0.15, label=f"equivalence band ±{m:g} {_unit(summary)}")
+    ax.axvline(0.0, color="black", linewidth=0.8)
+    for y, s in enumerate(reversed(drawn)):
+        d = s.vs_baseline
+        low, high = d.low, d.high
+        if low is not None and high is not None and span is not None:
+            low, high = max(-span, low), min(span, high)
+        if low is not None and high is not None:
+            ax.errorbar([d.mean], [y], xerr=[[d.mean - low], [high - d.mean]], fmt="o", color="black", capsize=4)
+        else:
+            ax.plot([d.mean], [y], "o", color="grey")
+    ax.set_yticks(range(len(drawn)), [f"{_name(s, many)}\n{s.verdict.verdict if s.verdict else ''}"
+                                      for s in reversed(drawn)])
+    ax.set_ylim(-0.7, len(drawn) - 0.3)
+    good = "right" if metric.higher_is_better else "left"
+    ax.set(xlabel=f"{summary.label} ({_unit(summary)}): norm - {summary.baseline}  ({good} is better)",
+           title=f"Paired difference to {summary.baseline}, mean and 95% t interval")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(loc="lower left", fontsize=8)
+
+
+def _diagnostic_panel(ax: Any, summary: Summary, family: str) -> None:
+    """One family of diagnostic verdicts: per (norm, measure) the paired difference and its interval."""
+    rows = [d for d in summary.diagnostics if d.family == family]
+    many = len({cell_key(d.cell) for d in rows}) > 1
+    ax.axvline(0.0, color="black", linewidth=0.8)
+    for y, d in enumerate(reversed(rows)):
+        if d.diff is None:
+            continue
+        if d.low is not None and d.high is not None:
+            ax.errorbar([d.diff], [y], xerr=[[d.diff - d.low], [d.high - d.diff]], fmt="o", capsize=4,
+                        color="tab:blue" if d.verdict in ("higher", "lower") else "grey")
+        else:
+            ax.plot([d.diff], [y], "o", color="grey")
+    labels = [f"{d.norm}{f' [{cell_label(d.cell)}]' if many and d.cell else ''} "
+              f"{d.measure.removeprefix(family).strip()}\n{d.verdict} "
+              f"(Holm p {'-' if d.p_holm is None else f'{d.p_holm:.2g}'})" for d in reversed(rows)]
+    ax.set_yticks(range(len(rows)), labels, fontsize=8)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.set(xlabel=f"{family}: norm - {summary.baseline}  ({MEANING[family]}; Holm p within {family})",
+           title=f"{family} vs {summary.baseline}: paired difference, 95% t interval")
+    ax.grid(axis="x", alpha=0.3)
+
+
+def _seed_offsets(seeds: Sequence[int]) -> dict[int, float]:
+    """A fixed horizontal place per seed (the same in every column), so tied values stay apart and a
+    seed's dots can be joined across norms."""
+    order = sorted(seeds)
+    width = 0.3
+    if len(order) == 1:
+        return {order[0]: -0.2}
+    return {seed: -0.2 - width / 2 + width * k / (len(order) - 1) for k, seed in enumerate(order)}
+
+
+def primary_metric(summary: Summary) -> bytes:
+    """The primary metric per (cell, norm): mean, 95% t interval (clipped), each seed a dot at its
+    own place, a seed's dots joined across the norms of a cell (the pairing the verdicts use)."""
+    plt = _pyplot()
+    many = _many_cells(summary)
+    rows = summary.rows
+    width = max(6.5, 1.1 * len(rows) + 2)
+    fig, ax = plt.subplots(figsize=(width, 4.6))
+    metric = summary.metric
+    if not any(s.values for s in rows):
+        _note(ax, "every run diverged or failed: no finished run to plot")
+        return _png(fig)
+    offsets = _seed_offsets(sorted({seed for s in rows for seed in s.values}))
+    by_cell: dict[str, list[tuple[int, NormSummary]]] = {}
+    for i, s in enumerate(rows):
+        by_cell.setdefault(cell_label(s.cell), []).append((i, s))
+    for members in by_cell.values():  # pairing lines: one seed, consecutive norms of one cell
+        for (i, a), (j, b) in itertools.pairwise(members):
+            for seed in sorted(set(a.values) & set(b.values)):
+                ax.plot([i + offsets[seed], j + offsets[seed]], [a.values[seed], b.values[seed]], "-",
+                        color="grey", alpha=0.35, linewidth=0.8, zorder=1)
+    low_y = min(v for s in rows for v in s.values.values())
+    for i, s in enumerate(rows):
+        seeds = sorted(s.values)
+        ax.plot([i + offsets[seed] for seed in seeds], [s.values[seed] for seed in seeds], "o", color="tab:blue",
+                alpha=0.75, markersize=4, zorder=2)
+        ax.annotate(f"n={len(seeds)}", (i, low_y), xytext=(0, -14), textcoords="offset points", ha="center",
+                    fontsize=8, color="dimgrey")
+        if s.primary.mean is None:
+            continue
+        interval = t_interval(list(s.values.values()))
+        yerr = None
+        if interval:
+            low, high = metric.clip(interval[0]), metric.clip(interval[1])
+            yerr = [[s.primary.mean - low], [high - s.primary.mean]]
+        ax.errorbar([i + 0.2], [s.primary.mean], yerr=yerr, fmt="s", color="black", capsize=6, markersize=6,
+                    zorder=3)
+    ax.set_xticks(range(len(rows)), [_name(s, many) for s in rows], rotation=20 if many else 0)
+    ax.margins(y=0.12)
+    ax.set_ylabel(f"{summary.label} ({metric.unit})")
+    title = (f"{summary.label.capitalize()} at the {summary.select} epoch: mean, 95% t interval (squares); "
+             f"seeds (dots, each seed at its own place), grey lines join a seed across norms")
+    ax.set_title(textwrap.fill(title, int(width * 12)), fontsize=10)  # wrapped to the figure, never cut
+    ax.grid(axis="y", alpha=0.3)
+    return _png(fig)
+
+
+def _epoch_means(runs: Sequence[Run], key: str) -> tuple[list[int], list[float]]:
+    epochs = sorted({e["epoch"] for r in runs for e in r.epochs})
+    xs, ys = [], []
+    for epoch in epochs:
+        ms = mean_sem([e[key] for r in runs for e in r.epochs
+                       if e["epoch"] == epoch and isinstance(e.get(key), (int, float))])
+        if ms.mean is not None:
+            xs.append(epoch + 1)
+            ys.append(ms.mean)
+    return xs, ys
+
+
+def curves(summary: Summary, runs: Sequence[Run]) -> bytes:
+    """Train and validation loss and the learning rate per epoch; diverged runs marked."""
+    plt = _pyplot()
+    from matplotlib.ticker import MaxNLocator
+
+    many = _many_cells(summary)
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    panels = (("train_loss", "train loss"), ("val_loss", "validation loss"), ("lr", "learning rate"))
+    if not any(r.epochs for r in runs):
+        for ax, (_, title) in zip(axes, panels, strict=True):
+            ax.set_title(title)
+            _note(ax, "no epoch finished (every run diverged\nor failed in its first epoch)")
+        return _png(fig)
+    for ax, (key, title) in zip(axes, panels, strict=True):
+        for s in summary.rows:
+            mine = [r for r in runs if r.norm == s.norm and cell_key(r.cell) == cell_key(s.cell)]
+            ok = [r for r in mine if r.status == "ok"]
+            color = None
+            if ok:
+                xs, ys = _epoch_means(ok, key)
+                (line,) = ax.plot(xs, ys, marker="o", markersize=3, label=_name(s, many))
+                color = line.get_color()
+            for r in mine:
+                if r.status != "diverged" or not r.epochs:
+                    continue
+                xs, ys = _epoch_means([r], key)
+                if xs:
+                    (line,) = ax.plot(xs, ys, linestyle="--", linewidth=0.9, color=color, alpha=0.8)
+                    color = line.get_color()
+                    ax.plot(xs[-1:], ys[-1:], "x", color="red", markersize=8)
+        if key == "train_loss" and any(r.status == "diverged" for r in runs):
+            ax.plot([], [], "x", color="red", label="diverged run (last epoch)")
+        ax.set(title=title, xlabel="epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+    if axes[0].lines:
+        axes[0].legend(fontsize=8)
+    fig.suptitle("Mean over finished seeds; dashed: diverged runs", fontsize=10)
+    return _png(fig)
+
+
+def _numeric(values: list[Any]) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+def sweep(summary: Summary) -> bytes | None:
+    """The primary metric against the swept value per norm (None when there is a single cell)."""
+    if not _many_cells(summary):
+        return None
+    plt = _pyplot()
+    metric = summary.metric
+    cells = []
+    for s in summary.rows:
+        if s.cell not in cells:
+            cells.append(s.cell)
+    keys = {tuple(c) for c in cells}
+    single = len(keys) == 1 and len(next(iter(keys))) == 1
+    raw = [next(iter(c.values())) for c in cells] if single else []
+    numeric = single and _numeric(raw)
+    positions = raw if numeric else list(range(len(cells)))
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    norms = list(dict.fromkeys(s.norm for s in summary.rows))
+    log = numeric and min(raw) > 0 and max(raw) / min(raw) >= 10
+    span = (max(positions) - min(positions)) or 1.0
+    for k, norm in enumerate(norms):
+        dodge = (k - (len(norms) - 1) / 2) * 0.035  # side by side, not on top of each other
+        xs, ys, lows, highs = [], [], [], []
+        for x, cell in zip(positions, cells, strict=True):
+            x = x * 10 ** (dodge * math.log10(max(raw) / min(raw))) if log else x + dodge * span
+            s = next((r for r in summary.rows if r.norm == norm and r.cell == cell), None)
+            if s is None or s.primary.mean is None:
+                continue
+            interval = t_interval(list(s.values.values()))
+            low, high = (metric.clip(interval[0]), metric.clip(interval[1])) if interval else (s.primary.mean,) * 2
+            xs.append(x)
+            ys.append(s.primary.mean)
+            lows.append(s.primary.mean - low)
+            highs.append(high - s.primary.mean)
+        if xs:
+            ax.errorbar(xs, ys, yerr=[lows, highs], marker="o", capsize=4, label=norm)
+    if not ax.lines:
+        _note(ax, "every run diverged or failed: no finished run to plot")
+        return _png(fig)
+    if numeric:
+        key = next(iter(keys))[0]
+        if log:
+            ax.set_xscale("log")
+            from matplotlib.ticker import NullLocator
+
+            ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xticks(raw, [f"{v:g}" for v in raw])  # ticks at the swept values, written as given
+        ax.set_xlabel(key)
+    else:
+        ax.set_xticks(positions, [cell_label(c) for c in cells], rotation=20)
+        ax.set_xlabel("cell")
+    ax.set(ylabel=f"{summary.label} ({metric.unit})", title="Sweep: mean and 95% t interval per cell")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def render(summary: Summary, runs: Sequence[Run]) -> dict[str, bytes]:
+    """Every figure that applies, by file name, as PNG bytes (empty without matplotlib)."""
+    if not available():
+        return {}
+    figures = {"forest.png": forest(summary), "primary_metric.png": primary_metric(summary),
+               "curves.png": curves(summary, runs)}
+    swept = sweep(summary)
+    if swept is not None:
+        figures["sweep.png"] = swept
+    return figures
+
+
+def write_figures(out_dir: Path, figures: dict[str, bytes]) -> list[Path]:
+    """Write rendered figures into `out_dir` (each atomically) and return their paths."""
+    written = []
+    for name, data in figures.items():
+        path = out_dir / name
+        with atomic_replace_from(path) as tmp:
+            tmp.write_bytes(data)
+        written.append(path)
+    return written

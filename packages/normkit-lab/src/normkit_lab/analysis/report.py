@@ -1,0 +1,224 @@
+"""Views of results directories: the summary, figures and report.html, for one directory or several merged.
+
+Directories merge when their configurations agree on everything that changes what a run computes
+(model, dataset, epochs, optimizer, ...); they may differ in norms, seeds and runtime keys such as
+the device. The same (norm, seed) in two directories is an error: it would count one seed twice.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from normkit_lab import lm_baselines, safe_yaml
+from normkit_lab.analysis import plots
+from normkit_lab.analysis.report_html import render_html
+from normkit_lab.analysis.summary import Run, Summary, cell_key, runs_from_results, runs_from_rows, summarize
+from normkit_lab.diagnostics.report import write_report as write_diagnostics_files
+from normkit_lab.errors import ConfigError
+from normkit_lab.metrics import DEFAULT_METRIC, margin_of, metric_named, metric_spec, select_of
+from normkit_lab.records import RUNTIME_KEYS, RunResult
+from normkit_lab.store.results import ResultsDir, atomic_write_text, rows_to_runs
+
+REPORT_HTML = "report.html"
+
+# Keys that may differ between merged directories besides the runtime ones. The primary metric (and
+# so its margin) only chooses what is read from the runs, which record every metric: the merged
+# report uses --metric, else the first directory's.
+_MERGE_FREE = RUNTIME_KEYS | {"norms", "seeds", "baseline", "margin", "select", "metric", "command_dir"}
+
+
+@dataclass
+class Results:
+    """Runs of one or more directories, with the config they share."""
+
+    config: dict[str, Any]
+    runs: list[RunResult]
+    norms: list[str]
+    baseline: str
+    sources: list[Path] = field(default_factory=list)
+    metric: str = DEFAULT_METRIC  # the primary metric's name (see normkit_lab.metrics.METRICS)
+    rows: list[dict[str, Any]] | None = None  # the runs.jsonl rows when read from disk (every key kept)
+    all_pairs: bool = False  # also compare every pair of norms and rank them (--all-pairs)
+
+    def run_views(self) -> list[Run]:
+        """The runs as the summary reads them: from the rows when known, else from the RunResults."""
+        return runs_from_rows(self.rows) if self.rows is not None else runs_from_results(self.runs)
+
+    def summary(self) -> Summary:
+        """Statistics and verdicts per (cell, norm), with `select` and `margin` from the config."""
+        metric = metric_named(self.metric)
+        return summarize(self.run_views(), self.norms, self.baseline, metric,
+                         select=select_of(self.config), margin=margin_of(self.config, metric), pairs=self.all_pairs)
+
+
+def read_config(store: ResultsDir) -> dict[str, Any]:
+    raw = safe_yaml.read(store.config_path, "config")
+    norms = raw.get("norms") if isinstance(raw, dict) else None
+    if not (isinstance(norms, list) and norms and all(isinstance(n, str) for n in norms)
+            and isinstance(raw.get("baseline"), (str, type(None)))):
+        raise ConfigError(f"{str(store.config_path)!r} is not a config written by `normkit compare` (it needs "
+                          f"norms, a list of specs, and a baseline spec or null)")
+    return raw
+
+
+def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    keys = sorted((set(a) | set(b)) - _MERGE_FREE)
+    return [f"{k}: {a.get(k)!r} vs {b.get(k)!r}" for k in keys if a.get(k) != b.get(k)]
+
+
+def _identity(run: Run) -> tuple[str, str, str, int]:
+    """What makes a run unique in a comparison: phase, swept cell, norm, seed (older runs: no cell)."""
+    return run.phase, cell_key(run.cell), run.norm, run.seed
+
+
+def _row_identity(row: dict[str, Any]) -> tuple[str, str, str, int]:
+    return row.get("phase") or "compare", cell_key(row.get("cell") or {}), row.get("norm"), row.get("seed")
+
+
+def _check_one_tuned_value(runs: Sequence[RunResult]) -> None:
+    """Merged comparisons that tuned must agree on what each norm ran with, or its seeds would mix
+    recipes (directories that tuned on the same seeds on one machine agree)."""
+    chosen: dict[tuple[str, str], dict[str, Any]] = {}
+    for run in runs:
+        if run.phase != "compare":
+            continue
+        key = (cell_key(run.cell), run.norm)
+        if chosen.setdefault(key, run.tuned) != run.tuned:
+            raise ConfigError(f"{run.norm} ran with {chosen[key]} in one directory and {run.tuned} in another "
+                              f"(tuning chose differently); merge only comparisons that ran each norm alike")
+
+
+def load_results(dirs: Sequence[str | Path], baseline: str | None = None,
+                 metric: str | None = None) -> Results:
+    """Load and merge results directories; refuse different configs and duplicate (norm, seed) runs.
+
+    `metric`: the primary metric (default: the one the comparison saved, else test accuracy); a
+    metric other than the saved one uses its own default margin, not the saved one's.
+    """
+    if metric is not None:
+        metric_named(metric)
+    if not dirs:
+        raise ConfigError("give at least one results directory")
+    stores = [ResultsDir.open(d) for d in dirs]
+    if len({s.path.resolve() for s in stores}) != len(stores):
+        raise ConfigError("the same results directory is given twice")
+    configs = [read_config(s) for s in stores]
+    first = configs[0]
+    norms: list[str] = []
+    runs: list[RunResult] = []
+    rows: list[dict[str, Any]] = []
+    seen: dict[tuple[str, str, str, int], Path] = {}
+    for store, cfg in zip(stores, configs, strict=True):
+        diff = _differences(first, cfg)
+        if diff:
+            raise ConfigError(f"cannot merge {str(store.path)!r} with {str(stores[0].path)!r}: their configs "
+                              f"differ ({'; '.join(diff)}); merge only runs of the same configuration")
+        norms += [n for n in cfg["norms"] if n not in norms]
+        store_rows = store.rows()
+        repeated_tuning = set()
+        for view in runs_from_rows(store_rows):
+            key = _identity(view)
+            if key in seen and view.phase == "tune":
+                if seen[key] != store.path:  # another candidate of this directory is not a repeat
+                    repeated_tuning.add(key)  # both tuned on the same seeds: keep the first directory's runs
+                continue
+            if key in seen:
+                raise ConfigError(f"{view.norm} seed {view.seed} is in both {str(seen[key])!r} and "
+                                  f"{str(store.path)!r}; merge directories that ran different seeds or norms")
+            seen[key] = store.path
+        kept = [row for row in store_rows if _row_identity(row) not in repeated_tuning]
+        rows += kept
+        runs += rows_to_runs(kept)
+    _check_one_tuned_value(runs)
+    chosen = baseline or first.get("baseline") or first["norms"][0]
+    if chosen not in norms:
+        raise ConfigError(f"baseline {chosen!r} is not among the norms of these results ({', '.join(norms)})")
+    saved = first.get("metric") if isinstance(first.get("metric"), str) else DEFAULT_METRIC
+    config = first if metric in (None, saved) else {**first, "metric": metric, "margin": None}
+    return Results(config=config, runs=runs, norms=norms, baseline=chosen, sources=[s.path for s in stores],
+                   metric=metric_spec(metric or saved), rows=rows)
+
+
+def command_line() -> str:
+    """The command that is running, as a shell line (`normkit ...` for the CLI)."""
+    argv = list(sys.argv)
+    if argv and Path(argv[0]).name == "normkit":
+        argv[0] = "normkit"
+    return shlex.join(argv)
+
+
+def _title(results: Results) -> str:
+    cfg = results.config
+    if cfg.get("command") or cfg.get("train_function"):
+        code = f"`{cfg['command']}`" if cfg.get("command") else f"{cfg['train_function']}()"
+        return f"{code}: {', '.join(results.norms)} against {results.baseline}"
+    epochs = cfg.get("epochs")
+    return (f"{cfg.get('model')} on {cfg.get('dataset')}, {epochs} epoch{'' if epochs == 1 else 's'}: "
+            f"{', '.join(results.norms)} against {results.baseline}")
+
+
+
+
+def write_summary(store: ResultsDir, results: Results, figures: bool = False) -> Summary:
+    """Rewrite summary.csv/json and report.html of `store` from `results`; with `figures`, also draw
+    the PNG figures (about a second) and embed them. A comparison rewrites the summary after every
+    run without figures and draws them once at the end."""
+    summary = results.summary()
+    rows = summary.as_rows()
+    baselines = lm_baselines.baselines_of(results.rows if results.rows is not None else results.runs)
+    if baselines is not None:  # language models: unigram and bigram tables beside the results
+        rows = [{**row, **lm_baselines.row_fields(baselines, s.values)} for row, s in zip(rows, summary.rows,
+                                                                                          strict=True)]
+        line = lm_baselines.note(baselines, summary.rows, summary.metric.unit)
+        if line:
+            summary.notes.append(line)
+    store.write_summary(rows)
+    drawn = plots.render(summary, results.run_views()) if figures else {}
+    plots.write_figures(store.path, drawn)
+    if not figures:
+        note = "Figures are drawn when the comparison finishes (or by `normkit report DIR --out NEW`)."
+    else:
+        note = "" if plots.available() else f"No figures: {plots.PLOTS_HINT}."
+    page = render_html(summary, title=_title(results), figures=drawn, figures_note=note, config=results.config,
+                       command=command_line(), environment=store.environment(),
+                       sources=[str(s) for s in results.sources if s != store.path])
+    atomic_write_text(store.path / REPORT_HTML, page)
+    return summary
+
+
+def write_diagnostics(store: ResultsDir, results: Results) -> list[Path]:
+    """diagnostics.json/.md and their figures, for runs made with --diagnostics (else nothing)."""
+    return write_diagnostics_files(store.path, results.runs, results.norms)
+
+
+def refuse_out_inside_inputs(out: str | Path | None, sources: list[Path] | list[str]) -> None:
+    """A report never writes into a directory it reads: `out` (links resolved) inside, or equal to, a source
+    is refused before anything is created."""
+    target = Path(os.path.realpath(out if out is not None else "runs"))  # realpath: a link loop is no error
+    for source in sources:
+        real = Path(os.path.realpath(source))
+        if target == real or real in target.parents:
+            raise ConfigError(f"--out {str(out if out is not None else 'runs/')!r} is inside input directory "
+                              f"{str(source)!r} (it resolves to {str(target)!r}); a report never writes into a "
+                              f"directory it reads, so choose --out outside it")
+
+
+def merge_into(results: Results, out: str | Path | None) -> ResultsDir:
+    """A new results directory holding the merged config and runs, and each source's environment."""
+    refuse_out_inside_inputs(out, results.sources)
+    environments = {str(source): ResultsDir.open(source).environment() for source in results.sources}
+    config = {**results.config, "norms": results.norms, "baseline": results.baseline,
+              "seeds": sorted({r.seed for r in results.runs})}
+    store = ResultsDir.create(out, yaml.safe_dump(config, sort_keys=False), {"merged_from": environments},
+                              kind="report")
+    for source in results.sources:
+        store.append_rows(ResultsDir.open(source).rows())
+    return store

@@ -1,0 +1,283 @@
+"""report.html: one self-contained page with a comparison's verdicts, table, figures and provenance.
+
+Self-contained means no external file or network access: the figures are embedded as base64 PNG and
+the style is inline, so the file can be mailed or attached as it is. Every piece of text that comes
+from results, configs or the environment goes through html.escape.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import yaml
+
+from normkit_lab.analysis.caption import summary_caption
+from normkit_lab.analysis.summary import NormSummary, Summary, cell_key, cell_label, interval_text
+from normkit_lab.analysis.verdicts import BASELINE, reading
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; padding: 0 1.5em; max-width: 1400px; color: #222; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; font-size: 0.85em; }
+th, td { padding: 3px 8px; text-align: right; } td { white-space: nowrap; }
+th { background: #f0f0f0; } td.l, th.l { text-align: left; } tr:nth-child(even) td { background: #fafafa; }
+.v-better { color: #1a7f37; font-weight: bold; } .v-worse { color: #cf222e; font-weight: bold; }
+.v-equivalent { color: #0550ae; font-weight: bold; } .v-inconclusive, .v-no { color: #7a6a00; }
+.note { background: #fff8c5; padding: 6px 10px; border-left: 4px solid #d4a72c; }
+.caption { max-width: 62em; color: #333; font-size: 0.95em; }
+pre { background: #f6f8fa; padding: 8px; overflow-x: auto; font-size: 0.8em; }
+img { max-width: 100%; display: block; margin: 1em 0; } .wide { overflow-x: auto; }
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _num(value: float | None, fmt: str, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return format(value, ("+" if signed else "") + fmt)
+
+
+def _p(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def _verdict_class(verdict: str) -> str:
+    return "v-" + verdict.split()[0]
+
+
+def _name(s: NormSummary, many: bool) -> str:
+    return f"{s.norm} [{cell_label(s.cell)}]" if many and s.cell else s.norm
+
+
+def _head(heads: Sequence[Any], left: Sequence[str]) -> str:
+    """A table's header row; the columns named in `left` are left-aligned."""
+    return "<tr>" + "".join(f'<th class="{"l" if h in left else ""}">{_e(h)}</th>' for h in heads) + "</tr>"
+
+
+def _table(summary: Summary, many: bool) -> str:
+    unit = summary.metric.unit
+    heads = ["norm", "n", f"{summary.label} ({unit}) ± s.e.", f"Δ vs {summary.baseline}", "95% CI",
+             "p", "Holm p", "TOST Holm p", "verdict", f"MDE ({unit})", "seeds to detect", "seeds for equivalence",
+             "s/epoch", "samples/s",
+             "peak MB", "params", "diverged", "failed", "tuned"]
+    tuned = any(s.tuned for s in summary.rows)
+    shown = heads if tuned else heads[:-1]
+    out = ['<div class="wide"><table>' + _head(shown, ("norm", "verdict", "tuned"))]
+    for s in summary.rows:
+        d, v = s.vs_baseline, s.verdict
+        mean = "-" if s.primary.mean is None else (
+            f"{s.primary.mean:.2f} ± {s.primary.sem:.2f}" if s.primary.sem is not None else f"{s.primary.mean:.2f}")
+        ci = "" if d is None else interval_text(d.low, d.high, missing=d.note)
+        verdict = v.verdict if v else BASELINE
+        needed = "" if v is None else (str(v.seeds_needed) if v.seeds_needed is not None else v.seeds_note)
+        cells = [_name(s, many), str(s.primary.n), mean, "baseline" if d is None else _num(d.mean, ".2f", True),
+                 ci, _p(d.p_value if d else None), _p(v.p_holm if v else None),
+                 _p(v.p_tost_holm if v else None), verdict, _num(v.mde if v else None, ".3g"), needed,
+                 "" if v is None or v.seeds_equivalence is None else str(v.seeds_equivalence),
+                 _num(s.time_per_epoch_s, ".2f"), _num(s.throughput, ",.0f"), _num(s.peak_mem_mb, ",.0f"),
+                 _num(s.params, ","), str(s.diverged), str(s.failed),
+                 ", ".join(f"{k}={val}" for k, val in s.tuned.items())]
+        tds = []
+        for head, cell in zip(shown, cells[:len(shown)], strict=True):
+            cls = "l" if head in ("norm", "tuned") else ""
+            if head == "verdict":
+                cls = f"l {_verdict_class(cell)}"
+            tds.append(f'<td class="{cls}">{_e(cell)}</td>')
+        out.append("<tr>" + "".join(tds) + "</tr>")
+    out.append("</table></div>")
+    return "\n".join(out)
+
+
+def _readings(summary: Summary, many: bool) -> str:
+    items = []
+    for s in summary.rows:
+        if s.verdict is None:
+            continue
+        d = s.vs_baseline
+        interval = (d.low, d.high) if d is not None and d.low is not None and d.high is not None else None
+        text = reading(s.verdict, _name(s, many), summary.baseline, summary.label, summary.metric.unit, interval)
+        items.append(f'<li><span class="{_verdict_class(s.verdict.verdict)}">{_e(s.verdict.verdict)}</span>: '
+                     f"{_e(text)}</li>")
+    if not items:
+        return "<p>Only the baseline was run: there is nothing to compare.</p>"
+    return "<ul>\n" + "\n".join(items) + "\n</ul>"
+
+
+def _how_to_read(summary: Summary) -> str:
+    m = summary.metric
+    direction = "higher" if m.higher_is_better else "lower"
+    return (
+        f"<p>Primary metric: <b>{_e(summary.label)}</b> ({_e(m.unit)}, {direction} is better), read from the "
+        f"<code>{_e(summary.source)}</code> field at the <b>{_e(summary.select)}</b> epoch of every finished "
+        f"run. Δ is norm minus {_e(summary.baseline)} on the same seed, averaged over seeds where both "
+        f"finished, with its 95% t interval. Verdicts: Holm-adjusted paired t-test p &lt; 0.05 gives "
+        f"<i>better</i> or <i>worse</i>; otherwise a Holm-adjusted two one-sided test (TOST) against the "
+        f"margin ±{summary.margin:g} {_e(m.unit)} gives <i>equivalent</i>; otherwise <i>inconclusive</i>. "
+        f"A significant difference whose whole 95% interval lies inside the margin is marked "
+        f"<i>(within margin)</i>. When every seed gives the same difference the exact sign test replaces "
+        f"the t-test. Planning numbers use the level of the strictest Holm step, alpha / m (Bonferroni, m = "
+        f"the number of comparisons): MDE is the difference this number of seeds detects with 80% power; "
+        f"<i>seeds to detect</i> is the number of seeds whose MDE reaches the margin, and <i>seeds for "
+        f"equivalence</i> the number whose TOST shows equivalence with 80% power if the true difference is 0 "
+        f"(both from the observed spread of the differences). Fewer than 3 paired seeds give no verdict.</p>")
+
+
+def _interactions(summary: Summary) -> str:
+    """Sweeps: the interaction tests (does a norm's gap to the baseline depend on the swept key?)."""
+    if not summary.interactions:
+        return ""
+    heads = ["norm", "key", "from", "to", "n", "Δ gap (to − from)", "95% CI", "p", "Holm p", "TOST Holm p",
+             "verdict"]
+    out = ["<h2>Interactions</h2>",
+           f"<p>For every norm and every pair of cells that differ in one swept key, the per-seed difference "
+           f"of its gaps to {_e(summary.baseline)} (gap at <i>to</i> minus gap at <i>from</i>; + means the "
+           f"norm gains on the baseline), with a 95% t interval and paired t-test, Holm-adjusted over all "
+           f"{len(summary.interactions)} interaction tests. <i>depends on KEY</i>: Holm p &lt; 0.05; <i>same "
+           f"gap (within margin)</i>: TOST shows the gaps differ by less than ±{summary.margin:g} "
+           f"{_e(summary.metric.unit)}; otherwise <i>no evidence that it depends</i>, which is not evidence "
+           f"that it does not.</p>",
+           '<div class="wide"><table>' + _head(heads, ("norm", "key", "verdict"))]
+    for i in summary.interactions:
+        t = i.test
+        ci = interval_text(t.low, t.high)
+        cells = [i.norm, i.key, i.cell_a[i.key], i.cell_b[i.key], t.n, _num(i.mean, ".2f", True), ci, _p(t.p),
+                 _p(t.p_holm), _p(t.p_tost_holm), i.verdict]
+        cls = "v-worse" if i.verdict.startswith("depends") else "v-equivalent" if i.verdict.startswith(
+            "same") else "v-inconclusive"
+        tds = [f'<td class="{"l" if k in (0, 1) else ""}">{_e(c)}</td>' for k, c in enumerate(cells[:-1])]
+        tds.append(f'<td class="l {cls}">{_e(cells[-1])}</td>')
+        out.append("<tr>" + "".join(tds) + "</tr>")
+    out.append("</table></div>")
+    return "\n".join(out)
+
+
+def _per_seed(summary: Summary, many: bool) -> str:
+    """Every seed's primary metric per norm, and its difference to the baseline on the same seed:
+    the numbers the paired verdicts are computed from."""
+    seeds = sorted({seed for s in summary.rows for seed in s.values})
+    if not seeds:
+        return ""
+    unit = _e(summary.metric.unit)
+    base = {cell_key(s.cell): s.values for s in summary.rows if s.norm == summary.baseline}
+    heads = ["norm", *(f"seed {seed}" for seed in seeds)]
+    out = ["<h2>Per seed</h2>",
+           f"<p>{_e(summary.label.capitalize())} ({unit}) of every finished run, and below it the difference "
+           f"to {_e(summary.baseline)} on the same seed and cell (the pairs behind the verdicts); an empty cell "
+           f"is a run that did not finish.</p>",
+           '<div class="wide"><table>' + _head(heads, ("norm",))]
+    for s in summary.rows:
+        values = [_num(s.values.get(seed), ".2f") if seed in s.values else "" for seed in seeds]
+        out.append(f'<tr><td class="l">{_e(_name(s, many))}</td>'
+                   + "".join(f"<td>{_e(v)}</td>" for v in values) + "</tr>")
+        paired = base.get(cell_key(s.cell), {})
+        if s.norm != summary.baseline and paired:
+            deltas = [_num(s.values[seed] - paired[seed], ".2f", True) if seed in s.values and seed in paired
+                      else "" for seed in seeds]
+            out.append(f'<tr><td class="l">  Δ vs {_e(summary.baseline)}</td>'
+                       + "".join(f"<td>{_e(d)}</td>" for d in deltas) + "</tr>")
+    out.append("</table></div>")
+    return "\n".join(out)
+
+
+def _diagnostics(summary: Summary) -> str:
+    """--diagnostics: verdicts for the representation measures (see diagnostic_verdicts.py)."""
+    from normkit_lab.analysis.diagnostic_verdicts import MEANING
+
+    if not summary.diagnostics:
+        return ""
+    many = len({cell_key(d.cell) for d in summary.diagnostics}) > 1
+    heads = ["norm", "measure", "n", summary.baseline, "norm value", "Δ (norm − baseline)", "95% CI", "p", "Holm p",
+             "verdict"]
+    meaning = "; ".join(f"{k}: {v}" for k, v in MEANING.items())
+    out = ["<h2>Representation measures</h2>",
+           f"<p>Each measure of each norm minus the same measure of {_e(summary.baseline)} on the same seed, "
+           f"with a 95% t interval and paired t-test (exact sign test when every seed gives the same "
+           f"difference), Holm-adjusted within its family (every depth of qq_r2 is one family; zeta one; "
+           f"lambda one). <i>higher</i>/<i>lower</i>: Holm p &lt; 0.05. ({_e(meaning)}.) The per-norm means "
+           f"and figures are in diagnostics.md.</p>",
+           '<div class="wide"><table>' + _head(heads, ("norm", "measure", "verdict"))]
+    for d in summary.diagnostics:
+        name = f"{d.norm} [{cell_label(d.cell)}]" if many and d.cell else d.norm
+        ci = interval_text(d.low, d.high, ".3g")
+        cells = [name, d.measure, d.n, _num(d.baseline_mean, ".4g"), _num(d.norm_mean, ".4g"),
+                 _num(d.diff, ".3g", True), ci, _p(d.p), _p(d.p_holm)]
+        tds = [f'<td class="{"l" if k in (0, 1) else ""}">{_e(c)}</td>' for k, c in enumerate(cells)]
+        cls = "v-equivalent" if d.verdict in ("higher", "lower") else "v-inconclusive"
+        tds.append(f'<td class="l {cls}">{_e(d.verdict)}</td>')
+        out.append("<tr>" + "".join(tds) + "</tr>")
+    out.append("</table></div>")
+    return "\n".join(out)
+
+
+def _ranking(summary: Summary) -> str:
+    """--all-pairs: every pair of norms and the ranking (see pairs.py)."""
+    if not summary.ranks:
+        return ""
+    many = len({cell_key(r.cell) for r in summary.ranks}) > 1
+    out = ["<h2>All pairs and ranking</h2>",
+           f"<p>Every pair of norms in a cell, paired by seed (Δ = norm − vs), with the verdict rule above "
+           f"Holm-adjusted over all {len(summary.pairs)} pairs. Rank: significant wins minus losses, then the "
+           f"mean.</p>", "<table>" + _head([*(["cell"] if many else []), "rank", "norm", summary.label, "wins",
+                                             "losses", "equivalent"], ("cell", "norm"))]
+    for r in summary.ranks:
+        cells = [*([cell_label(r.cell) or "-"] if many else []), r.rank, r.norm, _num(r.mean, ".2f"), r.wins,
+                 r.losses, r.equivalent]
+        out.append("<tr>" + "".join(f'<td class="{"l" if i == len(cells) - 5 else ""}">{_e(c)}</td>'
+                                    for i, c in enumerate(cells)) + "</tr>")
+    out.append("</table>")
+    heads = ["norm", "vs", "n", "Δ", "95% CI", "p", "Holm p", "TOST Holm p", "verdict"]
+    out.append('<div class="wide"><table>' + _head(heads, ("norm", "vs", "verdict")))
+    for p in summary.pairs:
+        d, v = p.diff, p.verdict
+        ci = interval_text(d.low, d.high, missing=d.note)
+        name = f"{p.norm} [{cell_label(p.cell)}]" if many and p.cell else p.norm
+        cells = [name, p.other, d.n, _num(d.mean, ".2f", True), ci, _p(v.p), _p(v.p_holm), _p(v.p_tost_holm)]
+        tds = [f'<td class="{"l" if i < 2 else ""}">{_e(c)}</td>' for i, c in enumerate(cells)]
+        tds.append(f'<td class="l {_verdict_class(v.verdict)}">{_e(v.verdict)}</td>')
+        out.append("<tr>" + "".join(tds) + "</tr>")
+    out.append("</table></div>")
+    return "\n".join(out)
+
+
+def render_html(summary: Summary, *, title: str, figures: Mapping[str, bytes], config: Mapping[str, Any],
+                command: str, environment: Any, sources: Sequence[str] = (), figures_note: str = "") -> str:
+    """The whole page as a string (every interpolated text escaped)."""
+    many = len({cell_key(s.cell) for s in summary.rows}) > 1
+    notes = list(summary.notes)
+    for s in summary.rows:
+        notes += [f"{_name(s, many)} failed on {err}" for err in s.errors]
+    parts = [
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>",
+        f"<h1>{_e(title)}</h1>",
+        *(f'<p class="note">{_e(n)}</p>' for n in notes),
+        "<h2>Verdicts</h2>", _readings(summary, many), _how_to_read(summary),
+        "<h2>Table</h2>", _table(summary, many),
+        f'<p class="caption">{_e(summary_caption(config, summary))}</p>',
+        _per_seed(summary, many),
+        _interactions(summary),
+        _diagnostics(summary),
+        _ranking(summary),
+        "<h2>Figures</h2>",
+    ]
+    if figures_note:
+        parts.append(f"<p>{_e(figures_note)}</p>")
+    for name, data in figures.items():
+        encoded = base64.b64encode(data).decode("ascii")
+        parts.append(f'<img alt="{_e(name)}" title="{_e(name)}" src="data:image/png;base64,{encoded}">')
+    parts += [
+        "<h2>Configuration</h2>", f"<pre>{_e(yaml.safe_dump(dict(config), sort_keys=False))}</pre>",
+        "<h2>Command line</h2>", f"<pre>{_e(command)}</pre>",
+    ]
+    if sources:
+        parts.append("<p>Results read from: " + ", ".join(f"<code>{_e(s)}</code>" for s in sources) + "</p>")
+    parts += ["<h2>Environment</h2>", f"<pre>{_e(json.dumps(environment, indent=2, default=str))}</pre>",
+              "</body></html>", ""]
+    return "\n".join(parts)

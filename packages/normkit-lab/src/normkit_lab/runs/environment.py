@@ -1,0 +1,82 @@
+"""Where a comparison ran: saved as environment.json and as columns of every runs.jsonl row.
+
+Results only repeat on the same hardware and library versions, so both travel with the numbers.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from normkit import plugins
+from normkit_lab.runs.device import resolve_device
+
+_DISTRIBUTIONS = ("torch", "torchvision", "numpy", "scipy", "scikit-learn", "normkit", "normkit-lab",
+                  "normkit-cli", "matplotlib")
+
+
+def device_name(device: str) -> str:
+    """A readable device, e.g. "cuda (NVIDIA H100 80GB HBM3)" or "cpu"."""
+    resolved = resolve_device(device)
+    if resolved.type == "cuda":
+        return f"{resolved} ({torch.cuda.get_device_name(resolved)})"
+    return str(resolved)
+
+
+def run_columns(device: str) -> dict[str, Any]:
+    """The environment columns of each runs.jsonl row."""
+    return {"host": platform.node(), "torch_version": torch.__version__, "device": device_name(device)}
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return None
+
+
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo on Linux, else the platform's answer)."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def git_commit(path: Path) -> str | None:
+    """The commit of the git checkout holding `path` (None outside a checkout or without git)."""
+    try:
+        out = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def environment(device: str) -> dict[str, Any]:
+    """Versions, plugins, device, CPU, threads and git commits (of the working directory, where the
+    experiment's own code usually lives, and of normkit-lab's source when it is a checkout)."""
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "host": platform.node(),
+        "versions": {dist: _version(dist) for dist in _DISTRIBUTIONS},
+        "plugins": [{"name": p.name, "distribution": p.distribution, "version": p.version,
+                     "error": p.error} for p in plugins.plugins()],
+        "device": device_name(device),
+        "cuda": torch.version.cuda if torch.cuda.is_available() else None,
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "git_commit": {"cwd": git_commit(Path.cwd()),
+                       "normkit_lab_source": git_commit(Path(__file__).resolve().parent)},
+    }

@@ -1,0 +1,191 @@
+"""What a comparison runs: its configuration (`CompareConfig`), the training values every run shares
+(`TrainConfig`) and their defaults.
+
+Plain data at the bottom of the lab: the study parses and checks these (`normkit_lab.study.config`),
+trainers train from them (`normkit_lab.runs`), the store hashes them into each run's identity
+(`normkit_lab.records.config_hash`). Nothing here imports a layer above.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from normkit import plugins
+from normkit.errors import NormkitError
+from normkit_lab.metrics import metric_named
+
+DEFAULT_LR = {"sgd": 0.1, "adamw": 1e-3}  # ResNet/WRN and ViT recipes of the normality paper
+DEFAULT_WEIGHT_DECAY = {"sgd": 5e-4, "adamw": 0.05}
+
+# Defaults for every model and dataset that register none (`registered_train_defaults`); the
+# default recipe of `normkit compare --norms bn,bnn,gn+pn` is the bundled digits dataset's
+# (datasets/__init__.py, measured in docs/experiments.md). Other keys keep TrainConfig's defaults.
+TRAIN_DEFAULTS: dict[str, Any] = {"epochs": 5, "batch_size": 128}
+DEFAULT_SEEDS = (0, 1, 2, 3, 4)
+DEFAULT_TUNE_SEEDS = 2  # tuning seeds when tuning and none are given: the next ones after `seeds`
+
+
+@dataclass
+class TrainConfig:
+    """Everything about a run except the norm and the seed (shared by every run of a comparison).
+
+    lr and weight_decay None mean the optimizer's default (sgd: 0.1 and 5e-4, adamw: 1e-3 and
+    0.05). norm_weight_decay None means weight_decay: under weight_decay_policy "uniform" every
+    norm parameter (affines and e.g. proxy norm's extra parameters) of every norm decays by it,
+    so arms differ only in the norm; "plugin" applies what each norm declares instead.
+    amp (bf16 where supported, else fp16) and channels_last need a CUDA device.
+    cpu_threads: torch's CPU threads during a run; None = 1 for models under a million
+    parameters on CPU (much faster for small-cnn), torch's default otherwise.
+    nproc_per_node: processes (GPUs) per run; above 1 each run is launched with torchrun as
+    DistributedDataParallel, batch_size staying the global batch (see normkit_lab.runs.distributed).
+    """
+
+    model: str = "small-cnn"
+    model_params: dict[str, Any] = field(default_factory=dict)
+    dataset: str = "digits"
+    dataset_params: dict[str, Any] = field(default_factory=dict)
+    data_dir: str | None = None
+    download: bool = False
+    epochs: int = 5
+    batch_size: int = 128
+    lr: float | None = None
+    optimizer: str = "sgd"
+    momentum: float = 0.9
+    weight_decay: float | None = None
+    norm_weight_decay: float | None = None
+    weight_decay_policy: str = "uniform"
+    schedule: str = "cosine"
+    warmup_epochs: int = 0
+    step_size: int = 30
+    gamma: float = 0.1
+    label_smoothing: float = 0.0
+    augment: bool = False
+    amp: bool = False
+    channels_last: bool = False
+    compile: bool = False
+    device: str = "auto"
+    num_workers: int = 0
+    cpu_threads: int | None = None
+    nproc_per_node: int = 1
+
+    @property
+    def resolved_lr(self) -> float:
+        return DEFAULT_LR[self.optimizer] if self.lr is None else self.lr
+
+    @property
+    def resolved_weight_decay(self) -> float:
+        return DEFAULT_WEIGHT_DECAY[self.optimizer] if self.weight_decay is None else self.weight_decay
+
+    @property
+    def resolved_norm_weight_decay(self) -> float:
+        return self.resolved_weight_decay if self.norm_weight_decay is None else self.norm_weight_decay
+
+
+@dataclass
+class CompareConfig:
+    """Everything a comparison needs; `train` is shared by every run, except the values of its
+    cell (`sweep`: training key -> values) and those chosen by tuning (`tune`, on `tune_seeds`).
+    `select`: which epoch a run reports (`final` or `best-val`); `metric`: the primary metric
+    (`normkit_lab.metrics.METRICS`; test accuracy, test bits per byte for language models);
+    `margin`: the equivalence margin in the metric's unit (None = the metric's default, 0.5
+    points of accuracy). The runs are listed by `normkit_lab.study.plan`."""
+
+    norms: list[str]
+    train: TrainConfig
+    seeds: list[int] = field(default_factory=lambda: list(DEFAULT_SEEDS))
+    baseline: str | None = None
+    diagnostics: bool = False
+    select: str = "final"
+    metric: str = "test_acc"
+    margin: float | None = None
+    tune: dict[str, list[Any]] = field(default_factory=dict)
+    tune_seeds: list[int] = field(default_factory=list)
+    sweep: dict[str, list[Any]] = field(default_factory=dict)
+    # the user's own training code (normkit_lab.runs.trainer): a program run once per run, or the
+    # "module:name" of a Python function; code_files: hashes of the files they name (set by check)
+    command: str | None = None
+    command_dir: str | None = None
+    timeout: float | None = None
+    train_function: str | None = None
+    code_files: dict[str, str] | None = None
+
+    @property
+    def external(self) -> bool:
+        """True when runs are the user's code (a command or a function), not normkit's own loop."""
+        return self.command is not None or self.train_function is not None
+
+    @property
+    def baseline_norm(self) -> str:
+        """The norm every other norm is compared to (the first one unless chosen)."""
+        return self.baseline or self.norms[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The flat mapping saved as config.yaml (and accepted by `--config`), every default resolved."""
+        train = dataclasses.asdict(self.train)
+        train.update(lr=self.train.resolved_lr, weight_decay=self.train.resolved_weight_decay,
+                     norm_weight_decay=self.train.resolved_norm_weight_decay)
+        own = {key: getattr(self, key) for key in EXTERNAL_KEYS if getattr(self, key) is not None}
+        return {"norms": list(self.norms), "seeds": list(self.seeds), "baseline": self.baseline_norm,
+                "diagnostics": self.diagnostics, "select": self.select, "metric": self.metric,
+                "margin": metric_named(self.metric).default_margin if self.margin is None else self.margin,
+                "tune": {k: list(v) for k, v in self.tune.items()}, "tune_seeds": list(self.tune_seeds),
+                "sweep": {k: list(v) for k, v in self.sweep.items()}, **own, **train}
+
+
+# written to config.yaml only when set, so a built-in comparison's config (and its hash) is as before
+EXTERNAL_KEYS = ("command", "command_dir", "timeout", "train_function", "code_files")
+COMPARE_KEYS = ("norms", "seeds", "baseline", "diagnostics", "select", "metric", "margin", "tune", "tune_seeds",
+                 "sweep", *EXTERNAL_KEYS)
+
+
+def grid(values: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Every combination of `values` (key -> list), in the order given; [{}] for no keys."""
+    keys = list(values)
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(values[k] for k in keys))]
+
+
+def defaults() -> dict[str, Any]:
+    """Default value of every key except `norms`, which has none."""
+    out: dict[str, Any] = {"seeds": list(DEFAULT_SEEDS), "baseline": None, "diagnostics": False,
+                           "select": "final", "metric": "test_acc", "margin": None, "tune": {}, "tune_seeds": None,
+                           "sweep": {}, **dict.fromkeys(EXTERNAL_KEYS)}
+    for f in dataclasses.fields(TrainConfig):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    out.update(TRAIN_DEFAULTS)
+    return out
+
+
+def registered_train_defaults(kind: str, name: Any) -> dict[str, Any]:
+    """The training values a model or dataset registers as its defaults (`train_defaults=` at
+    registration).
+
+    They sit between the global defaults and the user's values, a model's over its dataset's: e.g.
+    the GPT models train with AdamW at batch 32, and the bundled digits dataset carries the default
+    recipe (one epoch at a batch of 2, docs/experiments.md) unless the user says otherwise. An
+    unknown name has none (check() names it).
+    """
+    if not isinstance(name, str):
+        return {}
+    try:
+        entry = plugins.registry().lookup_item(kind, name)
+    except NormkitError:
+        return {}
+    return dict(entry.meta.get("train_defaults") or {})
+
+
+def default_recipe() -> dict[str, Any]:
+    """config.yaml's mapping of a comparison given nothing but its norms (`normkit compare --norms bn`):
+    the global defaults under the default dataset's and model's registered ones, as `build_config`
+    merges them (the report's caption asks whether a comparison ran this recipe)."""
+    base = defaults()
+    of_model = registered_train_defaults("model", base["model"])
+    of_dataset = registered_train_defaults("dataset", of_model.get("dataset", base["dataset"]))
+    merged = {**base, **of_dataset, **of_model}
+    train = TrainConfig(**{f.name: merged[f.name] for f in dataclasses.fields(TrainConfig)})
+    return CompareConfig(norms=["bn"], train=train, select=merged["select"], metric=merged["metric"]).to_dict()

@@ -1,0 +1,342 @@
+"""The resolved configuration of a comparison: norms x seeds plus one `TrainConfig`.
+
+Values come from three places, highest precedence first: CLI flags, a YAML file, defaults. The
+YAML file (and the `config.yaml` a comparison saves) is one flat mapping whose keys are the
+comparison keys below plus every `TrainConfig` field; '-' and '_' are the same in keys. Unknown
+keys are errors, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+import normkit
+from normkit.errors import did_you_mean
+from normkit.grammar import expand_lists
+from normkit_lab import safe_yaml
+from normkit_lab.errors import ConfigError, short_repr
+from normkit_lab.limits import MAX_SEED, MAX_SEEDS
+from normkit_lab.metrics import metric_named, metric_spec, needs_margin
+from normkit_lab.records import RUNTIME_KEYS, SELECTIONS
+from normkit_lab.spec import (
+    COMPARE_KEYS,
+    DEFAULT_TUNE_SEEDS,
+    EXTERNAL_KEYS,
+    CompareConfig,
+    TrainConfig,
+    defaults,
+    registered_train_defaults,
+)
+
+
+def known_keys() -> list[str]:
+    return [*COMPARE_KEYS, *(f.name for f in dataclasses.fields(TrainConfig))]
+
+
+_SEEDS_HINT = "seeds must be a count, a list like 0,1,2 or a range like 0-4"
+
+
+def _seed_count(n: int, value: Any) -> int:
+    if n > MAX_SEEDS:
+        raise ConfigError(f"seeds {short_repr(value)} asks for {n:,} seeds; at most {MAX_SEEDS:,} "
+                          f"per comparison (see Limits in docs/experiments.md)")
+    return n
+
+
+def parse_seeds(value: Any) -> list[int]:
+    """Seeds from `3` (= 0,1,2), `"0,1,5"`, `"2-4"` (inclusive) or a YAML list of ints.
+
+    Counts above MAX_SEEDS and seed values above MAX_SEED are refused before any list is built.
+    """
+    if isinstance(value, bool):
+        raise ConfigError(f"{_SEEDS_HINT}, not {short_repr(value)}")
+    if isinstance(value, str) and len(value) > 10_000:
+        raise ConfigError(f"seeds is a {len(value):,}-character text; {_SEEDS_HINT}")
+    if isinstance(value, int) or (isinstance(value, str) and re.fullmatch(r"\s*[0-9]+\s*", value)):
+        seeds = list(range(_seed_count(int(value), value)))
+    elif isinstance(value, str) and re.fullmatch(r"\s*[0-9]+\s*-\s*[0-9]+\s*", value):
+        lo, hi = (int(v) for v in value.split("-"))
+        if hi > MAX_SEED:
+            raise ConfigError(f"seed {hi} is above {MAX_SEED} (2**32-1), the largest seed normkit accepts")
+        seeds = list(range(lo, lo + _seed_count(max(hi - lo + 1, 0), value)))
+    elif isinstance(value, str) and re.fullmatch(r"\s*[0-9]+(\s*,\s*[0-9]+)*\s*,?\s*", value):
+        seeds = [int(v) for v in value.split(",") if v.strip()]
+    elif isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool)
+                                                   and v >= 0 for v in value):
+        seeds = list(value)
+    else:
+        raise ConfigError(f"{_SEEDS_HINT}, not {short_repr(value)}")
+    if not seeds:
+        raise ConfigError(f"seeds {short_repr(value)} selects no seed; use a count of at least 1, e.g. --seeds 3")
+    _seed_count(len(seeds), value)
+    too_big = [s for s in seeds if s > MAX_SEED]
+    if too_big:
+        raise ConfigError(f"seed {too_big[0]} is above {MAX_SEED} (2**32-1), the largest seed normkit accepts")
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"seeds {short_repr(value)} repeat a seed; each seed runs once per norm")
+    return seeds
+
+
+def parse_norms(value: Any) -> list[str]:
+    """Norm specs from "bn,bnn,gn+pn" or a YAML list, validated and in canonical spelling; a value
+    list in a spec (`bnn(noise=[0,0.4])`) expands into one norm per value."""
+    if isinstance(value, str):
+        items = normkit.split_specs(value)
+    elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        items = list(value)
+    else:
+        raise ConfigError(f"norms must be a comma list of specs like bn,bnn,gn+pn, not {short_repr(value)}")
+    norms = [normkit.parse(spec).text for item in items for spec in expand_lists(item)]
+    repeated = sorted({n for n in norms if norms.count(n) > 1})
+    if repeated:
+        raise ConfigError(f"norm {repeated[0]!r} is listed twice in norms; list each spec once")
+    return norms
+
+
+def parse_key_values(items: list[str], what: str) -> dict[str, Any]:
+    """`["width=64", "depth=2"]` -> {"width": 64, "depth": 2} (values typed by YAML rules)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{what} {short_repr(item)} is not KEY=VALUE, e.g. {what} width=64")
+        name = key.strip().replace("-", "_")
+        out[name] = safe_yaml.loads(raw, f"{what} {name}=...") if raw.strip() else ""
+    return out
+
+
+def _scalar(text: str) -> Any:
+    """A typed value from text: YAML rules, plus numbers YAML 1.1 leaves as text (1e-3)."""
+    value = yaml.safe_load(text)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _grid_items(value: Any, what: str) -> dict[str, list[Any]]:
+    """key -> values from a YAML mapping, or from "KEY=V1,V2" strings (one or a list of them)."""
+    if isinstance(value, dict):
+        return {str(k).strip().replace("-", "_"): v if isinstance(v, list) else [v] for k, v in value.items()}
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+        raise ConfigError(f"{what} must be KEY=V1,V2,... (e.g. lr=0.03,0.1,0.3), not {value!r}")
+    out: dict[str, list[Any]] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        values = [_scalar(v) for v in raw.split(",") if v.strip()]
+        if not sep or not key.strip() or not values:
+            raise ConfigError(f"{what} {item!r} is not KEY=V1,V2,..., e.g. lr=0.03,0.1,0.3")
+        out[key.strip().replace("-", "_")] = values
+    return out
+
+
+_NOT_GRIDDABLE = RUNTIME_KEYS | {"model", "dataset", "model_params", "dataset_params", "cpu_threads"}
+
+
+def parse_grid(value: Any, what: str, *, numeric: bool, free: bool = False) -> dict[str, list[Any]]:
+    """The values of `tune` or `sweep` (training key -> distinct values), typed and checked. `free`: the
+    keys are the user's own program's (any identifier, any plain values), not normkit's training keys."""
+    hints = typing.get_type_hints(TrainConfig)
+    out = {}
+    for key, values in _grid_items(value, what).items():
+        if free:
+            if not key.isidentifier():
+                raise ConfigError(f"{what} key {key!r} is not a name (an identifier such as lr or width)")
+            if not all(isinstance(v, (int, float, str, bool)) for v in values) or not values \
+                    or len(set(map(repr, values))) != len(values):
+                raise ConfigError(f"{what} {key}={values} must list distinct plain values, e.g. {key}=0.03,0.1,0.3")
+            out[key] = list(values)
+            continue
+        if key not in hints or key in _NOT_GRIDDABLE:
+            valid = [k for k in hints if k not in _NOT_GRIDDABLE]
+            raise ConfigError(f"{what} key {key!r} is not a training key{did_you_mean(key, valid)}; "
+                              f"valid: {', '.join(valid)}")
+        if numeric and not any(h in (int, float) for h in _members(hints[key])):
+            raise ConfigError(f"{what} key {key!r} is not numeric; tune numbers such as lr or weight_decay")
+        typed = [_check_type(f"{what} value of {key}", v, hints[key]) for v in values]
+        if not typed or len(set(map(repr, typed))) != len(typed):
+            raise ConfigError(f"{what} {key}={values} must list distinct values, e.g. {key}=0.03,0.1,0.3")
+        out[key] = typed
+    return out
+
+
+def _tune_seeds(value: Any, tune: dict[str, list[Any]], seeds: list[int]) -> list[int]:
+    """Tuning seeds, disjoint from the comparison's seeds: a list or range, or a count N (default
+    DEFAULT_TUNE_SEEDS) meaning the N seeds after the comparison's seeds."""
+    if not tune:
+        return []
+    if value is None:
+        value = DEFAULT_TUNE_SEEDS
+    if (isinstance(value, int) and not isinstance(value, bool)) or (
+            isinstance(value, str) and re.fullmatch(r"\s*[0-9]+\s*", value)):
+        count = int(value)  # a count N: the N seeds after the comparison's seeds
+        return list(range(max(seeds) + 1, max(seeds) + 1 + count)) if count > 0 else []
+    tune_seeds = parse_seeds(value) if not (isinstance(value, list) and not value) else []
+    overlap = sorted(set(tune_seeds) & set(seeds))
+    if overlap:
+        raise ConfigError(f"tune_seeds {','.join(map(str, overlap))} are also comparison seeds; tuning must "
+                          f"use other seeds, e.g. --tune-seeds {max(seeds) + 1},{max(seeds) + 2}")
+    if not tune_seeds:
+        raise ConfigError("tuning needs at least one tune seed, e.g. --tune-seeds 100")
+    return tune_seeds
+
+
+def _members(hint: Any) -> tuple[Any, ...]:
+    """The alternatives of a union type (`float | None` -> (float, NoneType)), else (hint,)."""
+    return typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+
+
+def _matches(value: Any, hint: Any) -> bool:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, h) for h in _members(hint))
+    if origin is typing.Literal:
+        return value in typing.get_args(hint)
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    base = origin or hint
+    return isinstance(base, type) and isinstance(value, base)
+
+
+def _type_name(hint: Any) -> str:
+    text = str(hint).replace("typing.", "").replace("<class '", "").replace("'>", "")
+    return text.replace("NoneType", "null")
+
+
+def _check_type(key: str, value: Any, hint: Any) -> Any:
+    if not _matches(value, hint):
+        raise ConfigError(f"{key} must be {_type_name(hint)}, not {short_repr(value)}")
+    if isinstance(value, int) and not isinstance(value, bool) and float in _members(hint) \
+            and int not in _members(hint):
+        return float(value)
+    return value
+
+
+def normalize_keys(raw: dict[Any, Any], source: str) -> dict[str, Any]:
+    """Map '-' to '_' in keys and refuse keys a comparison does not know."""
+    valid = known_keys()
+    out = {}
+    for key, value in raw.items():
+        name = str(key).strip().replace("-", "_")
+        if name not in valid:
+            raise ConfigError(f"unknown key {short_repr(key)} in {source}{did_you_mean(name, valid)}; "
+                              f"valid keys: {', '.join(valid)}")
+        out[name] = value
+    return out
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """The mapping in a YAML config file, with keys checked; unreadable or invalid files raise ConfigError."""
+    raw = safe_yaml.read(path, "config")
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config {str(path)!r} must be a mapping of keys to values, "
+                          f"not a {type(raw).__name__}")
+    return normalize_keys(raw, str(path))
+
+
+def build_config(values: dict[str, Any]) -> CompareConfig:
+    """A CompareConfig from a flat mapping of known keys (model defaults, then global defaults
+    fill what is missing)."""
+    base = defaults()
+    of_model = registered_train_defaults("model", values.get("model", base["model"]))
+    of_dataset = registered_train_defaults("dataset", values.get("dataset", of_model.get("dataset", base["dataset"])))
+    merged = {**base, **of_dataset, **of_model, **values}
+    if merged.get("norms") is None:
+        raise ConfigError("no norms to compare; pass --norms, e.g. --norms bn,bnn,gn+pn")
+    norms = parse_norms(merged.pop("norms"))
+    seeds = parse_seeds(merged.pop("seeds"))
+    baseline = _check_type("baseline", merged.pop("baseline"), str | None)
+    diagnostics = _check_type("diagnostics", merged.pop("diagnostics"), bool)
+    select = merged.pop("select")
+    if select not in SELECTIONS:
+        raise ConfigError(f"select must be one of {', '.join(SELECTIONS)}, not {select!r}")
+    metric = metric_spec(_check_type("metric", merged.pop("metric"), str))
+    margin = _check_type("margin", merged.pop("margin"), float | None)
+    if margin is not None and not (math.isfinite(margin) and margin > 0):
+        raise ConfigError(f"margin must be a finite number > 0 in the metric's unit, not {margin!r}")
+    if margin is None and needs_margin(metric_named(metric)):
+        raise ConfigError(f"metric {metric} is your program's own, so normkit does not know its unit: give the "
+                          f"equivalence margin in it, e.g. --margin 0.01")
+    own = {key: merged.pop(key) for key in EXTERNAL_KEYS}
+    own_types = {"command": str | None, "command_dir": str | None, "timeout": float | None,
+                 "train_function": str | None, "code_files": dict | None}
+    own = {key: _check_type(key, value, own_types[key]) for key, value in own.items()}
+    if own["timeout"] is not None and not (math.isfinite(own["timeout"]) and own["timeout"] > 0):
+        raise ConfigError(f"timeout must be a number of seconds > 0, not {own['timeout']!r}")
+    if own["command"] is not None and own["train_function"] is not None:
+        raise ConfigError("give either a command or a train function, not both")
+    external = own["command"] is not None or own["train_function"] is not None
+    if own["timeout"] is not None and own["command"] is None:
+        raise ConfigError("timeout stops a --command program that runs too long; it needs --command")
+    tune = parse_grid(merged.pop("tune"), "tune", numeric=not external, free=external)
+    sweep = parse_grid(merged.pop("sweep"), "sweep", numeric=False, free=external)
+    both = sorted(set(tune) & set(sweep))
+    if both:
+        raise ConfigError(f"{both[0]!r} is both tuned and swept; use it in --tune or --sweep, not both")
+    tune_seeds = _tune_seeds(merged.pop("tune_seeds"), tune, seeds)
+    if baseline is not None:
+        baseline = normkit.parse(baseline).text
+        if baseline not in norms:
+            raise ConfigError(f"baseline {baseline!r} is not one of the compared norms "
+                              f"({', '.join(norms)}); add it to --norms or pick one of those")
+    hints = typing.get_type_hints(TrainConfig)
+    train_values = {key: _check_type(key, value, hints[key]) for key, value in merged.items()}
+    try:
+        train = TrainConfig(**train_values)
+    except TypeError as exc:
+        raise ConfigError(f"incomplete training config: {exc}") from None
+    if external and diagnostics:
+        raise ConfigError("diagnostics measure normkit's own models during its own training; they are not "
+                          "available for a command or train function: drop --diagnostics")
+    return CompareConfig(norms=norms, train=train, seeds=seeds, baseline=baseline, diagnostics=diagnostics,
+                         select=select, metric=metric, margin=margin, tune=tune, tune_seeds=tune_seeds, sweep=sweep,
+                         **own)
+
+
+# The keys a command or train function still uses: where runs go (device, CPU threads, processes per
+# run for its GPU slots) and the epochs progress counts against (`{epochs}`).
+_EXTERNAL_TRAIN_KEYS = frozenset({"device", "cpu_threads", "epochs", "nproc_per_node"})
+
+
+def _refuse_builtin_keys(values: dict[str, Any]) -> None:
+    """With the user's own code, a key of normkit's own loop (lr, model, ...) would be silently ignored:
+    refuse it, saying how the program gets such a value."""
+    if values.get("command") is None and values.get("train_function") is None:
+        return
+    unused = sorted(k for k in values if k in {f.name for f in dataclasses.fields(TrainConfig)}
+                    and k not in _EXTERNAL_TRAIN_KEYS)
+    if unused:
+        key = unused[0]
+        raise ConfigError(f"{key} is a setting of normkit's own training loop, which your code replaces; pass it "
+                          f"to your program instead (in the command, or swept or tuned: --sweep {key}=... with "
+                          f"{{cell.{key}}}, --tune {key}=... with {{{key}}})")
+
+
+def resolve(cli_values: dict[str, Any], config_file: str | Path | None = None) -> CompareConfig:
+    """CLI values (only those the user typed) over the YAML file over defaults."""
+    from_file = load_yaml(config_file) if config_file is not None else {}
+    values = {**from_file, **normalize_keys(cli_values, "command-line options")}
+    _refuse_builtin_keys(values)
+    return build_config(values)
+
+
+def save_yaml(cfg: CompareConfig) -> str:
+    """config.yaml text: the resolved config, loadable again with `--config` or `--resume`."""
+    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)
