@@ -2,10 +2,14 @@
 
 Why: on CPU the eager fused path (`fused.py`) still runs about 48 activation-sized torch ops per
 training step, each a pass over memory; BatchNorm runs about 4. Inductor fuses each function here
-into a few vectorized loops (SLEEF log1p/expm1), one per dependent reduction: the forward reads x
-for the moments, the Newton sums, mean(x), mean|x - mean x| and the output, computing log1p|h| and
-expm1(mu log1p|h|) once each; the backward reuses both (saved), and takes every per-group sum in
-one loop (all are linear in the lambda gradient) and dx in a second.
+into a few vectorized loops: the forward reads x for the moments, the Newton sums, mean(x),
+mean|x - mean x| and the output, computing log1p|h| and expm1(mu log1p|h|) once each; the
+backward reuses both (saved), and takes every per-group sum in one loop (all are linear in the
+lambda gradient) and dx in a second. What made it cheaper (issue 24, docs/performance.md):
+float32 log1p/expm1/log/cos as straight-line polynomial code (`fastmath.py`) with multiply-adds
+contracted to FMAs, instead of SLEEF calls; sums over the contiguous S first (`_sum`, `_moments`),
+which spares Inductor's cascade-sum and Welford helpers; one reciprocal of mu per group instead of
+a division per value; Box-Muller noise using both of its outputs.
 
 When: `normality_compiled` (the layer's `kernel=auto` on CPU, or `kernel=compiled`) takes this path
 for a training step with gradients of at least `MIN_ELEMENTS` values; everything else (inference,
@@ -16,8 +20,8 @@ shape-generic code serves every later shape (torch.compile's automatic dynamic s
 unsupported torch), the failure is logged once and the same functions run eagerly, so nothing
 depends on a compiler at install or run time. `NORMKIT_NN_COMPILE=0` turns the path off.
 
-Noise: a counter-based generator (a 32-bit integer hash of the seed and each value's logical
-index, then Box-Muller) that Inductor vectorizes; the seed comes from torch's default generator,
+Noise: a counter-based generator (a 32-bit integer hash of the seed and a pair of logical
+indices, then Box-Muller) that Inductor vectorizes; the seed comes from torch's default generator,
 so `torch.manual_seed` reproduces it, but the values differ from `torch.randn`'s (which is serial
 on CPU and cost more than BatchNorm's whole step at 128x64x32x32).
 """
@@ -46,8 +50,16 @@ _log = logging.getLogger("normkit.normalnorm")
 _lock = threading.Lock()
 _compiled: dict[tuple, Callable[..., Any] | None] = {}  # None: compiling failed, run eagerly
 report: dict[str, float] = {}  # configuration -> seconds its first compiled call took
-OPTIONS: dict[str, Any] = {"cpp.enable_floating_point_contract_flag": "fast"}  # Inductor options (FMA: below)
-KIND_OPTIONS: dict[str, dict[str, Any]] = {"forward": {}, "backward": {}}  # and per function
+# Inductor options for every function: -ffp-contract=fast lets the C++ compiler fuse a * b + c into
+# one FMA (fastmath's polynomials ran 1.3-1.9x faster; an FMA rounds once, so no less accurate).
+OPTIONS: dict[str, Any] = {"cpp.enable_floating_point_contract_flag": "fast"}
+LARGE_ELEMENTS = 1 << 23  # 32 MiB of float32: glibc then maps (and the kernel zeroes) every new buffer afresh
+_RECOMPUTE = {"realize_opcount_threshold": 1000, "realize_reads_threshold": 100, "realize_acc_reads_threshold": 100}
+# Inductor options per function. "backward large" (inputs of LARGE_ELEMENTS or more): recompute
+# dx/dh and dlam/dh in the dx loop instead of storing them for it (two fewer activation-sized
+# buffers, each about 8k page faults at this size; 76 -> 55 ms at 128x64x32x32 on one thread,
+# while at 128x256x8x8, whose buffers glibc reuses, storing them is faster: 6.9 against 8.3 ms).
+KIND_OPTIONS: dict[str, dict[str, Any]] = {"forward": {}, "backward": {}, "backward large": _RECOMPUTE}
 
 
 def _setting() -> str:
@@ -118,7 +130,8 @@ class CompiledFunction(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad_out: Tensor, *_grad_stats: Any) -> tuple[Tensor | None, ...]:
         x3, weight, y, log1p_a, power, *stats = ctx.saved_tensors
-        dx, dw, db = run("backward", ctx.cfg, backward_math, grad_out, x3, weight, y, log1p_a, power, ctx.has_bias,
+        kind = "backward large" if x3.numel() >= LARGE_ELEMENTS else "backward"
+        dx, dw, db = run(kind, ctx.cfg, backward_math, grad_out, x3, weight, y, log1p_a, power, ctx.has_bias,
                          *stats)
         return (dx if ctx.needs_input_grad[0] else None, dw if ctx.needs_input_grad[1] else None,
                 db if ctx.needs_input_grad[2] else None, None, None)
