@@ -2,8 +2,9 @@
 
     .venv/bin/python benchmarks/bench_normalnorm_cpu.py              # default: 11 repeats
     .venv/bin/python benchmarks/bench_normalnorm_cpu.py --repeats 21 --reference
+    .venv/bin/python benchmarks/bench_normalnorm_cpu.py --case 2 --repeats 5 --no-peak   # one case, quick
 
-Two intra-op threads (`torch.set_num_threads(2)`). For each case it times one training step,
+Two intra-op threads (`torch.set_num_threads(2)`; `--threads` to change). For each case it times one training step,
 forward + backward of `sum(y * g)`, for the baseline torch layer and the normkit layer (default
 `kernel=auto`: on CPU the compiled path, `normkit_normalnorm.compiled`); the layers take turns
 within every repeat (interleaved) and the table shows the median. `--reference` adds the
@@ -110,23 +111,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=11)
     parser.add_argument("--reference", action="store_true", help="also time the step-by-step reference path")
+    parser.add_argument("--case", type=int, action="append", choices=range(1, len(CASES) + 1),
+                        help="time only this case (1-based row of the table; repeatable)")
+    parser.add_argument("--threads", type=int, default=2, help="intra-op threads (default 2)")
+    parser.add_argument("--no-peak", action="store_true", help="skip the peak-memory columns (fresh processes)")
     parser.add_argument("--peak-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.peak_child:
         kind, spec, shape, channel_dim = json.loads(args.peak_child)
         peak_child(kind, spec, tuple(shape), channel_dim)
         return
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     kinds = ["torch", "normkit"] + (["reference"] if args.reference else [])
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cores, "
           f"load average {os.getloadavg()[0]:.1f}, {args.repeats} interleaved repeats")
     header = "| case | input | torch ms | normkit ms | ratio | target |"
     header += " reference ms | reference / normkit |" if args.reference else ""
-    header += " torch peak MB | normkit peak MB |"
+    header += "" if args.no_peak else " torch peak MB | normkit peak MB |"
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
     firsts = []
-    for name, spec, shape, channel_dim, target in CASES:
+    for number, (name, spec, shape, channel_dim, target) in enumerate(CASES, 1):
+        if args.case and number not in args.case:
+            continue
         ms = time_case(spec, shape, channel_dim, kinds, args.repeats)
         ratio = ms["normkit"] / ms["torch"]
         row = (f"| {name} | {tuple(shape)} | {ms['torch']:.1f} | {ms['normkit']:.1f} | {ratio:.1f}x | "
@@ -134,8 +141,9 @@ def main() -> None:
         if args.reference:
             speedup = ms["reference"] / ms["normkit"]
             row += f" {ms['reference']:.1f} | {speedup:.1f}x {'(met)' if speedup >= 2 else '(missed)'} |"
-        peaks = [peak_mb(k, spec, shape, channel_dim) for k in ("torch", "normkit")]
-        row += f" {peaks[0]:.0f} | {peaks[1]:.0f} |"
+        if not args.no_peak:
+            peaks = [peak_mb(k, spec, shape, channel_dim) for k in ("torch", "normkit")]
+            row += f" {peaks[0]:.0f} | {peaks[1]:.0f} |"
         print(row, flush=True)
         firsts.append(f"{spec} {tuple(shape)}: first normkit step {ms['first normkit'] / 1000:.1f} s")
     from normkit_normalnorm import compiled

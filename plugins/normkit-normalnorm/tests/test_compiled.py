@@ -185,8 +185,12 @@ print("ok")
 
 
 @pytest.mark.slow  # compiles a forward and a backward: 30 to 100 s on 2 cores
-def test_compiled_matches_eager_fused_path(monkeypatch):
+@pytest.mark.parametrize("large", [False, True], ids=["stored", "recomputed"])
+def test_compiled_matches_eager_fused_path(monkeypatch, large):
+    """Compiled for real against the float64 reference; `large`: the backward that recomputes
+    dx/dh and dlam/dh in its dx loop (taken from LARGE_ELEMENTS values on)."""
     monkeypatch.setattr(compiled, "MIN_ELEMENTS", 0)
+    monkeypatch.setattr(compiled, "LARGE_ELEMENTS", 0 if large else compiled.LARGE_ELEMENTS)
     monkeypatch.setenv("NORMKIT_NN_COMPILE", "1")
     x3 = skewed((8, 65, 48), True, torch.float32)
     g = torch.Generator().manual_seed(2)
@@ -198,3 +202,4 @@ def test_compiled_matches_eager_fused_path(monkeypatch):
     for a, b in zip(got, want):
         torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-4)
     assert any(label.startswith("forward layer") for label in compiled.report)
+    assert any(label.startswith("backward large layer" if large else "backward layer") for label in compiled.report)

@@ -2,10 +2,14 @@
 
 Why: on CPU the eager fused path (`fused.py`) still runs about 48 activation-sized torch ops per
 training step, each a pass over memory; BatchNorm runs about 4. Inductor fuses each function here
-into a few vectorized loops (SLEEF log1p/expm1), one per dependent reduction: the forward reads x
-for the moments, the Newton sums, mean(x), mean|x - mean x| and the output, computing log1p|h| and
-expm1(mu log1p|h|) once each; the backward reuses both (saved), and takes every per-group sum in
-one loop (all are linear in the lambda gradient) and dx in a second.
+into a few vectorized loops: the forward reads x for the moments, the Newton sums, mean(x),
+mean|x - mean x| and the output, computing log1p|h| and expm1(mu log1p|h|) once each; the
+backward reuses both (saved), and takes every per-group sum in one loop (all are linear in the
+lambda gradient) and dx in a second. What made it cheaper (issue 24, docs/performance.md):
+float32 log1p/expm1/log/cos as straight-line polynomial code (`fastmath.py`) with multiply-adds
+contracted to FMAs, instead of SLEEF calls; sums over the contiguous S first (`_sum`, `_moments`),
+which spares Inductor's cascade-sum and Welford helpers; one reciprocal of mu per group instead of
+a division per value; Box-Muller noise using both of its outputs.
 
 When: `normality_compiled` (the layer's `kernel=auto` on CPU, or `kernel=compiled`) takes this path
 for a training step with gradients of at least `MIN_ELEMENTS` values; everything else (inference,
@@ -16,8 +20,8 @@ shape-generic code serves every later shape (torch.compile's automatic dynamic s
 unsupported torch), the failure is logged once and the same functions run eagerly, so nothing
 depends on a compiler at install or run time. `NORMKIT_NN_COMPILE=0` turns the path off.
 
-Noise: a counter-based generator (a 32-bit integer hash of the seed and each value's logical
-index, then Box-Muller) that Inductor vectorizes; the seed comes from torch's default generator,
+Noise: a counter-based generator (a 32-bit integer hash of the seed and a pair of logical
+indices, then Box-Muller) that Inductor vectorizes; the seed comes from torch's default generator,
 so `torch.manual_seed` reproduces it, but the values differ from `torch.randn`'s (which is serial
 on CPU and cost more than BatchNorm's whole step at 128x64x32x32).
 """
@@ -36,17 +40,26 @@ import torch
 from normkit.stages import Partition
 from torch import Tensor
 
+from normkit_normalnorm import fastmath
 from normkit_normalnorm.functional import ema_factor, normality_norm, update_running
 from normkit_normalnorm.fused import FusedConfig
 
 MIN_ELEMENTS = 1 << 20  # 4 MB of float32: below it the eager fused path is about as fast, and tests stay uncompiled
 _TINY_MU = 1e-20  # as fused.py: stands in for mu == 0
-_TWO_PI = 2 * math.pi
 _log = logging.getLogger("normkit.normalnorm")
 _lock = threading.Lock()
 _compiled: dict[tuple, Callable[..., Any] | None] = {}  # None: compiling failed, run eagerly
 report: dict[str, float] = {}  # configuration -> seconds its first compiled call took
-OPTIONS: dict[str, Any] = {}  # Inductor options for torch.compile
+# Inductor options for every function: -ffp-contract=fast lets the C++ compiler fuse a * b + c into
+# one FMA (fastmath's polynomials ran 1.3-1.9x faster; an FMA rounds once, so no less accurate).
+OPTIONS: dict[str, Any] = {"cpp.enable_floating_point_contract_flag": "fast"}
+LARGE_ELEMENTS = 1 << 23  # 32 MiB of float32: glibc then maps (and the kernel zeroes) every new buffer afresh
+_RECOMPUTE = {"realize_opcount_threshold": 1000, "realize_reads_threshold": 100, "realize_acc_reads_threshold": 100}
+# Inductor options per function. "backward large" (inputs of LARGE_ELEMENTS or more): recompute
+# dx/dh and dlam/dh in the dx loop instead of storing them for it (two fewer activation-sized
+# buffers, each about 8k page faults at this size; 76 -> 55 ms at 128x64x32x32 on one thread,
+# while at 128x256x8x8, whose buffers glibc reuses, storing them is faster: 6.9 against 8.3 ms).
+KIND_OPTIONS: dict[str, dict[str, Any]] = {"forward": {}, "backward": {}, "backward large": _RECOMPUTE}
 
 
 def _setting() -> str:
@@ -117,7 +130,8 @@ class CompiledFunction(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad_out: Tensor, *_grad_stats: Any) -> tuple[Tensor | None, ...]:
         x3, weight, y, log1p_a, power, *stats = ctx.saved_tensors
-        dx, dw, db = run("backward", ctx.cfg, backward_math, grad_out, x3, weight, y, log1p_a, power, ctx.has_bias,
+        kind = "backward large" if x3.numel() >= LARGE_ELEMENTS else "backward"
+        dx, dw, db = run(kind, ctx.cfg, backward_math, grad_out, x3, weight, y, log1p_a, power, ctx.has_bias,
                          *stats)
         return (dx if ctx.needs_input_grad[0] else None, dw if ctx.needs_input_grad[1] else None,
                 db if ctx.needs_input_grad[2] else None, None, None)
@@ -127,14 +141,15 @@ def run(kind: str, cfg: FusedConfig, fn: Callable[..., Any], *args: Any) -> Any:
     """`fn(*args, cfg)` compiled once per (kind, configuration); eagerly if compiling fails."""
     key = (kind, cfg.partition, cfg.groups, cfg.tokens, cfg.training, cfg.eps, cfg.alpha, cfg.noise,
            cfg.lambda_min, cfg.lambda_max, cfg.detach_lambda, tuple(a is None or a is False for a in args),
-           tuple(sorted(OPTIONS.items())))
+           tuple(sorted(OPTIONS.items())), tuple(sorted(KIND_OPTIONS.get(kind, {}).items())))
     if _setting() == "eager":
         return fn(*args, cfg=cfg)
     with _lock:
         compiled = _compiled.get(key, ...)
         if compiled is ...:
+            options = {**OPTIONS, **KIND_OPTIONS.get(kind, {})}
             compiled = _compiled[key] = torch.compile(lambda *a: fn(*a, cfg=cfg), fullgraph=True,
-                                                      options=dict(OPTIONS) or None)
+                                                      options=options or None)
     if compiled is None:
         return fn(*args, cfg=cfg)
     label = f"{kind} {cfg.partition}{'(tokens)' if cfg.tokens else ''}"
@@ -165,6 +180,34 @@ def _grouped(t: Tensor, cfg: FusedConfig) -> tuple[Tensor, tuple[int, ...]]:
     return g, groups.dims
 
 
+def _sum(t: Tensor, dims: tuple[int, ...]) -> Tensor:
+    """Keepdim sum over `dims`, the last (contiguous) dimension first when there are several.
+
+    Why: Inductor reduces a float32 sum of more than 4096 values per output through a cascade
+    helper (a running sum kept in memory, a counter and a branch per vector) and walks a per-channel
+    reduction over (N, S) with N strided; reducing S first is one short contiguous loop per (n, c)
+    in the same order as the elementwise loops, and the partial sums over N are tiny.
+    """
+    last = t.dim() - 1
+    if len(dims) > 1 and dims[-1] == last:
+        return t.sum(last, keepdim=True).sum(dims[:-1], keepdim=True)
+    return t.sum(dims, keepdim=True)
+
+
+def _moments(g: Tensor, dims: tuple[int, ...], n: int) -> tuple[Tensor, Tensor]:
+    """(mean, biased variance) per group by the corrected two-pass algorithm, in `_sum`'s order.
+
+    Why not var_mean: Inductor's Welford reduction costs about three sums. The correction sum(d)
+    makes a constant group's mean that constant exactly (as Welford's is), so its h is exactly 0.
+    """
+    rough = _sum(g, dims) / n
+    d = g - rough
+    sum_d = _sum(d, dims)
+    mean = rough + sum_d / n
+    var = ((_sum(d * d, dims) - sum_d * sum_d / n) / n).clamp_min(0)
+    return mean, var
+
+
 def _per_channel(v: Tensor, cfg: FusedConfig) -> Tensor:
     return v.view(1, cfg.groups, -1, 1) if cfg.partition == "group" else v.view(1, -1, 1)
 
@@ -173,19 +216,26 @@ def standard_normal(x3: Tensor, seed: Tensor, tokens: bool) -> Tensor:
     """N(0, 1) per value of the `(N, C, S)` shape from a hash of (seed, logical index): the input's
     `(N, C, S)` order, or `(N, S, C)` for channels-last tokens (as `standard_normal_like`).
 
+    Box-Muller with both of its outputs: pair p (of ceil(numel / 2)) hashes (seed, p) into u1, u2
+    and gives r cos(2 pi u2) to logical index p and r sin(2 pi u2) to index p + ceil(numel / 2),
+    so the hash, log and sqrt are paid once per two values (Inductor writes the two halves as two
+    loops over the pairs; a fifth of the forward's time before this).
     int32 arithmetic (products wrap, as the hash wants; shifts masked to act as logical shifts):
     AVX2 has no 64-bit multiply, and int64 made the draw twice as slow. `seed`: one int32 value.
     """
-    n, c, s = x3.shape
-    i_n = torch.arange(n, dtype=torch.int32).view(n, 1, 1)
-    i_c = torch.arange(c, dtype=torch.int32).view(1, c, 1)
-    i_s = torch.arange(s, dtype=torch.int32).view(1, 1, s)
-    index = (i_n * s + i_s) * c + i_c if tokens else (i_n * c + i_c) * s + i_s
-    first = _hash32(index ^ seed)
+    if tokens:  # drawn as an (N, S, C) tensor: Inductor then stores it in the tokens' memory order
+        return standard_normal(x3.transpose(1, 2), seed, False).transpose(1, 2)
+    numel = x3.numel()
+    pair = torch.arange((numel + 1) // 2, dtype=torch.int32)
+    first = _hash32(pair ^ seed)
     second = _hash32(first ^ 0x632BE5AB)
     u1 = (((first >> 8) & 0xFFFFFF).to(torch.float32) + 0.5) * (1.0 / 16777216)  # (0, 1): log(u1) is finite
     u2 = ((second >> 8) & 0xFFFFFF).to(torch.float32) * (1.0 / 16777216)
-    return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(_TWO_PI * u2)
+    radius = torch.sqrt(-2.0 * fastmath.log(u1))
+    quarter_on = u2 + 0.75  # sin(2 pi u) = cos(2 pi (u + 3/4)), wrapped into [0, 1) (exactly)
+    quarter_on = torch.where(quarter_on >= 1.0, quarter_on - 1.0, quarter_on)
+    z = torch.cat([radius * fastmath.cos_2pi(u2), radius * fastmath.cos_2pi(quarter_on)])
+    return z[:numel].view(x3.shape)
 
 
 def _hash32(v: Tensor) -> Tensor:
@@ -197,14 +247,18 @@ def _hash32(v: Tensor) -> Tensor:
     return v ^ ((v >> 16) & 0xFFFF)
 
 
-def _sign_over_mu(h: Tensor, mu: Tensor) -> Tensor:
-    """sign(h) / mu, with mu == 0 standing in as a tiny number (then expm1(mu L) / mu -> L).
+def _sign_over_mu(h: Tensor, lam: Tensor) -> Tensor:
+    """sign(h) / mu with mu = lam (h >= 0) or 2 - lam (h < 0), and mu == 0 standing in as a tiny
+    number (then expm1(mu L) / mu -> L): two reciprocals per group, then a blend per value (a
+    division per value cost more than the rest of the backward's first loop).
 
     mu is the same rounded number that the power term expm1(mu L) was computed with: dx/dlam =
     (sign L (E + 1) - x) sign / mu cancels to O(mu L^2), so a mu rounded differently in the two
     places (L + (lam - 1) sign L, say) is amplified by 1 / mu^2 where lambda is near 0 or 2.
     """
-    return torch.sign(h) / torch.where(mu == 0, _TINY_MU, mu)
+    inv_pos = 1 / torch.where(lam == 0, _TINY_MU, lam)
+    inv_neg = -1 / torch.where(lam == 2, _TINY_MU, 2 - lam)
+    return torch.where(h > 0, inv_pos, torch.where(h < 0, inv_neg, torch.zeros_like(inv_pos)))
 
 
 STATS = ("mean", "var", "rstd", "lam", "in_range", "g1", "den", "dvar", "mean_d")  # per group, keepdim
@@ -218,20 +272,20 @@ def forward_math(x3: Tensor, weight: Tensor | None, bias: Tensor | None, seed: T
     spares it both transcendentals."""
     g, dims = _grouped(x3, cfg)
     n = math.prod([g.shape[d] for d in dims])
-    var, mean = torch.var_mean(g, dim=dims, correction=0, keepdim=True)
+    mean, var = _moments(g, dims, n)
     rstd = torch.rsqrt(var + cfg.eps)
     h = (g - mean) * rstd
     a = h.abs()
-    log1p_a = torch.log1p(a)
+    log1p_a = fastmath.log1p(a) if a.dtype == torch.float32 else torch.log1p(a)
     signed_log = torch.copysign(log1p_a, h)
     p = log1p_a + a * log1p_a  # (1 + a) L without rounding 1 + a: d = p - a cancels to about a^2 / 2
     d = p - a
     q = p * log1p_a - 2 * d
-    mean_d = d.sum(dims, keepdim=True) / n
-    mean_hd = (h * d).sum(dims, keepdim=True) / n
-    mean_dd = (d * d).sum(dims, keepdim=True) / n
-    mean_aq = (a * q).sum(dims, keepdim=True) / n
-    s1 = signed_log.sum(dims, keepdim=True) / n
+    mean_d = _sum(d, dims) / n
+    mean_hd = _sum(h * d, dims) / n
+    mean_dd = _sum(d * d, dims) / n
+    mean_aq = _sum(a * q, dims) / n
+    s1 = _sum(signed_log, dims) / n
     dvar = 2 * mean_hd
     d2var = 2 * (mean_aq + mean_dd - mean_d * mean_d)
     g1 = 0.5 * dvar - s1
@@ -240,12 +294,12 @@ def forward_math(x3: Tensor, weight: Tensor | None, bias: Tensor | None, seed: T
     lam = raw if cfg.lambda_min is None and cfg.lambda_max is None else raw.clamp(cfg.lambda_min, cfg.lambda_max)
     in_range = (lam == raw).to(raw.dtype)
     mu = torch.where(h >= 0, lam, 2 - lam)
-    power = torch.expm1(mu * log1p_a)  # (1 + a)^mu - 1
-    x = power * _sign_over_mu(h, mu)
+    power = (fastmath.expm1 if mu.dtype == torch.float32 else torch.expm1)(mu * log1p_a)  # (1 + a)^mu - 1
+    x = power * _sign_over_mu(h, lam)
     scale = torch.zeros_like(mean)
     if cfg.training and cfg.noise:
-        x_mean = x.sum(dims, keepdim=True) / n
-        scale = (x - x_mean).abs().sum(dims, keepdim=True) / n
+        x_mean = _sum(x, dims) / n
+        scale = _sum((x - x_mean).abs(), dims) / n
         z = standard_normal(x3, seed, cfg.tokens).reshape(g.shape)
         x = x + (cfg.noise * scale) * z
     out = x
@@ -272,18 +326,18 @@ def backward_math(grad_out: Tensor, x3: Tensor, weight: Tensor | None, y: Tensor
     a = h.abs()
     signed_log = torch.copysign(log1p_a, h)
     sign = torch.sign(h)
-    u = 1 + a
+    inverse_u = 1 / (1 + a)  # one division per value, used twice
     e1 = power + 1  # (1 + a)^mu
-    inverse_mu = _sign_over_mu(h, torch.where(h >= 0, lam, 2 - lam))
+    inverse_mu = _sign_over_mu(h, lam)
     gx = dy * _per_channel(weight, cfg) if weight is not None else dy
-    grad_a = gx * (e1 / u)  # gx dx/dh
-    mean_a = grad_a.sum(dims, keepdim=True) / n
-    mean_ah = (grad_a * h).sum(dims, keepdim=True) / n
+    grad_a = gx * (e1 * inverse_u)  # gx dx/dh
+    mean_a = _sum(grad_a, dims) / n
+    mean_ah = _sum(grad_a * h, dims) / n
     gh_mean, ghh_mean = mean_a, mean_ah
     lam_grads = not cfg.detach_lambda
     if lam_grads:
         x = power * inverse_mu  # sign L (E + 1) - x cancels to O(h^2): E, not E + 1 - 1
-        grad_lam = (gx * ((signed_log + signed_log * power - x) * inverse_mu)).sum(dims, keepdim=True)
+        grad_lam = _sum(gx * ((signed_log + signed_log * power - x) * inverse_mu), dims)
         grad_lam = grad_lam * stats["in_range"]
         den, g1, dvar, mean_d = stats["den"], stats["g1"], stats["dvar"], stats["mean_d"]
         k1 = (2 / n) * (-0.5 * cfg.alpha / den - dvar * cfg.alpha * g1 / (den * den))
@@ -293,13 +347,13 @@ def backward_math(grad_out: Tensor, x3: Tensor, weight: Tensor | None, y: Tensor
         d = p - a
         q = p * log1p_a - 2 * d
         w = d + a * log1p_a
-        jac = k1 * w + k2 * (sign * q + signed_log * (w + d - 2 * mean_d)) + k3 / u  # dlam/dh
-        gh_mean = mean_a + grad_lam * (jac.sum(dims, keepdim=True) / n)
-        ghh_mean = mean_ah + grad_lam * ((jac * h).sum(dims, keepdim=True) / n)
+        jac = k1 * w + k2 * (sign * q + signed_log * (w + d - 2 * mean_d)) + k3 * inverse_u  # dlam/dh
+        gh_mean = mean_a + grad_lam * (_sum(jac, dims) / n)
+        ghh_mean = mean_ah + grad_lam * (_sum(jac * h, dims) / n)
         grad_h = grad_a + grad_lam * jac
     else:
         grad_h = grad_a
     dx = (rstd * (grad_h - gh_mean - h * ghh_mean)).reshape(x3.shape)
-    dweight = (grad_out * y.reshape(x3.shape)).sum((0, 2)) if weight is not None else None
-    dbias = grad_out.sum((0, 2)) if has_bias else None
+    dweight = _sum(grad_out * y.reshape(x3.shape), (0, 2)).reshape(-1) if weight is not None else None
+    dbias = _sum(grad_out, (0, 2)).reshape(-1) if has_bias else None
     return dx, dweight, dbias
