@@ -19,12 +19,13 @@ from normkit_lab.analysis.caption import summary_caption
 from normkit_lab.analysis.summary import NormSummary, Summary, cell_key, cell_label, interval_text
 from normkit_lab.analysis.verdicts import BASELINE, reading
 
-_STYLE = """
+# Shared by every normkit page (report.html, the random-net reproduction page).
+PAGE_STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; padding: 0 1.5em; max-width: 1400px; color: #222; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; font-size: 0.85em; }
 th, td { padding: 3px 8px; text-align: right; } td { white-space: nowrap; }
-th { background: #f0f0f0; } td.l, th.l { text-align: left; } tr:nth-child(even) td { background: #fafafa; }
+th { background: #f0f0f0; } td.l, th.l { text-align: left; } td.wrap { white-space: normal; text-align: left; min-width: 14em; } tr:nth-child(even) td { background: #fafafa; }
 .v-better { color: #1a7f37; font-weight: bold; } .v-worse { color: #cf222e; font-weight: bold; }
 .v-equivalent { color: #0550ae; font-weight: bold; } .v-inconclusive, .v-no { color: #7a6a00; }
 .note { background: #fff8c5; padding: 6px 10px; border-left: 4px solid #d4a72c; }
@@ -255,7 +256,7 @@ def render_html(summary: Summary, *, title: str, figures: Mapping[str, bytes], c
         notes += [f"{_name(s, many)} failed on {err}" for err in s.errors]
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>",
+        f"<title>{_e(title)}</title><style>{PAGE_STYLE}</style></head><body>",
         f"<h1>{_e(title)}</h1>",
         *(f'<p class="note">{_e(n)}</p>' for n in notes),
         "<h2>Verdicts</h2>", _readings(summary, many), _how_to_read(summary),

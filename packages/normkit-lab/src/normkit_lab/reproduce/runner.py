@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import normkit
+from normkit_lab.analysis.report_html import PAGE_STYLE
 from normkit_lab.errors import ConfigError, DatasetMissing
 from normkit_lab.reproduce.outcomes import Outcome, judge_compare, judge_random_net
 from normkit_lab.reproduce.preset import Preset, Scale
@@ -225,23 +226,26 @@ def _run_random_net(p: Plan, out: str | Path | None) -> Reproduction:
 
 def _page(p: Plan, body: str) -> str:
     title = html.escape(f"normkit reproduce {p.preset.name}")
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title></head><body>\n'
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
+            f"<style>{PAGE_STYLE}</style></head><body>\n"
             f"<h1>{title}</h1>\n{body}\n</body></html>\n")
 
 
 def claim_section(p: Plan, outcomes: list[Outcome], seconds: float) -> str:
     """The HTML block that puts the claim, its source and each hypothesis's outcome side by side."""
     e = html.escape
-    rows = "".join(f"<tr><td>{e(o.hypothesis.name)}</td><td>{e(o.hypothesis.test)}</td>"
-                   f"<td>{e(o.hypothesis.describe())}</td><td><b>{e(o.status)}</b></td><td>{e(o.observed)}"
+    rows = "".join(f'<tr><td class="l">{e(o.hypothesis.name)}</td><td class="l">{e(o.hypothesis.test)}</td>'
+                   f'<td class="wrap">{e(o.hypothesis.describe())}</td><td class="l"><b>{e(o.status)}</b></td>'
+                   f'<td class="wrap">{e(o.observed)}'
                    f"{e('; ' + o.planning() if o.planning() else '')}</td></tr>"
                    for o in outcomes)
     return (f'<section id="reproduction"><h2>Reproduction: {e(p.preset.title)}</h2>'
             f"<p><b>Claim</b> ({e(p.preset.label)}): {e(p.preset.claim)}</p>"
             f"<p><b>Source</b>: {e(p.preset.cite)}</p>"
             f"<p><b>Scale</b>: {e(p.scale.name)}, {p.seeds} seeds, {seconds:.0f} s here.</p>"
-            "<table><tr><th>hypothesis</th><th>test</th><th>prediction (fixed before the run)</th><th>outcome</th>"
-            f"<th>result</th></tr>{rows}</table></section>")
+            '<table><tr><th class="l">hypothesis</th><th class="l">test</th>'
+            '<th class="l">prediction (fixed before the run)</th><th class="l">outcome</th>'
+            f'<th class="l">result</th></tr>{rows}</table></section>')
 
 
 def write_reproduction(rep: Reproduction, p: Plan, command: str = "") -> list[Path]:
