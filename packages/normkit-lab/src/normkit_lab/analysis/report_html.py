@@ -25,7 +25,8 @@ body { font-family: system-ui, sans-serif; margin: 2em auto; padding: 0 1.5em; m
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; font-size: 0.85em; }
 th, td { padding: 3px 8px; text-align: right; } td { white-space: nowrap; }
-th { background: #f0f0f0; } td.l, th.l { text-align: left; } td.wrap { white-space: normal; text-align: left; min-width: 14em; } tr:nth-child(even) td { background: #fafafa; }
+th { background: #f0f0f0; } td.l, th.l { text-align: left; }
+td.wrap { white-space: normal; text-align: left; min-width: 14em; } tr:nth-child(even) td { background: #fafafa; }
 .v-better { color: #1a7f37; font-weight: bold; } .v-worse { color: #cf222e; font-weight: bold; }
 .v-equivalent { color: #0550ae; font-weight: bold; } .v-inconclusive, .v-no { color: #7a6a00; }
 .note { background: #fff8c5; padding: 6px 10px; border-left: 4px solid #d4a72c; }
