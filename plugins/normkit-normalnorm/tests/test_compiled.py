@@ -192,6 +192,7 @@ def test_compiled_matches_eager_fused_path(monkeypatch, large):
     monkeypatch.setattr(compiled, "MIN_ELEMENTS", 0)
     monkeypatch.setattr(compiled, "LARGE_ELEMENTS", 0 if large else compiled.LARGE_ELEMENTS)
     monkeypatch.setenv("NORMKIT_NN_COMPILE", "1")
+    monkeypatch.setenv("NORMKIT_NN_ROWS", "0")  # per-token layer rows would take rows.c (test_rows.py)
     x3 = skewed((8, 65, 48), True, torch.float32)
     g = torch.Generator().manual_seed(2)
     weight, bias = torch.rand(65, generator=g) + 0.5, torch.randn(65, generator=g)
@@ -203,3 +204,13 @@ def test_compiled_matches_eager_fused_path(monkeypatch, large):
         torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-4)
     assert any(label.startswith("forward layer") for label in compiled.report)
     assert any(label.startswith("backward large layer" if large else "backward layer") for label in compiled.report)
+
+
+def test_an_outlier_whose_square_overflows_gives_zeros_not_nan(eager_path):
+    """float32 1e30: the sum of squares is inf, so var = inf and rstd = 0 (torch's norms give the same),
+    not inf - inf; the other groups are untouched."""
+    x = torch.randn(3, 16)
+    x[1, 3] = 1e30
+    x3 = x.unsqueeze(0).transpose(1, 2)
+    out = compiled.normality_compiled(x3, None, None, partition="layer", tokens=True, training=True, noise=0.0)
+    assert torch.equal(out[0, :, 1], torch.zeros(16)) and torch.isfinite(out).all()

@@ -12,7 +12,7 @@ which spares Inductor's cascade-sum and Welford helpers; one reciprocal of mu pe
 a division per value; Box-Muller noise using both of its outputs.
 
 When: `normality_compiled` (the layer's `kernel=auto` on CPU, or `kernel=compiled`) takes this path
-for a training step with gradients of at least `MIN_ELEMENTS` values; everything else (inference,
+(for per-token layer statistics in float32 the C row kernel of `rows.py` instead) for a training step with gradients of at least `MIN_ELEMENTS` values; everything else (inference,
 eval with running statistics, small inputs, other devices) goes to `normality_norm`. The first
 call per configuration compiles (tens of seconds on 2 cores; logged once, with its time, and
 cached on disk by Inductor for later processes); a second input shape compiles once more, then
@@ -40,7 +40,7 @@ import torch
 from normkit.stages import Partition
 from torch import Tensor
 
-from normkit_normalnorm import fastmath
+from normkit_normalnorm import fastmath, rows
 from normkit_normalnorm.functional import ema_factor, normality_norm, update_running
 from normkit_normalnorm.fused import FusedConfig
 
@@ -96,6 +96,8 @@ def normality_compiled(x3: Tensor, weight: Tensor | None, bias: Tensor | None, *
                       detach_lambda)
     seed = torch.randint(0, 2**31 - 1, (1,), dtype=torch.int32) if training and noise else torch.zeros(
         1, dtype=torch.int32)
+    if _setting() != "eager" and rows.applies(x3, weight, bias, cfg):
+        return rows.normality_rows(x3, weight, bias, seed, cfg)
     out, *stats = CompiledFunction.apply(x3, weight, bias, seed, cfg)
     if tracked and training:
         mean, var, lam = (stats[STATS.index(k)].reshape(-1) for k in ("mean", "var", "lam"))
@@ -204,8 +206,11 @@ def _moments(g: Tensor, dims: tuple[int, ...], n: int) -> tuple[Tensor, Tensor]:
     d = g - rough
     sum_d = _sum(d, dims)
     mean = rough + sum_d / n
-    var = ((_sum(d * d, dims) - sum_d * sum_d / n) / n).clamp_min(0)
-    return mean, var
+    sum_dd = _sum(d * d, dims)
+    var = ((sum_dd - sum_d * sum_d / n) / n).clamp_min(0)
+    # sum_dd = inf (an outlier whose square overflows): var = inf, so rstd = 0 and h = 0, as torch's
+    # own norms give, instead of inf - inf = NaN when sum_d^2 overflows too
+    return mean, torch.where(sum_dd == math.inf, sum_dd, var)
 
 
 def _per_channel(v: Tensor, cfg: FusedConfig) -> Tensor:

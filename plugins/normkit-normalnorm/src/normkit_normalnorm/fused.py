@@ -29,7 +29,14 @@ import torch
 from normkit.stages import Groups, Partition
 from torch import Tensor
 
-from normkit_normalnorm.workspace import borrow, give_back, scratch, scratch_contiguous, scratch_stack
+from normkit_normalnorm.workspace import (
+    borrow,
+    give_back,
+    graph_freed_after_this_backward,
+    scratch,
+    scratch_contiguous,
+    scratch_stack,
+)
 from normkit_normalnorm.yeojohnson import standard_normal_like
 
 STACK_SLOT = 6  # scratch slot of the stacked temporaries (five activations; slots 0, 1, 3, 4, 5 hold one each)
@@ -127,15 +134,9 @@ class NormalityFunction(torch.autograd.Function):
                 grad_lam = torch.mul(gx, dx_dlam, out=scratch(1, y)).sum(groups.dims, keepdim=True)
                 gh.addcmul_(dlam_dh, grad_lam.mul_(ctx.lam_scale))
             grad_x3 = _standardize_backward(groups.ungroup(gh), x3, cfg, ctx.stats)
-        if _graph_freed_after_this_backward():  # no second backward can read them
+        if graph_freed_after_this_backward():  # no second backward can read them
             give_back(dx_dh, dx_dlam, dlam_dh, y)
         return grad_x3, grad_weight, grad_bias, None, None, None, None
-
-
-def _graph_freed_after_this_backward() -> bool:
-    """False under retain_graph/create_graph (or if this torch cannot tell): the saved tensors stay theirs."""
-    keep_graph = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
-    return keep_graph is not None and not keep_graph()
 
 
 # -- standardization on torch's native kernels --------------------------------------------------

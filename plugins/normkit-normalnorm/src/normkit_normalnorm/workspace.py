@@ -77,6 +77,13 @@ def give_back(*tensors: Tensor | None) -> None:
                 _pool.setdefault((tensor.dtype, tensor.numel()), []).append(flat)
 
 
+def graph_freed_after_this_backward() -> bool:
+    """Whether a backward may give its borrowed saved tensors back: False under retain_graph or
+    create_graph (a second backward reads them again), or if this torch cannot tell."""
+    keep_graph = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
+    return keep_graph is not None and not keep_graph()
+
+
 def release() -> None:
     """Free this thread's scratch buffers and the pool of borrowed buffers (both refill on demand)."""
     _local.__dict__.pop("slots", None)

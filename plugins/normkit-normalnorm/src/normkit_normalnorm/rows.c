@@ -1,0 +1,306 @@
+/* The normality norm over contiguous float32 rows (per-token layer statistics), forward and backward.
+ *
+ * Built at first use by rows.py (the system C compiler, -O3 -march=native, per process) and called
+ * through ctypes on a range of rows. It is compiled.py's forward_math/backward_math for the
+ * partition "layer" with channels-last tokens, written as one pass per step over a row that stays
+ * in L1: Inductor splits the same work into about ten loops over all rows (docs/performance.md).
+ * Same formulas, constants and operation order as compiled.py and fastmath.py, and the same noise
+ * (the hash of (seed, pair index), Box-Muller), so results agree to float32 rounding.
+ * Every loop is `omp simd` (vectorized with -fopenmp-simd; no OpenMP runtime is linked).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define NSTATS 9 /* mean, var, rstd, lam, in_range, g1, den, dvar, mean_d: compiled.py's STATS */
+
+static inline int32_t bits_of(float f) { int32_t i; memcpy(&i, &f, 4); return i; }
+static inline float float_of(int32_t i) { float f; memcpy(&f, &i, 4); return f; }
+
+/* fastmath.py: Cephes logf on (1 + f) 2^e */
+static inline float log_of_parts(float f, float e) {
+    float z = f * f;
+    float p = 7.0376836292e-2f;
+    p = p * f + -1.1514610310e-1f; p = p * f + 1.1676998740e-1f; p = p * f + -1.2420140846e-1f;
+    p = p * f + 1.4249322787e-1f; p = p * f + -1.6668057665e-1f; p = p * f + 2.0000714765e-1f;
+    p = p * f + -2.4999993993e-1f; p = p * f + 3.3333331174e-1f;
+    float y = p * f * z + e * -2.12194440e-4f - 0.5f * z;
+    return f + y + e * 0.693359375f;
+}
+
+/* (1 + f) 2^e == u, f in [sqrt(1/2) - 1, sqrt 2 - 1): the mantissa m in [0.5, 1) doubled below sqrt(1/2) */
+static inline float mantissa_part(float u) {
+    float m = float_of((bits_of(u) & 0x7FFFFF) | 0x3F000000);
+    return (m < 0.707106781186547524f ? m + m : m) - 1.0f;
+}
+
+static inline float exponent_part(float u) {
+    float m = float_of((bits_of(u) & 0x7FFFFF) | 0x3F000000);
+    return (float)(((bits_of(u) >> 23) & 0xFF) - 126) - (m < 0.707106781186547524f ? 1.0f : 0.0f);
+}
+
+static inline float fast_log(float u) { return log_of_parts(mantissa_part(u), exponent_part(u)); }
+
+static inline float fast_log1p(float a) {
+    float u = a + 1.0f;
+    float f = mantissa_part(u), e = exponent_part(u);  /* both computed, then selected: no branch */
+    int small = a < (float)(1.41421356237309505 - 1.0);
+    float r = log_of_parts(small ? a : f, small ? 0.0f : e);
+    return u < INFINITY ? r : u;
+}
+
+static inline float fast_expm1(float t) {
+    const float exp_max = 88.72283935546875f;
+    float c = t < -87.0f ? -87.0f : (t > exp_max ? exp_max : t);
+    float k = rintf(c * (float)(1.0 / 0.6931471805599453));
+    k = k > 127.0f ? 127.0f : k;
+    float r = (c - k * 0.693359375f) - k * -2.12194440e-4f;
+    float p = 1.0f / 40320.0f;
+    p = p * r + (float)(1.0 / 5040.0); p = p * r + (float)(1.0 / 720.0); p = p * r + (float)(1.0 / 120.0);
+    p = p * r + (float)(1.0 / 24.0); p = p * r + (float)(1.0 / 6.0); p = p * r + 0.5f;
+    p = r + r * r * p;
+    float scale = float_of(((int32_t)k + 127) << 23);
+    float result = scale * p + (scale - 1.0f);
+    return t > exp_max ? INFINITY : result;
+}
+
+static inline float cos_2pi(float u) {
+    float w = (fabsf(u - 0.5f) - 0.25f) * (float)(2 * 3.14159265358979323846);
+    float w2 = w * w;
+    float p = (float)(-1.0 / 39916800.0);
+    p = p * w2 + (float)(1.0 / 362880.0); p = p * w2 + (float)(-1.0 / 5040.0); p = p * w2 + (float)(1.0 / 120.0);
+    p = p * w2 + (float)(-1.0 / 6.0);
+    return (p * w2 + 1.0f) * w;
+}
+
+static inline uint32_t hash32(uint32_t v) {
+    v ^= v >> 16; v *= 0x7FEB352Du; v ^= v >> 15; v *= 0x846CA68Bu; return v ^ (v >> 16);
+}
+
+/* compiled.standard_normal's two values of one pair: z[pair] and z[pair + half] */
+static inline void hash_normal_pair(uint32_t pair, int32_t seed, float *first_value, float *second_value) {
+    uint32_t first = hash32(pair ^ (uint32_t)seed);
+    uint32_t second = hash32(first ^ 0x632BE5ABu);
+    float u1 = ((float)((first >> 8) & 0xFFFFFF) + 0.5f) * (1.0f / 16777216.0f);
+    float u2 = (float)((second >> 8) & 0xFFFFFF) * (1.0f / 16777216.0f);
+    float radius = sqrtf(-2.0f * fast_log(u1));
+    float v = u2 + 0.75f;
+    v = v >= 1.0f ? v - 1.0f : v;
+    *first_value = radius * cos_2pi(u2);
+    *second_value = radius * cos_2pi(v);
+}
+
+/* compiled.standard_normal at logical index i (half = ceil(numel / 2) pairs) */
+static inline float hash_normal(uint32_t i, uint32_t half, int32_t seed) {
+    float a, b;
+    hash_normal_pair(i >= half ? i - half : i, seed, &a, &b);
+    return i >= half ? b : a;
+}
+
+/* One row's standardization, lambda and transform (forward_math up to the noise): L, P and the
+ * noise-free y of the row, its stats; returns noise * mean|y - mean y| (0 without noise). */
+static float transform_row(const float *xr, float *Lr, float *Pr, float *yr, float *st, float *h, int64_t n,
+                           float eps, float alpha, float noise, float lambda_min, float lambda_max) {
+    const float inv_n = 1.0f / (float)n;
+    float s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < n; j++) s += xr[j];
+    const float rough = s * inv_n;
+    float sd = 0, sdd = 0;
+#pragma omp simd reduction(+ : sd, sdd)
+    for (int64_t j = 0; j < n; j++) { float d = xr[j] - rough; sd += d; sdd += d * d; }
+    const float mean = rough + sd * inv_n;
+    /* sdd = inf (an outlier whose square overflows): var = inf, so rstd = 0 and h = 0, as torch's own
+     * layer norm gives; sd * sd could overflow too and make inf - inf = NaN */
+    float var = sdd == INFINITY ? INFINITY : (sdd - sd * sd * inv_n) * inv_n;
+    var = var < 0 ? 0 : var;
+    const float rstd = 1.0f / sqrtf(var + eps);
+    /* Loops that select (?:) store per value and loops that sum read back: GCC does not vectorize a
+     * loop with both (its if-conversion gives up on `omp simd` reductions). */
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++) {
+        float hv = (xr[j] - mean) * rstd;
+        h[j] = hv;
+        Lr[j] = fast_log1p(fabsf(hv));
+    }
+    float s_d = 0, s_hd = 0, s_dd = 0, s_aq = 0, s_1 = 0;
+#pragma omp simd reduction(+ : s_d, s_hd, s_dd, s_aq, s_1)
+    for (int64_t j = 0; j < n; j++) {
+        float hv = h[j], a = fabsf(hv), l = Lr[j];
+        float p = l + a * l, d = p - a, q = p * l - 2 * d;
+        s_d += d; s_hd += hv * d; s_dd += d * d; s_aq += a * q; s_1 += copysignf(l, hv);
+    }
+    const float mean_d = s_d * inv_n, dvar = 2 * (s_hd * inv_n);
+    const float d2var = 2 * (s_aq * inv_n + s_dd * inv_n - mean_d * mean_d);
+    const float g1 = 0.5f * dvar - s_1 * inv_n, den = 0.5f * (d2var - dvar * dvar) + sqrtf(eps);
+    const float raw = 1 - alpha * g1 / den;
+    const float lam = raw < lambda_min ? lambda_min : (raw > lambda_max ? lambda_max : raw);
+    const float inv_pos = 1 / (lam == 0 ? 1e-20f : lam), inv_neg = -1 / (lam == 2 ? 1e-20f : 2 - lam);
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++) {
+        float hv = h[j], mu = hv >= 0 ? lam : 2 - lam, pw = fast_expm1(mu * Lr[j]);
+        Pr[j] = pw;
+        yr[j] = pw * (hv > 0 ? inv_pos : (hv < 0 ? inv_neg : 0.0f));
+    }
+    st[0] = mean; st[1] = var; st[2] = rstd; st[3] = lam; st[4] = lam == raw ? 1.0f : 0.0f;
+    st[5] = g1; st[6] = den; st[7] = dvar; st[8] = mean_d;
+    if (noise == 0) return 0;
+    float sx = 0;
+#pragma omp simd reduction(+ : sx)
+    for (int64_t j = 0; j < n; j++) sx += yr[j];
+    const float x_mean = sx * inv_n;
+    float s_abs = 0;
+#pragma omp simd reduction(+ : s_abs)
+    for (int64_t j = 0; j < n; j++) s_abs += fabsf(yr[j] - x_mean);
+    return noise * (s_abs * inv_n);
+}
+
+static void affine_row(const float *yr, const float *weight, const float *bias, float *outr, int64_t n) {
+    if (weight && bias) {
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) outr[j] = yr[j] * weight[j] + bias[j];
+    } else if (weight) {
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) outr[j] = yr[j] * weight[j];
+    } else if (bias) {
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) outr[j] = yr[j] + bias[j];
+    } else {
+        memcpy(outr, yr, (size_t)n * sizeof(float));
+    }
+}
+
+static void thread_range(int64_t tasks, int64_t *first, int64_t *last, int *thread) {
+#ifdef _OPENMP
+    int tid = omp_get_thread_num(), team = omp_get_num_threads();
+#else
+    int tid = 0, team = 1;
+#endif
+    *first = tasks * tid / team;
+    *last = tasks * (tid + 1) / team;
+    *thread = tid;
+}
+
+/* forward_math over all rows = numel / n rows of length n, on `threads` OpenMP threads (torch's
+ * own pool: the process has torch's libgomp loaded, and this library links libgomp by soname):
+ * out, y (noisy pre-affine values), L = log1p|h|, P = expm1(mu L), stats[row * NSTATS + k].
+ * weight/bias may be NULL; noise 0 draws nothing; lambda_min/max: -inf/inf when unclamped.
+ * scratch: threads * n floats. With an even number of rows, the pair (i, i + numel / 2) of the
+ * hash normal falls on rows r and r + rows / 2 at the same column, so they are done together and
+ * each pair's hash, log and sqrt serve two values. */
+void nn_rows_forward(const float *x, const float *weight, const float *bias, float *out, float *y, float *L,
+                     float *P, float *stats, float *scratch, int64_t numel, int64_t n, float eps, float alpha,
+                     float noise, float lambda_min, float lambda_max, int32_t seed, int threads) {
+    const int64_t rows = numel / n, half_rows = rows / 2;
+    const int paired = noise != 0 && rows % 2 == 0;
+    const int64_t tasks = paired ? half_rows : rows;
+    const uint32_t half = (uint32_t)((numel + 1) / 2);
+#pragma omp parallel num_threads(threads)
+    {
+        int64_t first, last;
+        int tid;
+        thread_range(tasks, &first, &last, &tid);
+        float *h = scratch + (int64_t)tid * n;
+        for (int64_t task = first; task < last; task++) {
+            const int64_t row = task, off = row * n;
+            const float amount = transform_row(x + off, L + off, P + off, y + off, stats + row * NSTATS, h, n, eps,
+                                               alpha, noise, lambda_min, lambda_max);
+            if (paired) {
+                const int64_t off2 = (row + half_rows) * n;
+                const float amount2 = transform_row(x + off2, L + off2, P + off2, y + off2,
+                                                    stats + (row + half_rows) * NSTATS, h, n, eps, alpha, noise,
+                                                    lambda_min, lambda_max);
+                float *y1 = y + off, *y2 = y + off2;
+                const uint32_t base = (uint32_t)off;
+#pragma omp simd
+                for (int32_t j = 0; j < (int32_t)n; j++) {
+                    float z1, z2;
+                    hash_normal_pair(base + (uint32_t)j, seed, &z1, &z2);
+                    y1[j] = y1[j] + amount * z1;
+                    y2[j] = y2[j] + amount2 * z2;
+                }
+                affine_row(y2, weight, bias, out + off2, n);
+            } else if (noise != 0) {
+                float *yr = y + off;
+                const uint32_t base = (uint32_t)off;
+#pragma omp simd
+                for (int32_t j = 0; j < (int32_t)n; j++) yr[j] = yr[j] + amount * hash_normal(base + (uint32_t)j, half, seed);
+            }
+            affine_row(y + off, weight, bias, out + off, n);
+        }
+    }
+}
+
+/* backward_math over all rows on `threads` threads: dx, and per-thread dweight/dbias partial sums
+ * (threads * n each, zeroed by the caller; NULL when not wanted). dy, x, y, L, P and stats as
+ * written by nn_rows_forward; scratch: threads * 4 n floats. */
+void nn_rows_backward(const float *dy, const float *x, const float *weight, const float *y, const float *L,
+                      const float *P, const float *stats, float *dx, float *dweight, float *dbias, float *scratch,
+                      int64_t numel, int64_t n, float alpha, int lam_grads, int threads) {
+    const int64_t rows = numel / n;
+    const float inv_n = 1.0f / (float)n;
+#pragma omp parallel num_threads(threads)
+    {
+        int64_t first, last;
+        int tid;
+        thread_range(rows, &first, &last, &tid);
+        float *h = scratch + (int64_t)tid * 4 * n, *grad_a = h + n, *jac = h + 2 * n, *lam_terms = h + 3 * n;
+        float *dweight_part = dweight ? dweight + (int64_t)tid * n : NULL;
+        float *dbias_part = dbias ? dbias + (int64_t)tid * n : NULL;
+        for (int64_t row = first; row < last; row++) {
+            const float *st = stats + row * NSTATS;
+            const float mean = st[0], rstd = st[2], lam = st[3], in_range = st[4], g1 = st[5], den = st[6];
+            const float dvar = st[7], mean_d = st[8];
+            const float *xr = x + row * n, *dyr = dy + row * n, *Lr = L + row * n, *Pr = P + row * n;
+            const float inv_pos = 1 / (lam == 0 ? 1e-20f : lam), inv_neg = -1 / (lam == 2 ? 1e-20f : 2 - lam);
+            const float k1 = (2 * inv_n) * (-0.5f * alpha / den - dvar * alpha * g1 / (den * den));
+            const float k2 = alpha * g1 / ((float)n * den * den), k3 = alpha / ((float)n * den);
+#pragma omp simd
+            for (int64_t j = 0; j < n; j++) {
+                float hv = (xr[j] - mean) * rstd, a = fabsf(hv), l = Lr[j], pw = Pr[j];
+                float inverse_u = 1 / (1 + a);
+                float gx = weight ? dyr[j] * weight[j] : dyr[j];
+                h[j] = hv;
+                grad_a[j] = gx * ((pw + 1) * inverse_u);
+                if (lam_grads) {
+                    float sl = copysignf(l, hv), inverse_mu = hv > 0 ? inv_pos : (hv < 0 ? inv_neg : 0.0f);
+                    lam_terms[j] = gx * ((sl + sl * pw - pw * inverse_mu) * inverse_mu);
+                    float sign = hv > 0 ? 1.0f : (hv < 0 ? -1.0f : 0.0f);
+                    float p = l + a * l, d = p - a, q = p * l - 2 * d, w = d + a * l;
+                    jac[j] = k1 * w + k2 * (sign * q + sl * (w + d - 2 * mean_d)) + k3 * inverse_u;
+                }
+            }
+            float s_a = 0, s_ah = 0;
+#pragma omp simd reduction(+ : s_a, s_ah)
+            for (int64_t j = 0; j < n; j++) { s_a += grad_a[j]; s_ah += grad_a[j] * h[j]; }
+            float gh_mean = s_a * inv_n, ghh_mean = s_ah * inv_n;
+            float *dxr = dx + row * n;
+            if (lam_grads) {
+                float s_lam = 0, s_j = 0, s_jh = 0;
+#pragma omp simd reduction(+ : s_lam, s_j, s_jh)
+                for (int64_t j = 0; j < n; j++) { s_lam += lam_terms[j]; s_j += jac[j]; s_jh += jac[j] * h[j]; }
+                const float grad_lam = s_lam * in_range;
+                gh_mean = gh_mean + grad_lam * (s_j * inv_n);
+                ghh_mean = ghh_mean + grad_lam * (s_jh * inv_n);
+#pragma omp simd
+                for (int64_t j = 0; j < n; j++)
+                    dxr[j] = rstd * ((grad_a[j] + grad_lam * jac[j]) - gh_mean - h[j] * ghh_mean);
+            } else {
+#pragma omp simd
+                for (int64_t j = 0; j < n; j++) dxr[j] = rstd * (grad_a[j] - gh_mean - h[j] * ghh_mean);
+            }
+            if (dweight_part) {
+                const float *yr = y + row * n;
+#pragma omp simd
+                for (int64_t j = 0; j < n; j++) dweight_part[j] += dyr[j] * yr[j];
+            }
+            if (dbias_part) {
+#pragma omp simd
+                for (int64_t j = 0; j < n; j++) dbias_part[j] += dyr[j];
+            }
+        }
+    }
+}

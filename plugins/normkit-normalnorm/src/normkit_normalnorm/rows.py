@@ -1,0 +1,163 @@
+"""The compiled CPU path for per-token layer statistics (lnn): `rows.c`, built with the system C compiler.
+
+Why: `lnn` on transformer tokens normalizes short contiguous rows (768 values of a (32, 65, 768)
+step). Inductor compiles `compiled.forward_math` for them into about ten loops over all rows, each a
+pass over memory; it kept lnn at 4.7x LayerNorm. `rows.c` does one row at a time while it sits in
+L1, so x is read from memory once and only what backward needs is written (out, y, log1p|h| and
+the power term). Same formulas, constants and noise (the hash normal of `compiled.standard_normal`)
+as the Inductor path: results agree to float32 rounding (`tests/test_rows.py`).
+
+When: `compiled.normality_compiled` takes this path for a float32 training step with
+`partition="layer"` and channels-last tokens (where the Inductor path would run). The library is
+built once per process on first use (about half a second: plain C, no torch headers) into a
+temporary directory, for this machine's CPU (`-march=native`), with OpenMP: it links libgomp by
+its soname, so in a pip-installed torch it shares torch's own thread pool, and it runs on
+`torch.get_num_threads()` threads. If there is no C compiler (`CC`, else `cc`, `gcc`, `clang`) or
+the build fails, the failure is logged once and the Inductor path runs instead; nothing is built
+at install time. `NORMKIT_NN_ROWS=0` turns this path off.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import math
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from normkit_normalnorm.fused import FusedConfig
+from normkit_normalnorm.workspace import borrow, give_back, graph_freed_after_this_backward
+
+SOURCE = Path(__file__).with_name("rows.c")
+NSTATS = 9  # per-row statistics (rows.c's NSTATS): mean, var, rstd, lam, in_range, g1, den, dvar, mean_d
+FLAGS = ("-O3", "-march=native", "-ffp-contract=fast", "-fno-math-errno", "-shared", "-fPIC")
+PARALLEL_FLAGS = (("-fopenmp",), ("-fopenmp-simd",), ())  # tried in order: threads, then one thread
+_log = logging.getLogger("normkit.normalnorm")
+_lock = threading.Lock()
+_library: list[Any] = []  # [CDLL or None] once built (or failed) in this process
+_P, _I64, _F, _I32, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int32, ctypes.c_int
+
+
+def enabled() -> bool:
+    return os.environ.get("NORMKIT_NN_ROWS", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def applies(x3: Tensor, weight: Tensor | None, bias: Tensor | None, cfg: FusedConfig) -> bool:
+    """A float32 training step of per-token layer statistics over rows that are contiguous in memory."""
+    return (enabled() and cfg.partition == "layer" and cfg.tokens and cfg.training
+            and x3.dtype == torch.float32 and x3.shape[1] > 0 and x3.transpose(1, 2).is_contiguous()
+            and all(t is None or (t.dtype == torch.float32 and t.is_contiguous()) for t in (weight, bias))
+            and library() is not None)
+
+
+def library() -> ctypes.CDLL | None:
+    """rows.c built and loaded once per process; None (logged once) when it cannot be built."""
+    with _lock:
+        if not _library:
+            _library.append(_build())
+        return _library[0]
+
+
+def _compiler() -> str | None:
+    return os.environ.get("CC") or next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
+
+
+def _build() -> ctypes.CDLL | None:
+    compiler = _compiler()
+    if compiler is None:
+        _log.warning("normkit: no C compiler (set CC) for lnn's CPU row kernel; using the Inductor path")
+        return None
+    error = ""
+    with tempfile.TemporaryDirectory(prefix="normkit-rows-") as folder:
+        for extra in PARALLEL_FLAGS:
+            target = Path(folder) / f"rows{len(extra)}{extra[0][2:] if extra else ''}.so"
+            command = [compiler, *FLAGS, *extra, str(SOURCE), "-o", str(target)]
+            try:
+                done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+            except (OSError, subprocess.SubprocessError) as err:
+                error = str(err)
+                continue
+            if done.returncode == 0:
+                lib = ctypes.CDLL(str(target))  # stays mapped after the folder is removed
+                _declare(lib)
+                if not extra or extra[0] != "-fopenmp":
+                    _log.info("normkit: lnn's CPU row kernel built without OpenMP: one thread")
+                return lib
+            error = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+    _log.warning("normkit: building lnn's CPU row kernel with %s failed (%s); using the Inductor path",
+                 compiler, error)
+    return None
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    lib.nn_rows_forward.argtypes = [_P] * 9 + [_I64, _I64, _F, _F, _F, _F, _F, _I32, _INT]
+    lib.nn_rows_forward.restype = None
+    lib.nn_rows_backward.argtypes = [_P] * 11 + [_I64, _I64, _F, _INT, _INT]
+    lib.nn_rows_backward.restype = None
+
+
+def _ptr(t: Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def normality_rows(x3: Tensor, weight: Tensor | None, bias: Tensor | None, seed: Tensor, cfg: FusedConfig) -> Tensor:
+    """The layer's output as an `(N, C, S)` view of channels-last tokens (as the other paths return)."""
+    return RowsFunction.apply(x3, weight, bias, seed, cfg)
+
+
+class RowsFunction(torch.autograd.Function):
+    """Forward and backward each one call into rows.c; saves x, the noisy values y, log1p|h|, the
+    power term (these three borrowed from workspace.py's pool and given back by backward, as the
+    fused path does: fresh 6 MB buffers cost about 1 ms of page faults each) and the per-row
+    statistics."""
+
+    @staticmethod
+    def forward(ctx: Any, x3: Tensor, weight: Tensor | None, bias: Tensor | None, seed: Tensor,
+                cfg: FusedConfig) -> Tensor:
+        rows_x = x3.transpose(1, 2)  # (N, S, C), contiguous: one row per token
+        n = rows_x.shape[-1]
+        threads = torch.get_num_threads()
+        out = torch.empty_like(rows_x)
+        y, log1p_a, power = (borrow(rows_x) for _ in range(3))  # saved only: recycled (workspace.py)
+        stats = torch.empty(rows_x.numel() // n, NSTATS)
+        scratch = torch.empty(threads, n)
+        lo = -math.inf if cfg.lambda_min is None else cfg.lambda_min
+        hi = math.inf if cfg.lambda_max is None else cfg.lambda_max
+        noise = cfg.noise if cfg.training else 0.0
+        library().nn_rows_forward(rows_x.data_ptr(), _ptr(weight), _ptr(bias), out.data_ptr(), y.data_ptr(),
+                                  log1p_a.data_ptr(), power.data_ptr(), stats.data_ptr(), scratch.data_ptr(),
+                                  rows_x.numel(), n, cfg.eps, cfg.alpha, noise, lo, hi, int(seed), threads)
+        ctx.cfg = cfg
+        ctx.has_bias = bias is not None
+        ctx.save_for_backward(rows_x, weight, y, log1p_a, power, stats)
+        return out.transpose(1, 2)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
+        rows_x, weight, y, log1p_a, power, stats = ctx.saved_tensors
+        n = rows_x.shape[-1]
+        threads = torch.get_num_threads()
+        dy = grad_out.transpose(1, 2).contiguous()
+        dx = torch.empty_like(rows_x)
+        want_w = weight is not None and ctx.needs_input_grad[1]
+        want_b = ctx.has_bias and ctx.needs_input_grad[2]
+        dweight = torch.zeros(threads, n) if want_w else None
+        dbias = torch.zeros(threads, n) if want_b else None
+        scratch = torch.empty(threads, 4 * n)
+        library().nn_rows_backward(dy.data_ptr(), rows_x.data_ptr(), _ptr(weight), y.data_ptr(), log1p_a.data_ptr(),
+                                   power.data_ptr(), stats.data_ptr(), dx.data_ptr(), _ptr(dweight), _ptr(dbias),
+                                   scratch.data_ptr(), rows_x.numel(), n, ctx.cfg.alpha,
+                                   int(not ctx.cfg.detach_lambda), threads)
+        if graph_freed_after_this_backward():
+            give_back(y, log1p_a, power)
+        return (dx.transpose(1, 2) if ctx.needs_input_grad[0] else None,
+                dweight.sum(0) if want_w else None, dbias.sum(0) if want_b else None, None, None)

@@ -1,0 +1,220 @@
+"""lnn's C row kernel (`rows.c` through `rows.py`): the same function as the Inductor path's math
+(`compiled.forward_math`/`backward_math`, run eagerly), its noise, edge values, threads, when it
+is taken, and that a machine without a C compiler falls back."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from normkit import build
+
+from normkit_normalnorm import compiled, rows
+from normkit_normalnorm.functional import normality_norm
+from normkit_normalnorm.fused import FusedConfig
+
+pytestmark = pytest.mark.skipif(rows.library() is None, reason="no C compiler for rows.c")
+
+
+def config(**changes) -> FusedConfig:
+    base = {"partition": "layer", "groups": 1, "tokens": True, "training": True, "eps": 1e-5, "alpha": 1.0,
+            "noise": 0.0, "momentum": 0.0, "lambda_min": None, "lambda_max": None, "detach_lambda": False}
+    return FusedConfig(**{**base, **changes})
+
+
+def tokens(n: int, s: int, c: int, seed: int = 0) -> torch.Tensor:
+    """A skewed (N, C, S) view of channels-last tokens (the layer's x3 for channel_dim=-1)."""
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(n, s, c, generator=g).exp() * 1.5 - 0.5).transpose(1, 2)
+
+
+def reference(x3, weight, bias, seed, dy, cfg, dtype=torch.float64):
+    """(out, dx, dweight, dbias) of the Inductor path's math run eagerly in `dtype`."""
+    cast = [None if t is None else t.to(dtype) for t in (x3, weight, bias)]
+    out, y, log1p_a, power, *stats = compiled.forward_math(*cast, seed, cfg=cfg)
+    dx, dw, db = compiled.backward_math(dy.to(dtype), cast[0], cast[1], y, log1p_a, power, bias is not None, *stats,
+                                        cfg=cfg)
+    return out, dx, dw, db
+
+
+def kernel(x3, weight, bias, seed, dy, cfg):
+    leaves = [None if t is None else t.clone().requires_grad_() for t in (x3, weight, bias)]
+    out = rows.normality_rows(*leaves, seed, cfg)
+    grads = torch.autograd.grad(out, [t for t in leaves if t is not None], dy)
+    it = iter(grads)
+    return out.detach(), *[None if t is None else next(it) for t in leaves]
+
+
+def assert_close(got, want, rtol, atol):
+    for name, a, b in zip(("out", "dx", "dweight", "dbias"), got, want):
+        if b is None:
+            assert a is None, name
+            continue
+        torch.testing.assert_close(a.double(), b.double(), rtol=rtol, atol=atol, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("options", [
+    {}, {"alpha": 0.5}, {"lambda_min": 0.9, "lambda_max": 1.05}, {"lambda_min": 0.98}, {"detach_lambda": True},
+    {"noise": 1.0}, {"noise": 0.4, "alpha": 0.7}], ids=str)
+@pytest.mark.parametrize("affine", ["weight and bias", "weight", "none"])
+def test_matches_the_inductor_paths_math(options, affine):
+    """Against compiled.forward_math/backward_math in float64 (noise included: the same seed gives the
+    same hash normal); 6 tokens of 48 channels (paired noise rows) and 7 tokens (unpaired)."""
+    for n_tokens in (6, 7):
+        x3 = tokens(1, n_tokens, 48)
+        g = torch.Generator().manual_seed(1)
+        weight = torch.rand(48, generator=g) + 0.5 if affine != "none" else None
+        bias = torch.randn(48, generator=g) if affine == "weight and bias" else None
+        dy = torch.randn(x3.shape, generator=g)
+        seed = torch.tensor([987654], dtype=torch.int32)
+        cfg = config(**options)
+        assert_close(kernel(x3, weight, bias, seed, dy, cfg), reference(x3, weight, bias, seed, dy, cfg),
+                     rtol=2e-5, atol=5e-5)
+
+
+def test_float32_agrees_with_the_eager_float32_math_closely():
+    """Both in float32, on a larger step: the same operations, so only rounding order differs."""
+    x3 = tokens(4, 65, 192, seed=3)
+    g = torch.Generator().manual_seed(4)
+    weight, bias, dy = torch.rand(192, generator=g) + 0.5, torch.randn(192, generator=g), torch.randn(x3.shape)
+    seed = torch.tensor([5], dtype=torch.int32)
+    cfg = config(noise=1.0)
+    assert_close(kernel(x3, weight, bias, seed, dy, cfg), reference(x3, weight, bias, seed, dy, cfg, torch.float32),
+                 rtol=1e-4, atol=1e-4)
+
+
+def test_noise_is_the_hash_normal_of_the_compiled_path():
+    """y = x + noise * mean|x - mean x| * z with z = compiled.standard_normal (tokens order)."""
+    x3 = tokens(2, 5, 64)
+    seed = torch.tensor([42], dtype=torch.int32)
+    clean = rows.normality_rows(x3, None, None, seed, config())
+    noisy = rows.normality_rows(x3, None, None, seed, config(noise=0.5))
+    scale = (clean - clean.mean(1, keepdim=True)).abs().mean(1, keepdim=True)
+    z = compiled.standard_normal(x3, seed, tokens=True)
+    torch.testing.assert_close(noisy, clean + 0.5 * scale * z, rtol=1e-5, atol=1e-5)
+
+
+def test_edge_rows_stay_finite():
+    """A constant token, a token with one huge outlier, a token of two channels, a single token."""
+    x = torch.randn(3, 16)
+    x[0] = 7.0
+    x[1, 3] = 1e30
+    seed = torch.tensor([1], dtype=torch.int32)
+    for x3 in (x.unsqueeze(0).transpose(1, 2), torch.randn(1, 4, 2).transpose(1, 2), torch.randn(1, 1, 16).transpose(1, 2)):
+        leaf = x3.clone().requires_grad_()
+        out = rows.normality_rows(leaf, None, None, seed, config(noise=1.0))
+        out.backward(torch.ones_like(out))
+        assert torch.isfinite(out).all() and torch.isfinite(leaf.grad).all()
+    constant = rows.normality_rows(x.unsqueeze(0).transpose(1, 2), None, None, seed, config())[0, :, 0]
+    assert torch.equal(constant, torch.zeros(16))  # h = 0 exactly: the transform maps it to 0
+
+
+def test_out_and_dx_do_not_depend_on_the_thread_count():
+    """Rows are independent, so out and dx are bit-identical on 1 and 2 threads; only the
+    per-thread partial sums of dweight/dbias are added in another order."""
+    x3 = tokens(2, 33, 96)
+    weight, bias, dy = torch.rand(96) + 0.5, torch.randn(96), torch.randn(x3.shape)
+    seed = torch.tensor([3], dtype=torch.int32)
+    threads = torch.get_num_threads()
+    try:
+        results = []
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            results.append(kernel(x3, weight, bias, seed, dy, config(noise=1.0)))
+    finally:
+        torch.set_num_threads(threads)
+    (out1, dx1, dw1, db1), (out2, dx2, dw2, db2) = results
+    assert torch.equal(out1, out2) and torch.equal(dx1, dx2)
+    torch.testing.assert_close(dw1, dw2) and torch.testing.assert_close(db1, db2)
+
+
+def test_taken_for_large_per_token_layer_steps_only(monkeypatch):
+    calls = []
+    original = rows.normality_rows
+    monkeypatch.setattr(rows, "normality_rows", lambda *a: calls.append(a[4]) or original(*a))
+    monkeypatch.setattr(compiled, "run", lambda *a: pytest.fail("the Inductor path ran"))
+    monkeypatch.setattr(compiled, "MIN_ELEMENTS", 4096)
+    lnn = build("lnn", 64, channel_dim=-1)
+    x = torch.randn(2, 40, 64, requires_grad=True)
+    lnn(x).sum().backward()  # 5120 values: taken
+    assert len(calls) == 1 and calls[0].tokens and calls[0].noise == 1.0
+    lnn(torch.randn(2, 20, 64, requires_grad=True)).sum().backward()  # below MIN_ELEMENTS: eager
+    monkeypatch.setenv("NORMKIT_NN_ROWS", "0")
+    with pytest.raises(pytest.fail.Exception):
+        lnn(x).sum().backward()  # switched off: the Inductor path (failing here on purpose)
+    assert len(calls) == 1
+
+
+def test_layer_output_equals_the_eager_paths_function(monkeypatch):
+    """Through the layer (kernel=auto, noise off): the rows path and the eager fused path give the
+    same function to float32 rounding."""
+    monkeypatch.setattr(compiled, "MIN_ELEMENTS", 1024)
+    lnn = build("lnn(noise=0)", 32, channel_dim=-1)
+    x = torch.randn(3, 20, 32).exp()
+    with torch.no_grad():
+        lnn.weight.uniform_(0.5, 1.5)
+        lnn.bias.normal_()
+    leaf = x.clone().requires_grad_()
+    out = lnn(leaf)
+    out.backward(torch.ones_like(out))
+    monkeypatch.setenv("NORMKIT_NN_COMPILE", "0")
+    leaf2 = x.clone().requires_grad_()
+    out2 = lnn(leaf2)
+    out2.backward(torch.ones_like(out2))
+    torch.testing.assert_close(out, out2, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(leaf.grad, leaf2.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_without_a_c_compiler_the_inductor_path_runs_once_warned():
+    """In a child process (the library is built once per process): CC names no compiler."""
+    code = """
+import logging, torch
+from normkit_normalnorm import rows
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+from normkit_normalnorm.fused import FusedConfig
+cfg = FusedConfig("layer", 1, True, True, 1e-5, 1.0, 0.0, 0.0, None, None, False)
+x3 = torch.randn(2, 8, 4).transpose(1, 2)
+print(rows.applies(x3, None, None, cfg), rows.applies(x3, None, None, cfg))
+"""
+    env = {**os.environ, "CC": "/nonexistent/normkit-test-cc"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
+                          check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "False False", done.stderr[-2000:]
+    warnings = [line for line in done.stderr.splitlines() if "row kernel" in line]
+    assert len(warnings) == 1 and "using the Inductor path" in warnings[0], done.stderr[-2000:]
+
+
+def test_applies_only_to_float32_channels_last_tokens():
+    x3 = torch.randn(2, 8, 4).transpose(1, 2)
+    assert rows.applies(x3, None, None, config())
+    assert not rows.applies(x3.double(), None, None, config())
+    assert not rows.applies(x3.contiguous(), None, None, config())  # (N, C, S) memory: not rows
+    assert not rows.applies(x3, None, None, config(tokens=False))
+    assert not rows.applies(x3, None, None, config(partition="instance"))
+    assert not rows.applies(x3, torch.ones(4, dtype=torch.float64), None, config())
+    assert math.isfinite(float(normality_norm(x3, None, None, partition="layer", tokens=True, training=True).sum()))
+
+
+def test_logs_nothing_when_built(caplog):
+    with caplog.at_level(logging.WARNING, logger="normkit.normalnorm"):
+        assert rows.library() is not None
+    assert caplog.records == []
+
+
+def test_a_second_backward_with_retain_graph_reads_the_same_saved_values():
+    """The saved buffers are recycled after backward, but not under retain_graph: a forward in between
+    must not overwrite what the second backward reads."""
+    x3 = tokens(2, 9, 32)
+    weight = (torch.rand(32) + 0.5).requires_grad_()
+    leaf = x3.clone().requires_grad_()
+    seed = torch.tensor([9], dtype=torch.int32)
+    out = rows.normality_rows(leaf, weight, None, seed, config(noise=1.0))
+    first = torch.autograd.grad(out, (leaf, weight), torch.ones_like(out), retain_graph=True)
+    rows.normality_rows(tokens(2, 9, 32, seed=5).requires_grad_(), weight, None, seed, config(noise=1.0))
+    second = torch.autograd.grad(out, (leaf, weight), torch.ones_like(out))
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
