@@ -409,3 +409,48 @@ def test_sigterm_in_any_command_exits_143(monkeypatch):
     monkeypatch.setattr(normkit, "parse", killed)
     result = runner.invoke(app, ["show", "bn"])
     assert result.exit_code == 143 and result.stderr.strip() == "interrupted"
+
+
+# -- resuming under other versions ----------------------------------------------------------------
+
+def test_resume_under_another_plugin_version_is_refused_unless_allowed_and_then_recorded(tmp_path, monkeypatch):
+    from normkit_lab.runs.environment import environment
+
+    monkeypatch.chdir(tmp_path)
+    d = results_dir(tmp_path)
+    saved = environment("cpu")
+    for plugin in saved["plugins"]:
+        if plugin["distribution"] == "normkit-normalnorm":
+            running, plugin["version"] = plugin["version"], "0.0.1"
+    (d / "environment.json").write_text(json.dumps(saved))
+    before = tree_hash(tmp_path)
+    assert_one_line_error(runner.invoke(app, ["compare", "--resume", str(d)]),
+                          f"(normkit-normalnorm 0.0.1 -> {running})", "--allow-version-change", "--out")
+    assert tree_hash(tmp_path) == before
+
+    result = runner.invoke(app, ["compare", "--resume", str(d), "--allow-version-change"])
+    assert result.exit_code == 0, result.output
+    env = json.loads((d / "environment.json").read_text())
+    assert env.pop("resumes")[0]["changes"] == [f"normkit-normalnorm 0.0.1 -> {running}"]
+    assert env == saved
+    assert len((d / "runs.jsonl").read_text().splitlines()) == 4  # the missing seed-1 runs were trained
+
+    result = runner.invoke(app, ["compare", "--resume", str(d)])  # compared with the recorded resume now
+    assert result.exit_code == 0 and "warning" not in result.stderr, result.output
+
+
+def test_resume_of_a_directory_without_versions_warns_once_and_goes_on(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    d = results_dir(tmp_path)  # environment.json is {"python": "3"}
+    result = runner.invoke(app, ["compare", "--resume", str(d)])
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 1 and "does not record versions or plugins" in warnings[0], result.stderr
+    assert json.loads((d / "environment.json").read_text()) == {"python": "3"}
+
+
+def test_allow_version_change_without_resume_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["compare", "--norms", "bn", "--allow-version-change"])
+    assert_one_line_error(result, "give it with --resume")
+    assert list(tmp_path.iterdir()) == []

@@ -28,9 +28,9 @@ from normkit_cli.text import plural
 EXPERIMENT, TRAINING, DATA, OUTPUT, SCALE = "Experiment", "Training", "Data and device", "Output", "Scale out"
 OWN = "Your own training code (docs/own-training.md)"
 # Options that steer the command rather than name a config key: they say where and how runs execute.
-_CONTROL = ("config", "out", "resume", "jobs", "jobs_per_gpu", "executor", "ray_address", "slurm_partition",
-            "slurm_time", "slurm_gpus_per_node", "slurm_cpus_per_task", "slurm_param", "keep_checkpoints", "log",
-            "all_pairs", "higher_is_better")
+_CONTROL = ("config", "out", "resume", "allow_version_change", "jobs", "jobs_per_gpu", "executor", "ray_address",
+            "slurm_partition", "slurm_time", "slurm_gpus_per_node", "slurm_cpus_per_task", "slurm_param",
+            "keep_checkpoints", "log", "all_pairs", "higher_is_better")
 
 
 def _given(ctx: typer.Context) -> dict[str, Any]:
@@ -217,6 +217,11 @@ def compare_cmd(
     resume: Annotated[Path | None, typer.Option(help="Continue an interrupted comparison in this directory "
                                                      "with its saved config; finished runs are skipped.",
                                                 rich_help_panel=OUTPUT)] = None,
+    allow_version_change: Annotated[bool, typer.Option(help="With --resume: continue although torch, normkit or "
+                                                             "a plugin has another version than the saved runs "
+                                                             "were made with (recorded in environment.json); "
+                                                             "else such a resume is refused.",
+                                                        rich_help_panel=OUTPUT)] = False,
     diagnostics: Annotated[bool, typer.Option(help="Also measure representations (Q-Q normality, power "
                                                    "decomposition, lambdas, noise robustness); see "
                                                    "docs/diagnostics.md.", rich_help_panel=OUTPUT)]
@@ -291,6 +296,8 @@ def compare_cmd(
     options = RunOptions(keep_checkpoints=keep_checkpoints, log=check_log_kinds(log or ()))
     scale = _executor_options(executor, jobs, jobs_per_gpu, ray_address, slurm_partition, slurm_time,
                               slurm_gpus_per_node, slurm_cpus_per_task, slurm_param)
+    if allow_version_change and resume is None:
+        raise fail("--allow-version-change lets --resume continue under other versions; give it with --resume")
     if resume is not None:
         if config is not None or out is not None:
             raise fail("--resume continues a directory with its saved config and files; drop --config/--out")
@@ -299,7 +306,8 @@ def compare_cmd(
             raise fail(f"--resume reuses the config saved in {str(resume)!r}; drop {_flags(fixed)} "
                        f"(only {_flags(set(RUNTIME_KEYS))} may change, and the Scale out and Output "
                        f"options that say how runs execute: --jobs, --executor, --log, --keep-checkpoints, ...)")
-        cfg, store = open_store(resume, given)
+        cfg, store = open_store(resume, given, allow_version_change=allow_version_change,
+                                warn=lambda line: typer.echo(f"warning: {line}", err=True))
         check(cfg)
         run_executor = make_executor(scale)
     else:

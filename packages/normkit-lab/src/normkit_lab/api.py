@@ -57,7 +57,8 @@ class ComparisonResult:
 def compare_norms(norms: str | list[str], *, out: str | Path | None = None, config: str | Path | None = None,
                   progress: Progress | None = None, executor: ExecutorOptions | None = None,
                   run_options: RunOptions | None = None, train: Callable[..., Any] | None = None,
-                  resume: str | Path | None = None, **options: Any) -> ComparisonResult:
+                  resume: str | Path | None = None, allow_version_change: bool = False,
+                  **options: Any) -> ComparisonResult:
     """Run a comparison with the options of `normkit compare` (keys as in config.yaml, e.g.
     `epochs=2, seeds=3, tune={"lr": [0.03, 0.1]}, sweep={"batch_size": [16, 64]}`).
 
@@ -71,12 +72,14 @@ def compare_norms(norms: str | list[str], *, out: str | Path | None = None, conf
     {seed}"` (any program, reporting `normkit: {json}` lines) or `train=my_train` (a function
     `my_train(norm, seed, *, cell, report)`) trains them: see docs/own-training.md. `resume`
     continues an interrupted comparison in that directory (its saved config; `norms` and
-    `options` are then ignored except runtime keys such as device or timeout).
+    `options` are then ignored except runtime keys such as device or timeout). A resume under another
+    torch, normkit or plugin version than the runs were made with is refused, unless
+    `allow_version_change=True` (the new versions are then recorded in environment.json under `resumes`).
     """
     executor = executor or ExecutorOptions()
     if resume is not None:
         runtime = {k: v for k, v in options.items() if k in RUNTIME_KEYS}
-        cfg, store = open_store(resume, runtime)
+        cfg, store = open_store(resume, runtime, allow_version_change=allow_version_change)
         trainer = make_trainer(cfg, train)
         check(cfg, parallel=executor.parallel_runs, trainer=trainer)
     else:

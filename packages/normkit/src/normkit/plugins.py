@@ -44,6 +44,7 @@ BUILTIN_PLUGINS = ("normkit.activations",)
 # newcomer rather than knocking out the standard norms.
 FIRST_PARTY = ("normkit-standard", "normkit-normalnorm", "normkit-proxynorm", "normkit-ibnorm", "normkit-zoo",
                "normkit-whitening", "normkit-lab")
+IN_PROCESS_DISTRIBUTION = "(in-process)"  # a `temporary_plugin`'s: installed by no package, so it has no version
 
 
 @dataclass
@@ -308,7 +309,7 @@ def temporary_plugin(plugin: Any, name: str = "temporary") -> Iterator[PluginInf
                  list(reg.failed_plugins), list(st.plugins))
         taken = {i.name for i in st.plugins}
         label = name if name not in taken else f"{name} (temporary {next(_temporary_ids)})"
-        info = PluginInfo(label, "(in-process)", "0")
+        info = PluginInfo(label, IN_PROCESS_DISTRIBUTION, "0")
         manager_name = f"normkit-temporary-{next(_temporary_ids)}"
     try:
         with _lock:

@@ -5,7 +5,8 @@
                       cell, tuned), status, params, threads, the epoch's metrics, environment columns
     tuning.json       with --tune: every candidate's mean val accuracy per (cell, norm), and the choice
     summary.csv/json  one row per norm (a view of runs.jsonl, rewritten after every run)
-    environment.json  versions, device, CPU, threads, git commit
+    environment.json  versions, device, CPU, threads, git commit; `resumes`: the environments of resumes
+                      allowed to change versions (normkit_lab.study.versions)
     store.json        the hash of what every run computes (config_identity) and those values, written
                       once at creation: a config.yaml edited afterwards is refused, so a store never
                       mixes runs of two configurations (e.g. 3- and 2-epoch runs); when it is

@@ -17,6 +17,7 @@ one-line error; either way the comparison goes on. Resuming retries failed runs.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,8 @@ from normkit_lab.runs.execute import Job, RunOptions
 from normkit_lab.runs.kinds import make_trainer
 from normkit_lab.runs.trainer import Trainer
 from normkit_lab.spec import CompareConfig
-from normkit_lab.store.results import ResultsDir
+from normkit_lab.store.results import ENVIRONMENT_FILE, ResultsDir
+from normkit_lab.study import versions
 from normkit_lab.study.config import build_config, load_yaml, save_yaml
 from normkit_lab.study.plan import choose, compare_plan, run_count, tune_plan
 from normkit_lab.study.progress import Progress
@@ -50,12 +52,27 @@ def create_store(cfg: CompareConfig, out: str | Path | None) -> ResultsDir:
     return ResultsDir.create(out, save_yaml(cfg), environment.environment(cfg.train.device))
 
 
-def open_store(path: str | Path, overrides: dict[str, Any] | None = None) -> tuple[CompareConfig, ResultsDir]:
+def open_store(path: str | Path, overrides: dict[str, Any] | None = None, *, allow_version_change: bool = False,
+               warn: Callable[[str], None] | None = None) -> tuple[CompareConfig, ResultsDir]:
     """Reopen a results directory to resume it, with its saved config (plus runtime `overrides`);
-    a config.yaml edited after runs were written is refused (see `ResultsDir.check_config_unchanged`)."""
+    a config.yaml edited after runs were written is refused (see `ResultsDir.check_config_unchanged`),
+    and so is a torch, normkit or plugin version other than the runs were made with, unless
+    `allow_version_change` (then the running environment is recorded in environment.json; see
+    `normkit_lab.study.versions`). `warn` gets the line saying an older directory's versions could not
+    be checked (default: `warnings.warn`)."""
     store = ResultsDir.open(path)
     cfg = build_config({**load_yaml(store.config_path), **(overrides or {})})
+    updated, warning = versions.check_resume(repr(str(store.path / ENVIRONMENT_FILE)), store.environment(),
+                                             environment.environment(cfg.train.device), allow_version_change)
+    if warning is not None:
+        (warn or _warn)(warning)
+    if updated is not None:
+        store.write_environment(updated)
     return cfg, store
+
+
+def _warn(line: str) -> None:
+    warnings.warn(line, versions.UncheckedVersions, stacklevel=3)
 
 
 def results_of(cfg: CompareConfig, store: ResultsDir) -> Results:
