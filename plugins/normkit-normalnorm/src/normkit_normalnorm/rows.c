@@ -173,38 +173,36 @@ static void affine_row(const float *yr, const float *weight, const float *bias, 
     }
 }
 
-static void thread_range(int64_t tasks, int64_t *first, int64_t *last, int *thread) {
+static int thread_id(void) {
 #ifdef _OPENMP
-    int tid = omp_get_thread_num(), team = omp_get_num_threads();
+    return omp_get_thread_num();
 #else
-    int tid = 0, team = 1;
+    return 0;
 #endif
-    *first = tasks * tid / team;
-    *last = tasks * (tid + 1) / team;
-    *thread = tid;
 }
 
 /* forward_math over all rows = numel / n rows of length n, on `threads` OpenMP threads (torch's
  * own pool: the process has torch's libgomp loaded, and this library links libgomp by soname):
  * out, y (noisy pre-affine values), L = log1p|h|, P = expm1(mu L), stats[row * NSTATS + k].
  * weight/bias may be NULL; noise 0 draws nothing; lambda_min/max: -inf/inf when unclamped.
- * scratch: threads * n floats. With an even number of rows, the pair (i, i + numel / 2) of the
+ * scratch: threads * n floats. Work is handed out in `chunks` chunks of rows, dynamically (a
+ * thread that a busy core delays leaves its next chunks to the others). With an even number of rows, the pair (i, i + numel / 2) of the
  * hash normal falls on rows r and r + rows / 2 at the same column, so they are done together and
  * each pair's hash, log and sqrt serve two values. */
 void nn_rows_forward(const float *x, const float *weight, const float *bias, float *out, float *y, float *L,
                      float *P, float *stats, float *scratch, int64_t numel, int64_t n, float eps, float alpha,
-                     float noise, float lambda_min, float lambda_max, int32_t seed, int threads) {
+                     float noise, float lambda_min, float lambda_max, int32_t seed, int threads, int64_t chunks) {
     const int64_t rows = numel / n, half_rows = rows / 2;
     const int paired = noise != 0 && rows % 2 == 0;
     const int64_t tasks = paired ? half_rows : rows;
     const uint32_t half = (uint32_t)((numel + 1) / 2);
+    if (chunks > tasks) chunks = tasks;
 #pragma omp parallel num_threads(threads)
     {
-        int64_t first, last;
-        int tid;
-        thread_range(tasks, &first, &last, &tid);
-        float *h = scratch + (int64_t)tid * n;
-        for (int64_t task = first; task < last; task++) {
+        float *h = scratch + (int64_t)thread_id() * n;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t chunk = 0; chunk < chunks; chunk++)
+        for (int64_t task = tasks * chunk / chunks; task < tasks * (chunk + 1) / chunks; task++) {
             const int64_t row = task, off = row * n;
             const float amount = transform_row(x + off, L + off, P + off, y + off, stats + row * NSTATS, h, n, eps,
                                                alpha, noise, lambda_min, lambda_max);
@@ -234,23 +232,23 @@ void nn_rows_forward(const float *x, const float *weight, const float *bias, flo
     }
 }
 
-/* backward_math over all rows on `threads` threads: dx, and per-thread dweight/dbias partial sums
- * (threads * n each, zeroed by the caller; NULL when not wanted). dy, x, y, L, P and stats as
- * written by nn_rows_forward; scratch: threads * 4 n floats. */
+/* backward_math over all rows on `threads` threads, in `chunks` chunks of rows handed out
+ * dynamically: dx, and per-chunk dweight/dbias partial sums (chunks * n each, zeroed by the caller;
+ * NULL when not wanted), which the caller adds in chunk order: the same sums whichever thread did a
+ * chunk. dy, x, y, L, P and stats as written by nn_rows_forward; scratch: threads * 4 n floats. */
 void nn_rows_backward(const float *dy, const float *x, const float *weight, const float *y, const float *L,
                       const float *P, const float *stats, float *dx, float *dweight, float *dbias, float *scratch,
-                      int64_t numel, int64_t n, float alpha, int lam_grads, int threads) {
+                      int64_t numel, int64_t n, float alpha, int lam_grads, int threads, int64_t chunks) {
     const int64_t rows = numel / n;
     const float inv_n = 1.0f / (float)n;
 #pragma omp parallel num_threads(threads)
     {
-        int64_t first, last;
-        int tid;
-        thread_range(rows, &first, &last, &tid);
-        float *h = scratch + (int64_t)tid * 4 * n, *grad_a = h + n, *jac = h + 2 * n, *lam_terms = h + 3 * n;
-        float *dweight_part = dweight ? dweight + (int64_t)tid * n : NULL;
-        float *dbias_part = dbias ? dbias + (int64_t)tid * n : NULL;
-        for (int64_t row = first; row < last; row++) {
+        float *h = scratch + (int64_t)thread_id() * 4 * n, *grad_a = h + n, *jac = h + 2 * n, *lam_terms = h + 3 * n;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t chunk = 0; chunk < chunks; chunk++)
+        for (int64_t row = rows * chunk / chunks; row < rows * (chunk + 1) / chunks; row++) {
+            float *dweight_part = dweight ? dweight + chunk * n : NULL;
+            float *dbias_part = dbias ? dbias + chunk * n : NULL;
             const float *st = stats + row * NSTATS;
             const float mean = st[0], rstd = st[2], lam = st[3], in_range = st[4], g1 = st[5], den = st[6];
             const float dvar = st[7], mean_d = st[8];

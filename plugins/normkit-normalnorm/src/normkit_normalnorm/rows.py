@@ -12,9 +12,10 @@ When: `compiled.normality_compiled` takes this path for a float32 training step 
 built once per process on first use (about half a second: plain C, no torch headers) into a
 temporary directory, for this machine's CPU (`-march=native`), with OpenMP: it links libgomp by
 its soname, so in a pip-installed torch it shares torch's own thread pool, and it runs on
-`torch.get_num_threads()` threads. If there is no C compiler (`CC`, else `cc`, `gcc`, `clang`) or
-the build fails, the failure is logged once and the Inductor path runs instead; nothing is built
-at install time. `NORMKIT_NN_ROWS=0` turns this path off.
+`torch.get_num_threads()` threads, which take chunks of rows dynamically (results do not depend
+on the thread count). If there is no C compiler (`CC`, else `cc`, `gcc`, `clang`) or the build
+fails, the failure is logged once and the Inductor path runs instead; nothing is built at install
+time. `NORMKIT_NN_ROWS=0` turns this path off.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from normkit_normalnorm.fused import FusedConfig
 from normkit_normalnorm.workspace import borrow, give_back, graph_freed_after_this_backward
 
 SOURCE = Path(__file__).with_name("rows.c")
+CHUNKS = 64  # pieces of work per call, handed to the threads dynamically (also dweight's partial sums)
 NSTATS = 9  # per-row statistics (rows.c's NSTATS): mean, var, rstd, lam, in_range, g1, den, dvar, mean_d
 FLAGS = ("-O3", "-march=native", "-ffp-contract=fast", "-fno-math-errno", "-shared", "-fPIC")
 PARALLEL_FLAGS = (("-fopenmp",), ("-fopenmp-simd",), ())  # tried in order: threads, then one thread
@@ -98,9 +100,9 @@ def _build() -> ctypes.CDLL | None:
 
 
 def _declare(lib: ctypes.CDLL) -> None:
-    lib.nn_rows_forward.argtypes = [_P] * 9 + [_I64, _I64, _F, _F, _F, _F, _F, _I32, _INT]
+    lib.nn_rows_forward.argtypes = [_P] * 9 + [_I64, _I64, _F, _F, _F, _F, _F, _I32, _INT, _I64]
     lib.nn_rows_forward.restype = None
-    lib.nn_rows_backward.argtypes = [_P] * 11 + [_I64, _I64, _F, _INT, _INT]
+    lib.nn_rows_backward.argtypes = [_P] * 11 + [_I64, _I64, _F, _INT, _INT, _I64]
     lib.nn_rows_backward.restype = None
 
 
@@ -134,7 +136,7 @@ class RowsFunction(torch.autograd.Function):
         noise = cfg.noise if cfg.training else 0.0
         library().nn_rows_forward(rows_x.data_ptr(), _ptr(weight), _ptr(bias), out.data_ptr(), y.data_ptr(),
                                   log1p_a.data_ptr(), power.data_ptr(), stats.data_ptr(), scratch.data_ptr(),
-                                  rows_x.numel(), n, cfg.eps, cfg.alpha, noise, lo, hi, int(seed), threads)
+                                  rows_x.numel(), n, cfg.eps, cfg.alpha, noise, lo, hi, int(seed), threads, CHUNKS)
         ctx.cfg = cfg
         ctx.has_bias = bias is not None
         ctx.save_for_backward(rows_x, weight, y, log1p_a, power, stats)
@@ -150,13 +152,14 @@ class RowsFunction(torch.autograd.Function):
         dx = torch.empty_like(rows_x)
         want_w = weight is not None and ctx.needs_input_grad[1]
         want_b = ctx.has_bias and ctx.needs_input_grad[2]
-        dweight = torch.zeros(threads, n) if want_w else None
-        dbias = torch.zeros(threads, n) if want_b else None
+        chunks = min(CHUNKS, rows_x.numel() // n)
+        dweight = torch.zeros(chunks, n) if want_w else None  # per-chunk partial sums, added in chunk order
+        dbias = torch.zeros(chunks, n) if want_b else None
         scratch = torch.empty(threads, 4 * n)
         library().nn_rows_backward(dy.data_ptr(), rows_x.data_ptr(), _ptr(weight), y.data_ptr(), log1p_a.data_ptr(),
                                    power.data_ptr(), stats.data_ptr(), dx.data_ptr(), _ptr(dweight), _ptr(dbias),
                                    scratch.data_ptr(), rows_x.numel(), n, ctx.cfg.alpha,
-                                   int(not ctx.cfg.detach_lambda), threads)
+                                   int(not ctx.cfg.detach_lambda), threads, chunks)
         if graph_freed_after_this_backward():
             give_back(y, log1p_a, power)
         return (dx.transpose(1, 2) if ctx.needs_input_grad[0] else None,
