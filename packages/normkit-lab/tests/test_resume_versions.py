@@ -112,6 +112,29 @@ def test_an_allowed_change_is_recorded_and_the_next_resume_compares_with_it(stor
     assert snapshot(store_dir) == before
 
 
+def test_two_allowed_resumes_at_once_record_the_change_once(store_dir):
+    """environment.json's read-compare-record runs under a lock: the second resume sees the first's
+    record (the versions now match it), so one entry, and the file stays valid JSON."""
+    import threading
+
+    fake_older_plugin(store_dir)
+    errors: list[BaseException] = []
+
+    def resume() -> None:
+        try:
+            compare.open_store(store_dir, allow_version_change=True)
+        except BaseException as err:  # noqa: BLE001 (reported by the assertion below)
+            errors.append(err)
+
+    threads = [threading.Thread(target=resume) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(json.loads((store_dir / ENVIRONMENT_FILE).read_text())["resumes"]) == 1
+
+
 @pytest.mark.parametrize("older", ["missing", "keys missing"])
 def test_an_older_directory_keeps_resuming_with_one_warning(store_dir, older):
     path = store_dir / ENVIRONMENT_FILE

@@ -343,6 +343,10 @@ class ResultsDir:
         process holds it (with `wait`, blocks until it is free). Check `finished()` after claiming."""
         return locks.try_exclusive(self._lock_path(f"{run_id.slug()}.lock"), wait=wait)
 
+    def environment_lock(self) -> contextlib.AbstractContextManager[None]:
+        """Hold environment.json's lock for a read-modify-write (two resumes at once each record theirs)."""
+        return locks.exclusive(self._lock_path("environment.lock"))
+
     def _lock_path(self, name: str) -> Path:
         """locks/<name>, checked for symbolic links at every level (the lock file is opened for writing)."""
         refuse_symlinks(self.path)

@@ -16,6 +16,7 @@ one-line error; either way the comparison goes on. Resuming retries failed runs.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import warnings
 from collections.abc import Callable
@@ -62,12 +63,15 @@ def open_store(path: str | Path, overrides: dict[str, Any] | None = None, *, all
     be checked (default: `warnings.warn`)."""
     store = ResultsDir.open(path)
     cfg = build_config({**load_yaml(store.config_path), **(overrides or {})})
-    updated, warning = versions.check_resume(repr(str(store.path / ENVIRONMENT_FILE)), store.environment(),
-                                             environment.environment(cfg.train.device), allow_version_change)
+    running = environment.environment(cfg.train.device)
+    # only an allowed change writes: then read, compare and record as one step against a concurrent resume
+    with store.environment_lock() if allow_version_change else contextlib.nullcontext():
+        updated, warning = versions.check_resume(repr(str(store.path / ENVIRONMENT_FILE)), store.environment(),
+                                                 running, allow_version_change)
+        if updated is not None:
+            store.write_environment(updated)
     if warning is not None:
         (warn or _warn)(warning)
-    if updated is not None:
-        store.write_environment(updated)
     return cfg, store
 
 
