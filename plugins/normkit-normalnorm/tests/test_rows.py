@@ -133,27 +133,29 @@ def test_results_do_not_depend_on_the_thread_count():
         assert all(torch.equal(a, b) for a, b in zip(results[0], other))
 
 
-def test_taken_for_large_per_token_layer_steps_only(monkeypatch):
+def test_taken_for_per_token_layer_steps_from_its_own_threshold(monkeypatch):
     calls = []
     original = rows.normality_rows
     monkeypatch.setattr(rows, "normality_rows", lambda *a: calls.append(a[4]) or original(*a))
     monkeypatch.setattr(compiled, "run", lambda *a: pytest.fail("the Inductor path ran"))
-    monkeypatch.setattr(compiled, "MIN_ELEMENTS", 4096)
+    monkeypatch.setattr(rows, "MIN_ELEMENTS", 4096)
     lnn = build("lnn", 64, channel_dim=-1)
     x = torch.randn(2, 40, 64, requires_grad=True)
     lnn(x).sum().backward()  # 5120 values: taken
     assert len(calls) == 1 and calls[0].tokens and calls[0].noise == 1.0
-    lnn(torch.randn(2, 20, 64, requires_grad=True)).sum().backward()  # below MIN_ELEMENTS: eager
+    lnn(torch.randn(2, 20, 64, requires_grad=True)).sum().backward()  # below rows.MIN_ELEMENTS: eager
     monkeypatch.setenv("NORMKIT_NN_ROWS", "0")
+    lnn(x).sum().backward()  # switched off, below Inductor's MIN_ELEMENTS: the eager path
+    monkeypatch.setattr(compiled, "MIN_ELEMENTS", 4096)
     with pytest.raises(pytest.fail.Exception):
-        lnn(x).sum().backward()  # switched off: the Inductor path (failing here on purpose)
+        lnn(x).sum().backward()  # switched off, above it: the Inductor path (failing here on purpose)
     assert len(calls) == 1
 
 
 def test_layer_output_equals_the_eager_paths_function(monkeypatch):
     """Through the layer (kernel=auto, noise off): the rows path and the eager fused path give the
     same function to float32 rounding."""
-    monkeypatch.setattr(compiled, "MIN_ELEMENTS", 1024)
+    monkeypatch.setattr(rows, "MIN_ELEMENTS", 1024)
     lnn = build("lnn(noise=0)", 32, channel_dim=-1)
     x = torch.randn(3, 20, 32).exp()
     with torch.no_grad():

@@ -86,6 +86,12 @@ def normality_compiled(x3: Tensor, weight: Tensor | None, bias: Tensor | None, *
               "lambda_max": lambda_max, "detach_lambda": detach_lambda, "num_batches_tracked": num_batches_tracked}
     tracked = partition == "batch" and running_mean is not None
     wants_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x3, weight, bias))
+    if wants_grad and training and partition == "layer" and tokens and pays(x3, rows.MIN_ELEMENTS) and \
+            _setting() != "eager":
+        cfg = FusedConfig(partition, groups, tokens, training, eps, alpha, noise, 0.0, lambda_min, lambda_max,
+                          detach_lambda)
+        if rows.applies(x3, weight, bias, cfg):
+            return rows.normality_rows(x3, weight, bias, _seed(training, noise), cfg)
     if not (wants_grad and pays(x3) and (training or not tracked)):
         return normality_norm(x3, weight, bias, **kwargs)
     Partition(partition, groups).check(x3.shape[1], "normality_norm")
@@ -94,23 +100,27 @@ def normality_compiled(x3: Tensor, weight: Tensor | None, bias: Tensor | None, *
     factor = ema_factor(momentum, num_batches_tracked) if tracked and training else 0.0
     cfg = FusedConfig(partition, groups, tokens, training, eps, alpha, noise, factor, lambda_min, lambda_max,
                       detach_lambda)
-    seed = torch.randint(0, 2**31 - 1, (1,), dtype=torch.int32) if training and noise else torch.zeros(
-        1, dtype=torch.int32)
-    if _setting() != "eager" and rows.applies(x3, weight, bias, cfg):
-        return rows.normality_rows(x3, weight, bias, seed, cfg)
-    out, *stats = CompiledFunction.apply(x3, weight, bias, seed, cfg)
+    out, *stats = CompiledFunction.apply(x3, weight, bias, _seed(training, noise), cfg)
     if tracked and training:
         mean, var, lam = (stats[STATS.index(k)].reshape(-1) for k in ("mean", "var", "lam"))
         update_running(mean, var, lam, x3.shape[0] * x3.shape[2], factor, running_mean, running_var, running_lambda)
     return out
 
 
-def pays(x3: Tensor) -> bool:
-    """A real float32/float64 CPU tensor large enough that the compiled loops beat the eager ops."""
+def _seed(training: bool, noise: float) -> Tensor:
+    """The noise's seed, one int32 from torch's default generator (so torch.manual_seed repeats it)."""
+    if training and noise:
+        return torch.randint(0, 2**31 - 1, (1,), dtype=torch.int32)
+    return torch.zeros(1, dtype=torch.int32)
+
+
+def pays(x3: Tensor, minimum: int | None = None) -> bool:
+    """A real float32/float64 CPU tensor large enough (`minimum` values, default MIN_ELEMENTS) that
+    the compiled code beats the eager ops."""
     from torch._subclasses.fake_tensor import is_fake
 
     return (enabled() and x3.device.type == "cpu" and x3.dtype in (torch.float32, torch.float64)
-            and MIN_ELEMENTS <= x3.numel() < 2**31
+            and (MIN_ELEMENTS if minimum is None else minimum) <= x3.numel() < 2**31
             and not is_fake(x3) and not torch.compiler.is_compiling() and not torch.jit.is_tracing())
 
 
