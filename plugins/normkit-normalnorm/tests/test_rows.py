@@ -191,6 +191,19 @@ print(rows.applies(x3, None, None, cfg), rows.applies(x3, None, None, cfg))
     assert len(warnings) == 1 and "using the Inductor path" in warnings[0], done.stderr[-2000:]
 
 
+def test_a_library_that_cannot_be_loaded_falls_back_once_warned(monkeypatch, caplog):
+    """Built, but not loadable (a temporary directory mounted noexec refuses to map it): one warning."""
+    monkeypatch.setattr(rows, "_library", [])
+
+    def refuse(path, *args, **kwargs):
+        raise OSError(f"{path}: failed to map segment from shared object")
+
+    monkeypatch.setattr(rows.ctypes, "CDLL", refuse)
+    with caplog.at_level(logging.WARNING, logger="normkit.normalnorm"):
+        assert rows.library() is None and rows.library() is None
+    assert [r.getMessage().count("failed to map") for r in caplog.records] == [1]
+
+
 def test_applies_only_to_float32_channels_last_tokens():
     x3 = torch.randn(2, 8, 4).transpose(1, 2)
     assert rows.applies(x3, None, None, config())

@@ -92,7 +92,11 @@ def _build() -> ctypes.CDLL | None:
                 error = str(err)
                 continue
             if done.returncode == 0:
-                lib = ctypes.CDLL(str(target))  # stays mapped after the folder is removed
+                try:
+                    lib = ctypes.CDLL(str(target))  # stays mapped after the folder is removed
+                except OSError as err:  # a temporary directory mounted noexec, say
+                    error = str(err)
+                    break
                 _declare(lib)
                 if not extra or extra[0] != "-fopenmp":
                     _log.info("normkit: lnn's CPU row kernel built without OpenMP: one thread")
