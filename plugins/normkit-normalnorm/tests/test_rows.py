@@ -204,6 +204,13 @@ def test_a_library_that_cannot_be_loaded_falls_back_once_warned(monkeypatch, cap
     assert [r.getMessage().count("failed to map") for r in caplog.records] == [1]
 
 
+def test_cc_is_split_as_a_shell_would(monkeypatch):
+    monkeypatch.setenv("CC", "ccache gcc -m64")
+    assert rows._compiler() == ["ccache", "gcc", "-m64"]
+    monkeypatch.setenv("CC", " ")
+    assert rows._compiler() is None or len(rows._compiler()) == 1
+
+
 def test_applies_only_to_float32_channels_last_tokens():
     x3 = torch.randn(2, 8, 4).transpose(1, 2)
     assert rows.applies(x3, None, None, config())

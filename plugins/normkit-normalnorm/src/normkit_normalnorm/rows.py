@@ -27,6 +27,7 @@ import ctypes
 import logging
 import math
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -72,8 +73,12 @@ def library() -> ctypes.CDLL | None:
         return _library[0]
 
 
-def _compiler() -> str | None:
-    return os.environ.get("CC") or next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
+def _compiler() -> list[str] | None:
+    """The C compiler's command: `CC` split as a shell would ("ccache gcc" works), else the first found."""
+    if os.environ.get("CC", "").strip():
+        return shlex.split(os.environ["CC"])
+    found = next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
+    return [found] if found else None
 
 
 def _build() -> ctypes.CDLL | None:
@@ -85,7 +90,7 @@ def _build() -> ctypes.CDLL | None:
     with tempfile.TemporaryDirectory(prefix="normkit-rows-") as folder:
         for extra in PARALLEL_FLAGS:
             target = Path(folder) / f"rows{len(extra)}{extra[0][2:] if extra else ''}.so"
-            command = [compiler, *FLAGS, *extra, str(SOURCE), "-o", str(target)]
+            command = [*compiler, *FLAGS, *extra, str(SOURCE), "-o", str(target)]
             try:
                 done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
             except (OSError, subprocess.SubprocessError) as err:
@@ -103,7 +108,7 @@ def _build() -> ctypes.CDLL | None:
                 return lib
             error = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
     _log.warning("normkit: building lnn's CPU row kernel with %s failed (%s); using the Inductor path",
-                 compiler, error)
+                 " ".join(compiler), error)
     return None
 
 
