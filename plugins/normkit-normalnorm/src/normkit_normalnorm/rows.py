@@ -17,8 +17,8 @@ temporary directory, for this machine's CPU (`-march=native`), with OpenMP: it l
 its soname, so in a pip-installed torch it shares torch's own thread pool, and it runs on
 `torch.get_num_threads()` threads, which take chunks of rows dynamically (results do not depend
 on the thread count). If there is no C compiler (`CC`, else `cc`, `gcc`, `clang`) or the build
-fails, the failure is logged once and the Inductor path runs instead; nothing is built at install
-time. `NORMKIT_NN_ROWS=0` turns this path off.
+fails, the failure is logged once and the other paths run instead (Inductor's from 2^20 values, the
+eager one below); nothing is built at install time. `NORMKIT_NN_ROWS=0` turns this path off.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def _compiler() -> list[str] | None:
 def _build() -> ctypes.CDLL | None:
     compiler = _compiler()
     if compiler is None:
-        _log.warning("normkit: no C compiler (set CC) for lnn's CPU row kernel; using the Inductor path")
+        _log.warning("normkit: no C compiler (set CC) for lnn's CPU row kernel; lnn runs on torch ops instead")
         return None
     error = ""
     with tempfile.TemporaryDirectory(prefix="normkit-rows-") as folder:
@@ -107,7 +107,7 @@ def _build() -> ctypes.CDLL | None:
                     _log.info("normkit: lnn's CPU row kernel built without OpenMP: one thread")
                 return lib
             error = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-    _log.warning("normkit: building lnn's CPU row kernel with %s failed (%s); using the Inductor path",
+    _log.warning("normkit: building lnn's CPU row kernel with %s failed (%s); lnn runs on torch ops instead",
                  " ".join(compiler), error)
     return None
 
