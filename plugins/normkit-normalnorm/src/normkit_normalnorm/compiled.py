@@ -12,8 +12,9 @@ which spares Inductor's cascade-sum and Welford helpers; one reciprocal of mu pe
 a division per value; Box-Muller noise using both of its outputs.
 
 When: `normality_compiled` (the layer's `kernel=auto` on CPU, or `kernel=compiled`) takes this path
-(for per-token layer statistics in float32 the C row kernel of `rows.py` instead) for a training step with gradients of at least `MIN_ELEMENTS` values; everything else (inference,
-eval with running statistics, small inputs, other devices) goes to `normality_norm`. The first
+for a training step with gradients of at least `MIN_ELEMENTS` values (per-token layer statistics in
+float32 take the C row kernel of `rows.py` instead, from its own threshold); everything else
+(inference, eval with running statistics, small inputs, other devices) goes to `normality_norm`. The first
 call per configuration compiles (tens of seconds on 2 cores; logged once, with its time, and
 cached on disk by Inductor for later processes); a second input shape compiles once more, then
 shape-generic code serves every later shape (torch.compile's automatic dynamic shapes). If compiling fails (no C++ compiler, an
@@ -86,11 +87,10 @@ def normality_compiled(x3: Tensor, weight: Tensor | None, bias: Tensor | None, *
               "lambda_max": lambda_max, "detach_lambda": detach_lambda, "num_batches_tracked": num_batches_tracked}
     tracked = partition == "batch" and running_mean is not None
     wants_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x3, weight, bias))
-    if wants_grad and training and partition == "layer" and tokens and pays(x3, rows.MIN_ELEMENTS) and \
-            _setting() != "eager":
+    if wants_grad and pays(x3, rows.MIN_ELEMENTS) and _setting() != "eager":
         cfg = FusedConfig(partition, groups, tokens, training, eps, alpha, noise, 0.0, lambda_min, lambda_max,
                           detach_lambda)
-        if rows.applies(x3, weight, bias, cfg):
+        if rows.applies(x3, weight, bias, cfg):  # float32 per-token layer statistics in training
             return rows.normality_rows(x3, weight, bias, _seed(training, noise), cfg)
     if not (wants_grad and pays(x3) and (training or not tracked)):
         return normality_norm(x3, weight, bias, **kwargs)

@@ -146,10 +146,9 @@ class RowsFunction(torch.autograd.Function):
         scratch = torch.empty(threads, n)
         lo = -math.inf if cfg.lambda_min is None else cfg.lambda_min
         hi = math.inf if cfg.lambda_max is None else cfg.lambda_max
-        noise = cfg.noise if cfg.training else 0.0
         library().nn_rows_forward(rows_x.data_ptr(), _ptr(weight), _ptr(bias), out.data_ptr(), y.data_ptr(),
                                   log1p_a.data_ptr(), power.data_ptr(), stats.data_ptr(), scratch.data_ptr(),
-                                  rows_x.numel(), n, cfg.eps, cfg.alpha, noise, lo, hi, int(seed), threads, CHUNKS)
+                                  rows_x.numel(), n, cfg.eps, cfg.alpha, cfg.noise, lo, hi, int(seed), threads, CHUNKS)
         ctx.cfg = cfg
         ctx.has_bias = bias is not None
         ctx.save_for_backward(rows_x, weight, y, log1p_a, power, stats)
