@@ -75,7 +75,7 @@ def assert_close(got, want, tol=2e-4):
         if w is None:
             assert g is None, name
             continue
-        torch.testing.assert_close(g.cpu(), w, rtol=tol, atol=tol, msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(g.cpu(), w.cpu(), rtol=tol, atol=tol, msg=lambda m, name=name: f"{name}: {m}")
 
 
 def params(c: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -146,8 +146,9 @@ def test_eval_uses_running_statistics(request, path, clamp):
     got = run(normality_triton, x3.to(DEVICE), weight.to(DEVICE), bias.to(DEVICE), dy.to(DEVICE), **kw,
               **{k: v.to(DEVICE) for k, v in running.items()})
     assert_close(got, want)
-    batch_stats = run(normality_triton, x3, weight, bias, dy, partition="batch", training=False)
-    assert not torch.allclose(batch_stats[0], got[0].cpu())  # without buffers eval uses the batch
+    batch_stats = run(normality_triton, x3.to(DEVICE), weight.to(DEVICE), bias.to(DEVICE), dy.to(DEVICE),
+                      partition="batch", training=False)
+    assert not torch.allclose(batch_stats[0].cpu(), got[0].cpu())  # without buffers eval uses the batch
 
 
 @pytest.mark.parametrize("path", ["row", "split"])
@@ -235,6 +236,8 @@ def test_layer_hands_low_precision_input_to_the_kernel(spec, shape, channel_dim,
         torch.testing.assert_close(fast.state_dict()[key], value, rtol=1e-3, atol=1e-3, msg=key)
 
 
+@pytest.mark.skipif(DEVICE == "cuda", reason="check_norm feeds CPU tensors, which the kernels take only under "
+                    "the interpreter (test_triton_interpreter.py runs this file there)")
 def test_conformance_suite_bnn():
     """normkit's conformance checks with the kernel (float64 gradcheck runs the reference)."""
     from normkit.testing import check_norm
@@ -364,7 +367,7 @@ def _step(model: torch.nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
     """Output, input and parameter gradients, then the buffers, of one training step."""
     x = x.clone().requires_grad_()
     y = model(x)
-    grads = torch.autograd.grad((y * torch.linspace(-1, 2, y.numel()).view(y.shape)).sum(),
+    grads = torch.autograd.grad((y * torch.linspace(-1, 2, y.numel(), device=y.device).view(y.shape)).sum(),
                                 (x, *model.parameters()))
     return [y.detach(), *grads, *(b.clone() for b in model.buffers())]
 
@@ -461,9 +464,9 @@ def test_gpu_benchmark_shapes_match_reference(partition, shape, tokens, dtype):
 def test_row_forward_with_split_backward_matches_row_backward(monkeypatch, partition, shape, tokens):
     """Groups between backward_row_max and row_max run the row forward and the split backward
     (the backward spills first on a GPU); with noise, both backwards regenerate the same noise."""
-    x3 = make_input(shape, 31)
-    weight, bias = params(shape[1], 32)
-    dy = torch.randn(shape, generator=torch.Generator().manual_seed(33))
+    x3 = make_input(shape, 31).to(DEVICE)
+    weight, bias = (p.to(DEVICE) for p in params(shape[1], 32))
+    dy = torch.randn(shape, generator=torch.Generator().manual_seed(33)).to(DEVICE)
     kw = {"partition": partition, "tokens": tokens, "training": True, "noise": 0.4}
     torch.manual_seed(5)
     want = run(normality_triton, x3, weight, bias, dy, **kw)

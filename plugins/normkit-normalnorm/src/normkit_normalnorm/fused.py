@@ -163,7 +163,9 @@ def _standardize(x3: Tensor, cfg: FusedConfig, running_mean: Tensor | None, runn
             h, mean, rstd = torch.native_layer_norm(x3.transpose(1, 2), [c], None, None, cfg.eps)
             h3 = h.transpose(1, 2)
         else:
-            h3, mean, rstd = torch.native_group_norm(x3, None, None, n, c, x3.shape[2], g, cfg.eps)
+            # contiguous: torch 2.11's CUDA/CPU group norm refuses a channels-last (N, C, S) view
+            # (seen on an H100 with torch 2.11); later versions copy it themselves
+            h3, mean, rstd = torch.native_group_norm(x3.contiguous(), None, None, n, c, x3.shape[2], g, cfg.eps)
         h, groups = partition.group(h3, cfg.tokens)
         return h, groups, (mean, rstd)
     g, groups = partition.group(x3, cfg.tokens)  # batch: Welford, so a constant channel gives h = 0 exactly
@@ -192,8 +194,8 @@ def _standardize_backward(gh3: Tensor, x3: Tensor, cfg: FusedConfig, stats: tupl
         gx = torch.ops.aten.native_layer_norm_backward(gh3.transpose(1, 2), x3.transpose(1, 2), [c], mean,
                                                        rstd, None, None, mask)[0]
         return gx.transpose(1, 2)
-    return torch.ops.aten.native_group_norm_backward(gh3.contiguous(), x3, mean, rstd, None, n, c, s, g,
-                                                     mask)[0]
+    return torch.ops.aten.native_group_norm_backward(gh3.contiguous(), x3.contiguous(), mean, rstd, None, n, c, s,
+                                                     g, mask)[0]
 
 
 # -- lambda_hat ---------------------------------------------------------------------------------
