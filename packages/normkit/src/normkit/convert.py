@@ -14,7 +14,7 @@ from normkit.causal import declares_causal, pools_tokens
 from normkit.errors import SpecError
 from normkit.feeding_conv import conv_steps, feeding_convs, prepare_feeding_convs
 from normkit.layer import NormLayer
-from normkit.layouts import keep_activation, per_position
+from normkit.layouts import carry_hooks, fit_to_source, keep_activation, per_position
 from normkit.sources import Source, reader_for
 from normkit.spec import Spec, parse
 from normkit.sync import ProcessSync
@@ -186,25 +186,34 @@ def convert(model: nn.Module, spec: str | Spec, *, causal: bool | None = None,
 
 def _build(parsed: Spec, site: _Site) -> nn.Module:
     src = site.source
-
-    def build(channel_dim: int) -> nn.Module:
-        try:
-            return build_with_settings(parsed, src.channels, channel_dim=channel_dim, activation=site.act_name,
-                                       overrides={}, norm_settings=src.settings)
-        except SpecError as exc:
-            raise SpecError(f"cannot convert {site.path} ({type(site.old).__name__}({src.channels})): "
-                            f"{exc}") from exc
-
-    new = build(src.channel_dim)
-    if src.per_position and isinstance(new, NormLayer) and new.partition is not None \
-            and new.partition.kind == "layer":
-        new = per_position(build(-1))  # same statistics as the source: over C at each position
+    if src.frozen and (parsed.norm.name != "bn" or parsed.stages):
+        raise SpecError(f"cannot convert {site.path}: {type(site.old).__name__} has frozen statistics and "
+                        f"affine, which only 'bn' keeps (exactly); {parsed.text!r} would train them")
+    layer_family = src.per_position and _builds_layer_partition(parsed, src)
+    try:
+        new = build_with_settings(parsed, src.channels, channel_dim=-1 if layer_family else src.channel_dim,
+                                  activation=site.act_name, overrides={},
+                                  norm_settings={k: v for k, v in src.settings.items() if v is not None
+                                                 or k == "momentum"})
+    except SpecError as exc:
+        raise SpecError(f"cannot convert {site.path} ({type(site.old).__name__}({src.channels})): "
+                        f"{exc}") from exc
+    carry_hooks(site.old, new, site.path)
+    if layer_family:
+        new = per_position(new)  # same statistics as the source: over C at each position
     if src.activation is not None and site.act_name is None:
         if not isinstance(new, NormLayer):
             raise SpecError(f"cannot convert {site.path}: {parsed.text!r} is built by a plugin factory and "
                             f"cannot keep the source's activation {src.activation!r}; use a pipeline norm")
         keep_activation(new, src.activation)
-    return new
+    return fit_to_source(new, src, site.path)
+
+
+def _builds_layer_partition(parsed: Spec, src: Source) -> bool:
+    """True when `parsed` builds a NormLayer with a layer partition (ln, lnn, rms, ...)."""
+    probe = build_with_settings(parsed, src.channels, channel_dim=-1, activation=None, overrides={},
+                                norm_settings={})
+    return isinstance(probe, NormLayer) and probe.partition is not None and probe.partition.kind == "layer"
 
 
 def _check_feeding_convs(model: nn.Module, built: list) -> None:
@@ -237,6 +246,8 @@ def _copy_state(old: nn.Module, new: nn.Module, source: Source) -> list[str]:
             src, dst = getattr(old, key, None), getattr(new, source.state.get(key, key), None)
             if isinstance(src, torch.Tensor) and isinstance(dst, torch.Tensor) and src.shape == dst.shape:
                 dst.copy_(src)
+                if isinstance(src, nn.Parameter) and isinstance(dst, nn.Parameter):
+                    dst.requires_grad_(src.requires_grad)
                 copied.append(key)
     return copied
 

@@ -1,10 +1,21 @@
-"""Fitting a built NormLayer to what the layer it replaces computed: its layout and activation."""
+"""Fitting a built layer to what the layer it replaces computed: layout, activation, bias, frozen
+statistics, gain offset, rounding order and the hooks registered on it."""
 
 from __future__ import annotations
 
 from torch import Tensor, nn
 
+from normkit.errors import SpecError
 from normkit.layer import NormLayer
+from normkit.sources import Source
+from normkit.stages import RMSScale
+
+# Hooks a converted layer cannot carry over: they act on gradients or on checkpoints, whose
+# parameter layout the new layer need not share.
+_REFUSED_HOOKS = ("_backward_hooks", "_backward_pre_hooks", "_state_dict_hooks", "_state_dict_pre_hooks",
+                  "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
+_FORWARD_HOOKS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks",
+                  "_forward_hooks_with_kwargs", "_forward_hooks_always_called")
 
 
 def _channels_last_in(module: nn.Module, args: tuple) -> tuple:
@@ -18,10 +29,11 @@ def _channels_first_out(module: nn.Module, args: tuple, out: Tensor) -> Tensor:
 def per_position(layer: NormLayer) -> NormLayer:
     """A token layer (`channel_dim=-1`) applied to N,C,* inputs: statistics over C at each position.
 
-    That is what LayerNorm2d computes; hooks (not a wrapper module) keep the state-dict keys.
+    That is what LayerNorm2d computes; hooks (not a wrapper module) keep the state-dict keys. The
+    output hook runs before any hook carried over from the source, which saw N,C,* outputs.
     """
     layer.register_forward_pre_hook(_channels_last_in)
-    layer.register_forward_hook(_channels_first_out)
+    layer.register_forward_hook(_channels_first_out, prepend=True)
     layer.per_position = True
     return layer
 
@@ -30,4 +42,48 @@ def keep_activation(layer: NormLayer, activation: nn.Module) -> NormLayer:
     """Apply `activation` (a norm-act source's drop + act) after the layer's affine."""
     layer.act = activation
     layer.has_activation = True
+    return layer
+
+
+def carry_hooks(old: nn.Module, new: nn.Module, path: str) -> None:
+    """Give `new` the forward hooks and pre-hooks of `old`, in their order and with their handles
+    (the hook dicts are shared, so a handle from `old` removes the hook from `new`); refuse hooks
+    on gradients or checkpoints, and a forward replaced on the instance (accelerate's hooks)."""
+    refused = [name.strip("_") for name in _REFUSED_HOOKS if getattr(old, name, None)]
+    if "forward" in vars(old):
+        refused.append("a forward replaced on the instance")
+    if refused:
+        raise SpecError(f"cannot convert {path}: {type(old).__name__} has {', '.join(refused)}, which a new "
+                        "layer cannot keep; remove them before converting")
+    for name in _FORWARD_HOOKS:
+        carried, own = getattr(old, name), getattr(new, name)
+        if carried:
+            carried.update(own)
+            setattr(new, name, carried)
+
+
+def fit_to_source(layer: nn.Module, source: Source, path: str) -> nn.Module:
+    """Give a built layer what its source computed beyond the spec's settings: bias=False, `eps=None`
+    (RMS steps), the stored weight's meaning, the rounding order, frozen statistics (the caller
+    allows those only for plain `bn`) and unbatched inputs."""
+    if not isinstance(layer, NormLayer):
+        if not source.bias or source.frozen or source.gain_offset:
+            raise SpecError(f"cannot convert {path}: the spec is built by a plugin factory, which cannot keep "
+                            "the source's bias=False, frozen statistics or gain offset; use a pipeline norm")
+        return layer
+    if not source.bias and layer.bias is not None:
+        layer.recovery = "gain"
+        layer.register_parameter("bias", None)
+    for step in layer.steps:
+        if isinstance(step, RMSScale) and source.settings.get("eps", 0.0) is None:
+            step.eps = None
+    layer.gain_offset = source.gain_offset if layer.weight is not None else 0.0
+    layer.round_before_gain = source.round_before_gain
+    if source.frozen:
+        layer.frozen = True
+        layer.register_buffer("num_batches_tracked", None)  # FrozenBatchNorm2d's checkpoint has none
+        layer.eval()
+        for param in layer.parameters(recurse=False):
+            param.requires_grad_(False)
+    layer.unbatched_rank = source.unbatched_rank
     return layer
