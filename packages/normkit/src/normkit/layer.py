@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from normkit.errors import NormkitError, NormShapeError, PluginError, SpecError, StepError, first_line
+from normkit.fx_leaf import FxLeaf
 from normkit.limits import check_num_channels
 from normkit.stages import BuildContext, Pipeline, PostActivationStep, Standardize, Step
 from normkit.sync import warn_if_per_process
@@ -22,7 +23,7 @@ Probe = Callable[["NormLayer", Tensor], "Tensor | None"]
 __all__ = ["NormLayer", "NormShapeError", "StepError"]
 
 
-class NormLayer(nn.Module):
+class NormLayer(FxLeaf):
     """A composed normalization layer.
 
     Works on inputs `N, C, *` (channel_dim=1) or channels-last tokens `N, *, C`
@@ -85,7 +86,10 @@ class NormLayer(nn.Module):
         self.records: dict[str, Tensor] = {}
         self._initial_extra = {n: b.detach().clone() for n, b in self.named_buffers(recurse=False)
                                if n not in _TORCH_BUFFERS}
-        self._register_load_state_dict_pre_hook(_fill_torch_checkpoint, with_module=True)
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any) -> None:
+        _fill_torch_checkpoint(self, state_dict, prefix)
+        super()._load_from_state_dict(state_dict, prefix, *args)
 
     # -- helpers for steps ------------------------------------------------------------------
 
@@ -103,8 +107,8 @@ class NormLayer(nn.Module):
         """(weight, bias) to apply after the steps, None where not applied."""
         if not self.applies_recovery:
             return None, None
-        if self.gain_offset and self.weight is not None:
-            return self.weight + self.gain_offset, self.bias
+        if self.gain_offset and self.weight is not None:  # in float32 at least, as Gemma adds it
+            return self.weight.to(torch.promote_types(self.weight.dtype, torch.float32)) + self.gain_offset, self.bias
         return self.weight, self.bias
 
     def train(self, mode: bool = True) -> NormLayer:
@@ -211,21 +215,6 @@ class NormLayer(nn.Module):
             "normkit.to_torch(model) for plain specs (see docs/deploy.md)")
 
     # -- forward ----------------------------------------------------------------------------
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Under torch.fx tracing (a Proxy input) the layer is one `call_module` node, as torch's own
-        norms are: its Python shape checks and dispatch cannot be traced, and need not be. The node
-        is made through the tracer's `call_module`, so tracers that name nodes by module path
-        (torchvision's feature extractor) see it as any leaf; hooks run when the graph runs."""
-        if args and isinstance(args[0], torch.fx.Proxy):
-            tracer = args[0].tracer
-            path = tracer.path_of_module(self)
-
-            def one_node(*a: Any, **k: Any) -> Any:
-                return tracer.create_proxy("call_module", path, a, k)
-
-            return tracer.call_module(self, one_node, args, kwargs)
-        return super().__call__(*args, **kwargs)
 
     def _check(self, x: Tensor) -> None:
         if x.dim() < 2:
