@@ -199,7 +199,7 @@ def _gemma(kind: str) -> nn.Module:
 def _randomized_all(model: nn.Module) -> None:
     g = torch.Generator().manual_seed(2)
     for module in model.modules():
-        if "RMSNorm" in type(module).__name__:
+        if "Norm" in type(module).__name__ and getattr(module, "weight", None) is not None:
             with torch.no_grad():
                 module.weight.copy_(torch.randn(module.weight.shape, generator=g) * 0.3)
 
@@ -227,3 +227,64 @@ def test_gemma_models_built_from_configs_convert_exactly(kind: str) -> None:
     bf16_source, bf16_converted = source.to(torch.bfloat16).eval(), converted.to(torch.bfloat16).eval()
     with torch.no_grad():
         assert torch.equal(bf16_converted(input_ids=ids).logits, bf16_source(input_ids=ids).logits)
+
+
+def _hf_model(kind: str) -> tuple[nn.Module, dict]:
+    small = {"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+             "num_attention_heads": 2, "num_key_value_heads": 2}
+    ids = {"input_ids": torch.randint(0, 64, (2, 8))}
+    torch.manual_seed(0)
+    if kind == "olmo2":
+        return transformers.Olmo2ForCausalLM(transformers.Olmo2Config(**small)), ids
+    if kind == "olmo":
+        return transformers.OlmoForCausalLM(transformers.OlmoConfig(**small)), ids
+    if kind == "mamba":
+        return transformers.MambaForCausalLM(transformers.MambaConfig(vocab_size=64, hidden_size=32, state_size=4,
+                                                                      num_hidden_layers=2)), ids
+    if kind == "t5":
+        config = transformers.T5Config(vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=2)
+        return transformers.T5EncoderModel(config), ids
+    config = transformers.ConvNextConfig(num_channels=3, hidden_sizes=[8, 16], depths=[1, 1], num_stages=2)
+    return transformers.ConvNextModel(config), {"pixel_values": torch.randn(2, 3, 32, 32)}
+
+
+def _first_output(out) -> torch.Tensor:
+    return out.logits if hasattr(out, "logits") else out.last_hidden_state
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("kind", "spec"), [("olmo2", "rms"), ("olmo", "ln"), ("mamba", "rms"), ("t5", "rms"),
+                                            ("convnext", "ln")])
+def test_hugging_face_models_built_from_configs_convert_exactly(kind: str, spec: str) -> None:
+    source, inputs = _hf_model(kind)
+    _randomized_all(source)
+    converted = copy.deepcopy(source)
+    assert len(normkit.convert(converted, spec, causal=False)) >= 3
+    for training in (True, False):
+        outs = []
+        for model in (source, converted):
+            model.train(training)
+            torch.manual_seed(1)  # the same dropout masks
+            out = _first_output(model(**inputs))
+            out.square().mean().backward()
+            outs.append([out.detach(), *(p.grad.clone() for p in model.parameters() if p.grad is not None)])
+            model.zero_grad()
+        for got, want in zip(outs[1], outs[0], strict=True):
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    converted.load_state_dict(source.state_dict(), strict=True)
+
+
+def test_frozen_batch_norm_backbone_converts_exactly() -> None:
+    """Detection backbones are torchvision ResNets built with FrozenBatchNorm2d."""
+    source = torchvision.models.resnet18(num_classes=10, norm_layer=torchvision.ops.FrozenBatchNorm2d)
+    for module in source.modules():
+        if isinstance(module, torchvision.ops.FrozenBatchNorm2d):
+            _randomized(module, torch.Generator().manual_seed(3))
+    converted = copy.deepcopy(source)
+    assert len(normkit.convert(converted, "bn")) == 20
+    x = torch.randn(2, 3, 32, 32)
+    for training in (True, False):
+        source.train(training)
+        converted.train(training)
+        torch.testing.assert_close(converted(x), source(x), atol=1e-5, rtol=1e-5)
+    converted.load_state_dict(source.state_dict(), strict=True)
