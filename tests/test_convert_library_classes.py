@@ -83,8 +83,8 @@ def _randomized(module: nn.Module, generator: torch.Generator) -> nn.Module:
             if name.endswith("running_var"):
                 tensor.copy_(0.5 + torch.rand(tensor.shape, generator=generator))
             elif tensor.is_floating_point():
-                tensor.copy_(torch.randn(tensor.shape, generator=generator) * 0.3 + (name.endswith("weight")
-                                                                                     and "Gemma" not in type(module).__name__))
+                centre = name.endswith("weight") and "Gemma" not in type(module).__name__  # Gemma's gain is 1 + w
+                tensor.copy_(torch.randn(tensor.shape, generator=generator) * 0.3 + centre)
     return module
 
 
@@ -123,7 +123,7 @@ def test_known_library_class_converts_exactly_in_train_and_eval(name: str) -> No
 def test_hugging_face_norms_keep_their_bfloat16_rounding(name: str) -> None:
     """The RMS norms (and OLMo's float32 LayerNorm) round in their own order; ConvNextLayerNorm is torch's
     LayerNorm, whose bfloat16 kernel differs from normkit's float32 path by up to one bfloat16 ulp."""
-    make, shape, spec = HF[name]
+    make, _, spec = HF[name]
     source = nn.Sequential(_randomized(make(), torch.Generator().manual_seed(1))).to(torch.bfloat16)
     converted = copy.deepcopy(source)
     normkit.convert(converted, spec, causal=False)

@@ -51,8 +51,8 @@ def _only_user(node: fx.Node, parent: nn.Module) -> fx.Node | None:
     return None
 
 
-def activation_user(graph: fx.Graph, parent: nn.Module, norm: str) -> tuple[fx.Node, fx.Node, str] | None:
-    """The norm child's call node and the activation call that alone reads its output, if any."""
+def activation_user(graph: fx.Graph, parent: nn.Module, norm: str) -> tuple[fx.Node, str] | None:
+    """The activation call that alone reads the norm child's output, and what it calls, if any."""
     for node in graph.nodes:
         if node.op == "call_module" and node.target == norm:
             user = _only_user(node, parent)
@@ -60,9 +60,9 @@ def activation_user(graph: fx.Graph, parent: nn.Module, norm: str) -> tuple[fx.N
                 return None
             if user.op == "call_module" and isinstance(parent.get_submodule(str(user.target)),
                                                         _ACTIVATION_MODULES):
-                return node, user, type(parent.get_submodule(str(user.target))).__name__
+                return user, type(parent.get_submodule(str(user.target))).__name__
             if user.op == "call_function" and user.target in _ACTIVATION_FUNCTIONS:
-                return node, user, getattr(user.target, "__name__", str(user.target))
+                return user, getattr(user.target, "__name__", str(user.target))
             return None
     return None
 
@@ -100,7 +100,7 @@ def plan_drops(model: nn.Module, norms: dict[str, list[str]]) -> DropPlan:
             found = activation_user(graph, parent, norm)
             if found is None:
                 continue
-            node, user, what = found
+            user, what = found
             calls = [n for n in graph.nodes if n.op == "call_module" and n.target == user.target]
             if user.op == "call_module" and len(calls) == 1 and "." not in str(user.target):
                 plan.swaps.append((parent_path, str(user.target)))

@@ -150,7 +150,7 @@ def _take_traced_activations(model: nn.Module, spec: Spec, plan: list[_Site]) ->
             graphs[parent_path] = trace_children(site.parent)
         graph = graphs[parent_path]
         found = activation_user(graph, site.parent, site.name) if graph is not None else None
-        site.act_name = _called_activation_name(site.parent, found[1]) if found else None
+        site.act_name = _called_activation_name(site.parent, found[0]) if found else None
         site.traced = site.act_name is not None
         if site.act_name is None and post:
             site.plain = True
