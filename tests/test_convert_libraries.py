@@ -169,11 +169,11 @@ def test_unknown_norm_subclass_is_refused_in_one_line() -> None:
         normkit.convert(model, "bn")
     assert "\n" not in str(err.value)
     assert isinstance(model[1], ScaledBN)
-    normkit.register_source(ScaledBN, normkit.sources._batch)
+    normkit.register_source(ScaledBN, normkit.interop.sources._batch)
     try:
         assert len(normkit.convert(model, "bn")) == 1
     finally:
-        del normkit.sources._TABLE[ScaledBN]
+        del normkit.interop.sources._TABLE[ScaledBN]
 
 
 def test_converting_no_layer_is_an_error_unless_allowed() -> None:

@@ -168,8 +168,8 @@ def test_register_source_can_say_how_the_stored_weight_maps_to_the_gain() -> Non
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * (1 + self.weight)
 
-    def reader(module: nn.Module) -> normkit.sources.Source:
-        return normkit.sources.Source("rms", module.weight.shape[0], -1, {"eps": 1e-6}, gain_offset=1.0)
+    def reader(module: nn.Module) -> normkit.interop.sources.Source:
+        return normkit.interop.sources.Source("rms", module.weight.shape[0], -1, {"eps": 1e-6}, gain_offset=1.0)
 
     model = nn.Sequential(OnePlusRMSNorm(C))
     x = torch.randn(2, 3, C)
@@ -180,7 +180,7 @@ def test_register_source_can_say_how_the_stored_weight_maps_to_the_gain() -> Non
     try:
         normkit.convert(model, "rms")
     finally:
-        del normkit.sources._TABLE[OnePlusRMSNorm]
+        del normkit.interop.sources._TABLE[OnePlusRMSNorm]
     torch.testing.assert_close(model(x), want)
     model.load_state_dict({"0.weight": torch.zeros(C)}, strict=True)
     torch.testing.assert_close(model(x), x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))

@@ -7,7 +7,7 @@ from lightning.pytorch import LightningModule, Trainer
 from torch import nn
 
 import normkit
-from normkit.lightning_sync import NormkitSyncBatchNorm
+from normkit.interop.lightning_sync import NormkitSyncBatchNorm
 
 
 class Tiny(LightningModule):  # no torch BatchNorm: torch SyncBatchNorm runs on GPUs only

@@ -71,7 +71,7 @@ class NormLayer(FxLeaf):
             _check_step(self.post, spec, PostActivationStep)
             self.post.setup(self)
         self.sync: ProcessSync | None = None  # set by normkit.convert_sync
-        # What a converted source computed beyond its spec (set by normkit.layouts, read by
+        # What a converted source computed beyond its spec (set by normkit.interop.layouts, read by
         # to_torch and fold): statistics over C at each position of N,C,*; frozen in eval with a
         # frozen affine (FrozenBatchNorm2d); the stored weight w meaning the gain w + gain_offset
         # (Gemma's 1 + w); half-precision values rounded before the gain (Hugging Face's order);

@@ -9,14 +9,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from normkit.activation_drop import activation_user, apply_drops, plan_drops, trace_children
 from normkit.build import build_with_settings
-from normkit.causal import declares_causal, pools_tokens
 from normkit.errors import SpecError
-from normkit.feeding_conv import conv_steps, feeding_convs, prepare_feeding_convs
+from normkit.interop.activation_drop import activation_user, apply_drops, plan_drops, trace_children
+from normkit.interop.causal import declares_causal, pools_tokens
+from normkit.interop.feeding_conv import conv_steps, feeding_convs, prepare_feeding_convs
+from normkit.interop.layouts import carry_hooks, fit_to_source, keep_activation, per_position
+from normkit.interop.sources import Source, reader_for
 from normkit.layer import NormLayer
-from normkit.layouts import carry_hooks, fit_to_source, keep_activation, per_position
-from normkit.sources import Source, reader_for
 from normkit.spec import Spec, parse
 from normkit.sync import ProcessSync
 
@@ -182,7 +182,7 @@ def _plain(spec: Spec) -> Spec:
 
 def convert(model: nn.Module, spec: str | Spec, *, causal: bool | None = None,
             allow_empty: bool = False) -> ConversionSummary:
-    """Replace every known norm layer in `model` (normkit.sources: torch, timm, torchvision, HF).
+    """Replace every known norm layer in `model` (normkit.interop.sources: torch, timm, torchvision, HF).
 
     Channel count, layout and partition come from each layer; affine parameters, running
     statistics and settings (eps, momentum, groups, affine) are copied where the new layer has

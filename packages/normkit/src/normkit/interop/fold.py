@@ -9,9 +9,9 @@ import torch
 from torch import Tensor, nn
 
 from normkit.errors import NormkitError, first_line
-from normkit.input_ranks import input_ranks
+from normkit.interop.input_ranks import input_ranks
+from normkit.interop.trace import NormTracer, is_norm_module
 from normkit.layer import NormLayer
-from normkit.trace import NormTracer, is_norm_module
 
 _TORCH_NORMS = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm, nn.RMSNorm)
 _FOLDS_INTO = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)

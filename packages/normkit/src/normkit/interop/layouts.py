@@ -6,8 +6,8 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from normkit.errors import SpecError
+from normkit.interop.sources import Source
 from normkit.layer import NormLayer
-from normkit.sources import Source
 from normkit.stages import RMSScale
 
 # Hooks a converted layer cannot carry over: they act on gradients or on checkpoints, whose

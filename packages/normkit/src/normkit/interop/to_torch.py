@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from torch import Tensor, nn
 
 from normkit.errors import SpecError
-from normkit.input_ranks import input_ranks
+from normkit.interop.input_ranks import input_ranks
+from normkit.interop.layouts import carry_hooks
 from normkit.layer import NormLayer
-from normkit.layouts import carry_hooks
 from normkit.stages import RMSScale, Standardize
 
 _BATCH_NORMS = {3: nn.BatchNorm1d, 2: nn.BatchNorm1d, 4: nn.BatchNorm2d, 5: nn.BatchNorm3d}
