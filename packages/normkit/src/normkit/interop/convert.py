@@ -131,17 +131,17 @@ def _plan(model: nn.Module, spec: Spec) -> list[_Site]:
 
     visit(model, "")
     if needs_act:
-        _take_traced_activations(model, spec, plan)
+        _take_traced_activations(spec, plan)
     return plan
 
 
-def _take_traced_activations(model: nn.Module, spec: Spec, plan: list[_Site]) -> None:
+def _take_traced_activations(spec: Spec, plan: list[_Site]) -> None:
     """For norms with no activation found yet: the activation call that alone reads the norm's output
     in its parent's forward (torchvision's `relu(bn1(x))`, one ReLU module shared with the residual
     sum's). Where none does (the last norm of a residual branch, before the sum), a post-activation
     spec (`+pn`) builds its plain norm; a spec with an activation stage is refused."""
     post = any(p.entry.kind == "post_activation" for p in spec.parts)
-    graphs: dict[str, object] = {}
+    graphs: dict[str, torch.fx.Graph | None] = {}
     for site in plan:
         if site.act_name is not None:
             continue
@@ -188,7 +188,9 @@ def convert(model: nn.Module, spec: str | Spec, *, causal: bool | None = None,
     statistics and settings (eps, momentum, groups, affine) are copied where the new layer has
     them. A norm-act source (timm BatchNormAct2d) keeps its activation, or hands it to a spec that
     owns one (`+pn`, frn, evonorm); otherwise specs with an activation step take over the
-    activation module that directly follows the norm in an nn.Sequential. A layer-norm-family
+    activation that alone reads the norm's output (the next module in an nn.Sequential, or a call
+    in the parent's forward), and a post-activation spec builds its plain norm where there is
+    none (before a residual sum). Forward hooks move to the new layer. A layer-norm-family
     target on a per-position norm (LayerNorm2d) keeps normalizing each position over channels.
     Token-pooling targets are refused in a model that declares itself causal unless
     `causal=False`; converting no layer is an error unless `allow_empty`. Nothing is changed when
