@@ -320,3 +320,11 @@ def test_to_torch_keeps_a_converted_layernorm2d_and_carries_hooks() -> None:
     want = hooked(x)
     assert normkit.to_torch(hooked, x).replaced == [("1", "BatchNorm2d")]
     torch.testing.assert_close(hooked(x), want)
+
+
+def test_fold_keeps_a_norm_with_forward_hooks() -> None:
+    model, x = _trained("bn")
+    model[1].register_forward_hook(lambda m, a, out: out * 2)
+    want = model(x)
+    assert dict(normkit.fold(model).kept)["1"] == "has forward hooks, which folding it away would drop"
+    torch.testing.assert_close(model(x), want)

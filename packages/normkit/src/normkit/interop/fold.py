@@ -149,6 +149,9 @@ def fold(model: nn.Module, example: Tensor | tuple | None = None) -> FoldSummary
         if calls[node.target] != 1:
             summary.kept.append((node.target, "is called more than once"))
             continue
+        if norm._forward_hooks or norm._forward_pre_hooks:
+            summary.kept.append((node.target, "has forward hooks, which folding it away would drop"))
+            continue
         producer = _producer(node, modules, calls)
         if isinstance(producer, str):
             summary.kept.append((node.target, producer))
