@@ -169,3 +169,22 @@ def test_hooks_a_new_layer_cannot_keep_are_refused() -> None:
     with pytest.raises(normkit.SpecError, match="cannot convert 0: BatchNorm1d has backward_hooks"):
         normkit.convert(model, "bn")
     assert isinstance(model[0], nn.BatchNorm1d)
+
+
+def test_a_refused_conversion_leaves_the_hooks_of_every_layer_alone() -> None:
+    import timm
+
+    model = nn.Sequential(nn.Conv2d(3, C, 1), timm.layers.LayerNorm2d(C), nn.Sequential(nn.BatchNorm2d(C)))
+    model[1].register_forward_hook(lambda m, a, out: out * 2)
+    model[1].register_forward_pre_hook(lambda m, a: (a[0] + 1,))
+    model[2][0].register_full_backward_hook(lambda m, gi, go: None)  # refused, after model[1] was built
+    x = torch.randn(2, 3, 4, C)
+    want = model(x)
+    with pytest.raises(normkit.SpecError, match="cannot convert 2.0: BatchNorm2d has backward_hooks"):
+        normkit.convert(model, "ln")
+    assert len(model[1]._forward_hooks) == len(model[1]._forward_pre_hooks) == 1
+    torch.testing.assert_close(model(x), want)
+    del model[2]
+    converted = copy.deepcopy(model)
+    normkit.convert(converted, "ln")  # LayerNorm2d: per-position layout hooks inside the carried ones
+    torch.testing.assert_close(converted(x), model(x))

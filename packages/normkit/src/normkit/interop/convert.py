@@ -14,7 +14,7 @@ from normkit.errors import SpecError
 from normkit.interop.activation_drop import activation_user, apply_drops, plan_drops, trace_children
 from normkit.interop.causal import declares_causal, pools_tokens
 from normkit.interop.feeding_conv import conv_steps, feeding_convs, prepare_feeding_convs
-from normkit.interop.layouts import carry_hooks, fit_to_source, keep_activation, per_position
+from normkit.interop.layouts import carry_hooks, check_hooks, fit_to_source, keep_activation, per_position
 from normkit.interop.sources import Source, reader_for
 from normkit.layer import NormLayer
 from normkit.spec import Spec, parse
@@ -228,7 +228,8 @@ def convert(model: nn.Module, spec: str | Spec, *, causal: bool | None = None,
     traced = [site for site in plan if site.traced]
     drops = plan_drops(model, _by_parent(traced)) if traced else None
     summary = ConversionSummary(parsed.text)
-    for parent, name, new, act_child, record in built:
+    for site, (parent, name, new, act_child, record) in zip(plan, built, strict=True):
+        carry_hooks(site.old, new)
         setattr(parent, name, new)
         if act_child is not None:
             setattr(parent, act_child, nn.Identity())
@@ -257,7 +258,7 @@ def _build(parsed: Spec, site: _Site) -> nn.Module:
     except SpecError as exc:
         raise SpecError(f"cannot convert {site.path} ({type(site.old).__name__}({src.channels})): "
                         f"{exc}") from exc
-    carry_hooks(site.old, new, site.path)
+    check_hooks(site.old, site.path)
     if layer_family:
         new = per_position(new)  # same statistics as the source: over C at each position
     if src.activation is not None and site.act_name is None:

@@ -29,11 +29,11 @@ def _channels_first_out(module: nn.Module, args: tuple, out: Tensor) -> Tensor:
 def per_position(layer: NormLayer) -> NormLayer:
     """A token layer (`channel_dim=-1`) applied to N,C,* inputs: statistics over C at each position.
 
-    That is what LayerNorm2d computes; hooks (not a wrapper module) keep the state-dict keys. The
-    output hook runs before any hook carried over from the source, which saw N,C,* outputs.
+    That is what LayerNorm2d computes; hooks (not a wrapper module) keep the state-dict keys, and
+    `carry_hooks` keeps them innermost, so hooks carried over from the source see N,C,* tensors.
     """
     layer.register_forward_pre_hook(_channels_last_in)
-    layer.register_forward_hook(_channels_first_out, prepend=True)
+    layer.register_forward_hook(_channels_first_out)
     layer.per_position = True
     return layer
 
@@ -45,21 +45,31 @@ def keep_activation(layer: NormLayer, activation: nn.Module) -> NormLayer:
     return layer
 
 
-def carry_hooks(old: nn.Module, new: nn.Module, path: str) -> None:
-    """Give `new` the forward hooks and pre-hooks of `old`, in their order and with their handles
-    (the hook dicts are shared, so a handle from `old` removes the hook from `new`); refuse hooks
-    on gradients or checkpoints, and a forward replaced on the instance (accelerate's hooks)."""
+def check_hooks(old: nn.Module, path: str) -> None:
+    """Refuse a layer whose hooks act on gradients or checkpoints, or whose forward was replaced on
+    the instance (accelerate's hooks): a new layer cannot keep them."""
     refused = [name.strip("_") for name in _REFUSED_HOOKS if getattr(old, name, None)]
     if "forward" in vars(old):
         refused.append("a forward replaced on the instance")
     if refused:
         raise SpecError(f"cannot convert {path}: {type(old).__name__} has {', '.join(refused)}, which a new "
                         "layer cannot keep; remove them before converting")
+
+
+def carry_hooks(old: nn.Module, new: nn.Module) -> None:
+    """Give `new` the forward hooks and pre-hooks of `old` (checked with `check_hooks`), with their
+    handles: the hook dicts move over, so a handle from `old` removes the hook from `new`. `new`'s
+    own hooks (a layout's) stay innermost: its pre-hooks run after the carried ones, its forward
+    hooks before them. Changes `old`'s dicts: call it only once the conversion is decided."""
     for name in _FORWARD_HOOKS:
         carried, own = getattr(old, name), getattr(new, name)
-        if carried:
-            carried.update(own)
-            setattr(new, name, carried)
+        if not carried:
+            continue
+        carried.update(own)
+        if name == "_forward_hooks":
+            for key in reversed(list(own)):
+                carried.move_to_end(key, last=False)
+        setattr(new, name, carried)
 
 
 def fit_to_source(layer: nn.Module, source: Source, path: str) -> nn.Module:

@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from normkit.errors import SpecError
 from normkit.interop.input_ranks import input_ranks
-from normkit.interop.layouts import carry_hooks
+from normkit.interop.layouts import carry_hooks, check_hooks
 from normkit.layer import NormLayer
 from normkit.stages import RMSScale, Standardize
 
@@ -118,10 +118,11 @@ def to_torch(model: nn.Module, example: Tensor | tuple | None = None) -> ToTorch
             summary.kept.append((path, f"state does not map ({missing or unexpected})"))
             continue
         try:
-            carry_hooks(layer, new, path)
+            check_hooks(layer, path)
         except SpecError as exc:
             summary.kept.append((path, str(exc).partition(": ")[2]))
             continue
+        carry_hooks(layer, new)
         new.train(layer.training)
         if path:
             parent, _, name = path.rpartition(".")
