@@ -169,11 +169,11 @@ def test_unknown_norm_subclass_is_refused_in_one_line() -> None:
         normkit.convert(model, "bn")
     assert "\n" not in str(err.value)
     assert isinstance(model[1], ScaledBN)
-    normkit.register_source(ScaledBN, normkit.sources._batch)
+    normkit.register_source(ScaledBN, normkit.interop.sources._batch)
     try:
         assert len(normkit.convert(model, "bn")) == 1
     finally:
-        del normkit.sources._TABLE[ScaledBN]
+        del normkit.interop.sources._TABLE[ScaledBN]
 
 
 def test_converting_no_layer_is_an_error_unless_allowed() -> None:
@@ -245,3 +245,52 @@ def test_norm_layer_factory_in_torchvision() -> None:
     timm_vit = timm.create_model("vit_tiny_patch16_224", img_size=32, num_classes=10,
                                  norm_layer=normkit.norm_layer("rms", channel_dim=-1))
     assert torch.isfinite(timm_vit(x)).all()
+
+
+PN_MODELS = {
+    "tv-resnet18": lambda: torchvision.models.resnet18(num_classes=10),
+    "timm-resnet18d": lambda: timm.create_model("resnet18d", num_classes=10),
+    "timm-regnety_002": lambda: timm.create_model("regnety_002", num_classes=10),
+    "timm-efficientnet_b0": lambda: timm.create_model("efficientnet_b0", num_classes=10),
+    "timm-cspresnet50": lambda: timm.create_model("cspresnet50", num_classes=10),
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.slow] if n != "tv-resnet18" else [])
+                                  for n in PN_MODELS])
+def test_pn_converts_ordinary_residual_cnns(name: str) -> None:
+    model = PN_MODELS[name]()
+    summary = normkit.convert(model, "gn(groups=8)+pn")
+    owned = [r for r in summary if r.new == "gn(groups=8)+pn"]
+    plain = [r for r in summary if r.note == "plain: no activation directly after it"]
+    assert owned and plain and len(owned) + len(plain) == len(summary)
+    for record in owned:
+        layer = model.get_submodule(record.path)
+        assert layer.post_name == "pn" and record.activation == layer.activation_name
+    model.train()
+    out = model(_image())
+    out.square().mean().backward()
+    assert all(p.grad is not None for r in owned for p in model.get_submodule(r.path).parameters())
+    model.eval()
+    with torch.no_grad():
+        assert torch.isfinite(model(_image())).all()
+    again = PN_MODELS[name]()
+    normkit.convert(again, "gn(groups=8)+pn")
+    again.load_state_dict(model.state_dict(), strict=True)
+
+
+@pytest.mark.parametrize(("name", "spec"), [("tv-resnet18", "bn"), ("tv-resnet18", "bnn"), ("tv-resnet18", "in"),
+                                            ("tv-resnet18", "frn"), ("timm-convnext_atto", "ln")])
+def test_plain_fx_tracing_and_feature_extraction_work_on_converted_models(name: str, spec: str) -> None:
+    from torchvision.models.feature_extraction import create_feature_extractor
+
+    model = MODELS[name][0]().eval()
+    normkit.convert(model, spec)
+    x = _image()
+    traced = torch.fx.symbolic_trace(model)
+    with torch.no_grad():
+        torch.testing.assert_close(traced(x), model(x))
+    norms = [path for path, m in model.named_modules() if isinstance(m, normkit.NormLayer)]
+    assert any(node.op == "call_module" and node.target == norms[0] for node in traced.graph.nodes)
+    features = create_feature_extractor(model, {norms[1]: "norm"})(x)
+    assert features["norm"].shape[0] == 2

@@ -7,7 +7,7 @@ from lightning.pytorch import LightningModule, Trainer
 from torch import nn
 
 import normkit
-from normkit.lightning_sync import NormkitSyncBatchNorm
+from normkit.interop.lightning_sync import NormkitSyncBatchNorm
 
 
 class Tiny(LightningModule):  # no torch BatchNorm: torch SyncBatchNorm runs on GPUs only
@@ -33,7 +33,11 @@ def test_plugin_syncs_normkit_and_torch_layers_during_fit_and_reverts(tmp_path) 
                       plugins=[NormkitSyncBatchNorm()], max_steps=2, logger=False,
                       enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                       default_root_dir=tmp_path)
-    trainer.fit(model)
+    try:
+        trainer.fit(model)
+    finally:  # Lightning leaves its one-process group up; later tests' torch SyncBatchNorm would see it
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
     assert model.synced_during_fit == [True, True]
     assert model.net[1].sync is None  # reverted at teardown
 

@@ -80,7 +80,7 @@ def test_activation_mismatch_and_missing_activation_fail_without_changing_the_mo
     assert isinstance(model[1], nn.BatchNorm2d)
     tv = pytest.importorskip("torchvision")
     resnet = tv.models.resnet18()
-    with pytest.raises(normkit.SpecError, match=r"cannot place 'bn\+relu' at bn1: no activation module"):
+    with pytest.raises(normkit.SpecError, match=r"cannot place 'bn\+relu' at layer1.0.bn2: no activation directly"):
         normkit.convert(resnet, "bn+relu")
     assert isinstance(resnet.bn1, nn.BatchNorm2d)
 

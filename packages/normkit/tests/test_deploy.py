@@ -210,7 +210,8 @@ def test_fold_of_linear_then_batch_norm_and_of_torch_batch_norm() -> None:
         model.train()(x)
     model.eval()
     want = model(x)
-    summary = normkit.fold(model)
+    assert "pass fold(model, example) to check" in dict(normkit.fold(copy.deepcopy(model)).kept)["bn"]
+    summary = normkit.fold(model, x)
     assert summary.folded == [("bn", "fc"), ("torch_bn", "conv")] and model.fc.bias is not None
     assert isinstance(model.bn, nn.Identity) and isinstance(model.torch_bn, nn.Identity)
     torch.testing.assert_close(model(x), want, rtol=1e-5, atol=1e-5)
@@ -290,3 +291,40 @@ def test_fold_keeps_norms_whose_conv_output_is_shared_or_transformed() -> None:
     kept = dict(normkit.fold(_SharedConvOutput().eval()).kept)
     assert kept == {"after_add": "no conv/linear right before it (its input comes from add)",
                     "beside": "conv's output is also used elsewhere"}
+
+
+@pytest.mark.parametrize("norm", [nn.BatchNorm1d(C), normkit.build("bn", C)], ids=["torch", "normkit"])
+def test_fold_keeps_a_channels_first_norm_after_a_linear_on_3d_inputs(norm: nn.Module) -> None:
+    model = nn.Sequential(nn.Linear(C, C), norm)
+    x = torch.randn(4, C, C)  # N, L, C with L == C: it runs, and the norm reads L, not the Linear's C
+    model.train()(x)
+    model.eval()
+    want = model(x)
+    kept = dict(normkit.fold(model, x).kept)
+    assert "on (N, C) inputs (it sees 3 dims)" in kept["1"]
+    torch.testing.assert_close(model(x), want)
+
+
+def test_to_torch_keeps_a_converted_layernorm2d_and_carries_hooks() -> None:
+    import timm
+
+    source = nn.Sequential(nn.Conv2d(3, C, 1), timm.layers.LayerNorm2d(C)).eval()
+    converted = copy.deepcopy(source)
+    normkit.convert(converted, "ln")
+    x = torch.randn(2, 3, C, C)  # W == C: a LayerNorm(C) without the move would run, and be wrong
+    summary = normkit.to_torch(converted, x)
+    assert dict(summary.kept)["1"].startswith("normalizes over C at each position")
+    torch.testing.assert_close(converted(x), source(x))
+    hooked = nn.Sequential(nn.Conv2d(3, C, 1), normkit.build("bn", C)).eval()
+    hooked[1].register_forward_hook(lambda m, a, out: out * 3)
+    want = hooked(x)
+    assert normkit.to_torch(hooked, x).replaced == [("1", "BatchNorm2d")]
+    torch.testing.assert_close(hooked(x), want)
+
+
+def test_fold_keeps_a_norm_with_forward_hooks() -> None:
+    model, x = _trained("bn")
+    model[1].register_forward_hook(lambda m, a, out: out * 2)
+    want = model(x)
+    assert dict(normkit.fold(model).kept)["1"] == "has forward hooks, which folding it away would drop"
+    torch.testing.assert_close(model(x), want)

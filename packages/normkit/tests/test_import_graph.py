@@ -1,5 +1,6 @@
 """The core's modules import each other one way (no circles, TYPE_CHECKING imports included), so
-the stage model does not depend on the layer that runs it."""
+the stage model does not depend on the layer that runs it, nor on the interop subpackage that fits
+layers into other libraries' models."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ from pathlib import Path
 import normkit
 
 PACKAGE = Path(normkit.__file__).parent
-MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+# Dotted names below normkit: "stages", "interop.convert" (package __init__ files left out).
+MODULES = sorted(".".join(p.relative_to(PACKAGE).with_suffix("").parts) for p in PACKAGE.rglob("*.py")
+                 if p.stem != "__init__")
+INTEROP = [m for m in MODULES if m.startswith("interop.")]
 
 
 def _module_level_imports(module: str) -> set[str]:
     """normkit submodules `module` imports at module level (inside `if TYPE_CHECKING:` too)."""
-    tree = ast.parse((PACKAGE / f"{module}.py").read_text())
+    tree = ast.parse((PACKAGE / f"{module.replace('.', '/')}.py").read_text())
     found: set[str] = set()
     body = list(tree.body)
     while body:
@@ -23,11 +27,13 @@ def _module_level_imports(module: str) -> set[str]:
             body.extend(node.body + node.orelse)
         elif isinstance(node, ast.ImportFrom) and node.module:
             if node.module.startswith("normkit."):
-                found.add(node.module.split(".")[1])
-            elif node.module == "normkit":
-                found.update(a.name for a in node.names if a.name in MODULES)
+                found.add(node.module.removeprefix("normkit."))
+            elif node.module in ("normkit", "normkit.interop"):
+                prefix = node.module.removeprefix("normkit").lstrip(".")
+                found.update(f"{prefix}.{a.name}".lstrip(".") for a in node.names
+                             if f"{prefix}.{a.name}".lstrip(".") in MODULES)
         elif isinstance(node, ast.Import):
-            found.update(a.name.split(".")[1] for a in node.names if a.name.startswith("normkit."))
+            found.update(a.name.removeprefix("normkit.") for a in node.names if a.name.startswith("normkit."))
     return found - {module}
 
 
@@ -56,6 +62,13 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_core_modules_form_no_import_circle() -> None:
     graph = {m: _module_level_imports(m) for m in MODULES}
     assert _cycle(graph) is None, " -> ".join(_cycle(graph))
+
+
+def test_the_stage_model_imports_nothing_from_interop() -> None:
+    assert INTEROP, "the interop subpackage holds the conversion and deployment modules"
+    for module in MODULES:
+        if not module.startswith("interop."):
+            assert not {m for m in _module_level_imports(module) if m.startswith("interop")}, module
 
 
 def test_the_stage_model_does_not_import_the_layer() -> None:

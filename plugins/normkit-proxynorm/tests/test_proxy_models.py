@@ -105,8 +105,44 @@ def test_convert_with_an_explicit_pn_eps_keeps_it() -> None:
     assert model[1].steps[0].eps == 1e-5
 
 
-def test_convert_refuses_a_norm_without_a_following_activation() -> None:
+def test_convert_leaves_a_norm_without_a_following_activation_plain() -> None:
     model = nn.Sequential(nn.Conv2d(3, 16, 3), nn.GroupNorm(4, 16), nn.Conv2d(16, 16, 3), nn.ReLU())
-    with pytest.raises(normkit.SpecError, match="no activation module directly follows"):
-        normkit.convert(model, "gn+pn")
-    assert isinstance(model[1], nn.GroupNorm)  # nothing changed
+    summary = normkit.convert(model, "gn+pn")
+    assert model[1].spec == "gn(groups=8)" and model[1].post is None and isinstance(model[3], nn.ReLU)
+    assert "1: GroupNorm -> gn(groups=8) (copied weight, bias, plain: no activation directly after it)" in str(summary)
+    with pytest.raises(normkit.SpecError, match="cannot place 'gn\\+relu' at 1: no activation directly follows"):
+        normkit.convert(nn.Sequential(nn.Conv2d(3, 16, 3), nn.GroupNorm(4, 16)), "gn+relu")
+
+
+def _reference_basic_block(block: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """torchvision's BasicBlock.forward with the first ReLU left to the pn layer that owns it."""
+    out = block.bn2(block.conv2(block.bn1(block.conv1(x))))
+    identity = block.downsample(x) if block.downsample is not None else x
+    return block.relu(out + identity)
+
+
+def test_pn_in_a_post_activation_resnet_owns_each_activation_after_a_norm_and_leaves_the_rest_plain() -> None:
+    torchvision = pytest.importorskip("torchvision")
+    from torchvision.models.feature_extraction import create_feature_extractor
+
+    model = torchvision.models.resnet18(num_classes=10)
+    summary = normkit.convert(model, "gn(groups=8)+pn")
+    with_pn = [r.path for r in summary if r.new == "gn(groups=8)+pn"]
+    plain = [r.path for r in summary if r.note]
+    assert with_pn == ["bn1"] + [f"layer{i}.{j}.bn1" for i in range(1, 5) for j in range(2)]
+    assert sorted(plain) == sorted([f"layer{i}.{j}.bn2" for i in range(1, 5) for j in range(2)]
+                                   + [f"layer{i}.0.downsample.1" for i in range(2, 5)])
+    assert "(11 of them to 'gn(groups=8)': no activation directly after them" in str(summary)
+    x = torch.randn(2, 3, 32, 32)
+    for training in (True, False):
+        model.train(training)
+        block = model.layer2[0]
+        h = torch.randn(2, 64, 8, 8)
+        torch.testing.assert_close(block(h), _reference_basic_block(block, h))
+        out = model(x)
+        out.square().mean().backward()
+        assert all(p.grad is not None for p in model.layer1[0].bn1.parameters())
+        model.zero_grad()
+    features = create_feature_extractor(model.eval(), {"layer1.0.bn1": "pn", "layer4": "last"})(x)
+    assert features["pn"].shape == (2, 64, 8, 8) and features["last"].shape == (2, 512, 1, 1)
+

@@ -8,19 +8,19 @@
 """
 
 from normkit.build import available, build
-from normkit.convert import convert, convert_sync
 from normkit.errors import NormkitError, NormShapeError, PluginError, SpecError, StepError
-from normkit.feeding_conv import prepare_feeding_convs
-from normkit.fold import FoldSummary, fold
 from normkit.grammar import split_specs
 from normkit.hookspecs import RegisterItem, RegisterNorm, RegisterStage, hookimpl
+from normkit.interop.convert import convert, convert_sync
+from normkit.interop.feeding_conv import prepare_feeding_convs
+from normkit.interop.fold import FoldSummary, fold
+from normkit.interop.norm_layer_factory import norm_layer
+from normkit.interop.sources import register_source
+from normkit.interop.to_torch import ToTorchSummary, to_torch
+from normkit.interop.trace import NormTracer, leaf_modules, symbolic_trace
 from normkit.layer import NormLayer
-from normkit.norm_layer_factory import norm_layer
 from normkit.optim import param_groups
-from normkit.sources import register_source
 from normkit.spec import Spec, parse
-from normkit.to_torch import ToTorchSummary, to_torch
-from normkit.trace import NormTracer, leaf_modules, symbolic_trace
 
 __version__ = "0.1.0"
 

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from normkit.errors import NormkitError, NormShapeError, PluginError, SpecError, StepError, first_line
+from normkit.fx_leaf import FxLeaf
 from normkit.limits import check_num_channels
 from normkit.stages import BuildContext, Pipeline, PostActivationStep, Standardize, Step
 from normkit.sync import warn_if_per_process
@@ -22,7 +23,7 @@ Probe = Callable[["NormLayer", Tensor], "Tensor | None"]
 __all__ = ["NormLayer", "NormShapeError", "StepError"]
 
 
-class NormLayer(nn.Module):
+class NormLayer(FxLeaf):
     """A composed normalization layer.
 
     Works on inputs `N, C, *` (channel_dim=1) or channels-last tokens `N, *, C`
@@ -70,12 +71,25 @@ class NormLayer(nn.Module):
             _check_step(self.post, spec, PostActivationStep)
             self.post.setup(self)
         self.sync: ProcessSync | None = None  # set by normkit.convert_sync
+        # What a converted source computed beyond its spec (set by normkit.interop.layouts, read by
+        # to_torch and fold): statistics over C at each position of N,C,*; frozen in eval with a
+        # frozen affine (FrozenBatchNorm2d); the stored weight w meaning the gain w + gain_offset
+        # (Gemma's 1 + w); half-precision values rounded before the gain (Hugging Face's order);
+        # inputs of rank unbatched_rank - 1 taken as one sample (torch's InstanceNorm).
+        self.per_position = False
+        self.unbatched_rank: int | None = None
+        self.frozen = False
+        self.gain_offset = 0.0
+        self.round_before_gain = False
         self.probes: list[Probe] = []
         self.recording = False
         self.records: dict[str, Tensor] = {}
         self._initial_extra = {n: b.detach().clone() for n, b in self.named_buffers(recurse=False)
                                if n not in _TORCH_BUFFERS}
-        self._register_load_state_dict_pre_hook(_fill_torch_checkpoint, with_module=True)
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any) -> None:
+        _fill_torch_checkpoint(self, state_dict, prefix)
+        super()._load_from_state_dict(state_dict, prefix, *args)
 
     # -- helpers for steps ------------------------------------------------------------------
 
@@ -93,7 +107,13 @@ class NormLayer(nn.Module):
         """(weight, bias) to apply after the steps, None where not applied."""
         if not self.applies_recovery:
             return None, None
+        if self.gain_offset and self.weight is not None:  # in float32 at least, as Gemma adds it
+            return self.weight.to(torch.promote_types(self.weight.dtype, torch.float32)) + self.gain_offset, self.bias
         return self.weight, self.bias
+
+    def train(self, mode: bool = True) -> NormLayer:
+        """As nn.Module.train, except that a frozen layer stays in eval (FrozenBatchNorm2d)."""
+        return super().train(mode and not self.frozen)
 
     def shape_error(self, problem: str) -> NormShapeError:
         return NormShapeError(f"{self.spec or 'norm'}: {problem}")
@@ -207,6 +227,8 @@ class NormLayer(nn.Module):
             )
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.unbatched_rank is not None and x.dim() == self.unbatched_rank - 1:
+            return self.forward(x.unsqueeze(0)).squeeze(0)
         self._check(x)
         if self.training and self.sync is None and self.partition is not None and self.partition.uses_batch:
             warn_if_per_process(self)
@@ -218,6 +240,8 @@ class NormLayer(nn.Module):
     def _forward(self, x: Tensor) -> Tensor:
         in_dtype = x.dtype
         xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        if self.round_before_gain and xf.dtype != in_dtype:
+            return _contiguous_like(self._round_then_recover(xf, in_dtype), x)
         out = None
         if not self.probes and not self.recording and not self._syncing():
             for step in self.steps:
@@ -253,7 +277,17 @@ class NormLayer(nn.Module):
             return y3.transpose(1, 2).reshape(like.shape)
         return y3.reshape(like.shape)
 
+    def _round_then_recover(self, xf: Tensor, dtype: torch.dtype) -> Tensor:
+        """Hugging Face's Llama-family order: normalize in float32, round to the input's dtype, then
+        apply the gain (and bias, activation) in that dtype."""
+        y3 = self._normalize(xf).to(dtype)
+        return self._from_ncs(self._recover_and_activate(y3), xf).to(dtype)
+
     def _generic(self, x: Tensor) -> Tensor:
+        return self._from_ncs(self._recover_and_activate(self._normalize(x)), x)
+
+    def _normalize(self, x: Tensor) -> Tensor:
+        """Partition and steps on the `(N, C, S)` view of `x`, then probes: the values before recovery."""
         x3 = self._to_ncs(x)
         if self.partition is not None:
             g, groups = self.partition.group(x3, self.tokens)
@@ -274,8 +308,7 @@ class NormLayer(nn.Module):
             if replaced is not None:
                 y3 = replaced
         self.record("post_norm", y3)
-        y3 = self._recover_and_activate(y3)
-        return self._from_ncs(y3, x)
+        return y3
 
     def _recover_and_activate(self, y3: Tensor) -> Tensor:
         if self.post is not None and self.post.owns_recovery:

@@ -326,10 +326,11 @@ class Standardize(Step):
         if self.uses_running_stats(layer):
             return (groups.per_channel(layer.running_mean.to(x.dtype)),
                     groups.per_channel(layer.running_var.to(x.dtype)))
-        if groups.count < 2 and layer.partition.uses_batch and layer.training:
+        if groups.count == 1 and layer.partition.uses_batch and layer.training:
             raise layer.shape_error("needs more than 1 value per channel when training")
         if x.numel() == 0 and not groups.synced:  # an empty local batch: nothing to normalize (var_mean
-            # would warn); a synced one still takes part in the reductions of the other processes
+            # would warn); a synced one still takes part in the reductions of the other processes.
+            self.update_factor(layer)  # counted, as torch counts it; no statistics to average in
             zero = x.sum(dim=groups.dims, keepdim=True)
             return zero, zero
         var, mean = groups.var_mean(x)
@@ -371,7 +372,8 @@ class Standardize(Step):
             return None  # one value per group: torch's kernel refuses it; the generic path gives 0 + bias
         weight, bias = layer.recovery_params()
         tracks = partition.uses_batch and self.track_running_stats
-        if partition.uses_batch and layer.training and x.numel() // layer.num_channels < 2:
+        if partition.uses_batch and layer.training and x.numel() // layer.num_channels == 1:  # torch's rule:
+            # one value per channel has no variance; an empty batch normalizes nothing and is allowed
             raise layer.shape_error("needs more than 1 value per channel when training")
         factor = (self.update_factor(layer) or 0.0) if tracks else 0.0
         return native_standardize(
@@ -399,20 +401,28 @@ class Centre(Step):
 
 
 class RMSScale(Step):
-    """Divide by sqrt(mean(x^2) + eps) over the group, no centring (RMSNorm)."""
+    """Divide by sqrt(mean(x^2) + eps) over the group, no centring (RMSNorm).
+
+    `eps=None` is torch's `RMSNorm(eps=None)`: the machine epsilon of the dtype the statistics are
+    computed in (float32 for float32 and half inputs, float64 for float64).
+    """
 
     name = "rms-scale"
 
-    def __init__(self, eps: float = 1e-6) -> None:
-        check_positive(eps, self.name, "eps")
+    def __init__(self, eps: float | None = 1e-6) -> None:
+        if eps is not None:
+            check_positive(eps, self.name, "eps")
         self.eps = eps
 
+    def _eps(self, x: Tensor) -> float:
+        return torch.finfo(x.dtype).eps if self.eps is None else self.eps
+
     def forward(self, x: Tensor, groups: Groups, layer: StepHost) -> Tensor:
-        return x * torch.rsqrt(groups.mean(x * x) + self.eps)
+        return x * torch.rsqrt(groups.mean(x * x) + self._eps(x))
 
     def fused_forward(self, x: Tensor, layer: StepHost) -> Tensor | None:
         if len(layer.steps) != 1 or not layer.tokens or layer.partition.kind != "layer":
             return None
         weight, bias = layer.recovery_params()
-        return native_rms(x, num_channels=layer.num_channels, weight=weight, bias=bias, eps=self.eps)
+        return native_rms(x, num_channels=layer.num_channels, weight=weight, bias=bias, eps=self._eps(x))
 

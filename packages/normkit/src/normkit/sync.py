@@ -50,7 +50,7 @@ def warn_if_per_process(layer: torch.nn.Module) -> None:
         warnings.warn(PerProcessBatchStatistics(
             f"normkit: {type(layer).__name__} layers with batch statistics compute them per process "
             f"({dist.get_world_size()} processes); call normkit.convert_sync(model) before wrapping it in "
-            f"DDP (with Lightning: plugins=[normkit.lightning_sync.NormkitSyncBatchNorm()]) for statistics "
+            f"DDP (with Lightning: plugins=[normkit.interop.lightning_sync.NormkitSyncBatchNorm()]) for statistics "
             f"over all processes"), stacklevel=4)
 
 

@@ -3,16 +3,18 @@ those (quantizers, exporters, inference runtimes). Same function in eval, state 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import torch
 from torch import Tensor, nn
 
+from normkit.errors import SpecError
+from normkit.interop.input_ranks import input_ranks
+from normkit.interop.layouts import carry_hooks, check_hooks
 from normkit.layer import NormLayer
 from normkit.stages import RMSScale, Standardize
 
 _BATCH_NORMS = {3: nn.BatchNorm1d, 2: nn.BatchNorm1d, 4: nn.BatchNorm2d, 5: nn.BatchNorm3d}
+_INSTANCE_NORMS = {3: nn.InstanceNorm1d, 4: nn.InstanceNorm2d, 5: nn.InstanceNorm3d}
 
 
 @dataclass
@@ -38,11 +40,30 @@ def _plain_step(layer: NormLayer) -> Standardize | RMSScale | str:
     return layer.steps[0]
 
 
+def _adapted(layer: NormLayer) -> str | None:
+    """Why a converted layer's adaptation to its source has no torch module, else None."""
+    if layer.per_position:
+        return "normalizes over C at each position of N,C,* (LayerNorm2d); torch has no such module"
+    if layer.frozen:
+        return "is a frozen batch norm (statistics and affine fixed in training); torch's BatchNorm is not"
+    if layer.gain_offset:
+        return f"its gain is weight + {layer.gain_offset} (Gemma); torch's modules use the weight itself"
+    if layer.unbatched_rank and layer.partition.kind != "instance":
+        return "takes unbatched inputs, as the InstanceNorm it replaced did; torch's other norms do not"
+    if layer.round_before_gain:
+        return ("rounds half-precision values before its gain (Hugging Face's order); torch's RMSNorm "
+                "rounds after it")
+    return None
+
+
 def _torch_module(layer: NormLayer, ndim: int | None) -> nn.Module | str:
     """The torch module computing what `layer` computes, or why there is none."""
     step = _plain_step(layer)
     if isinstance(step, str):
         return step
+    adapted = _adapted(layer)
+    if adapted is not None:
+        return adapted
     kind, c, recovery = layer.partition.kind, layer.num_channels, layer.recovery
     if isinstance(step, RMSScale):
         if kind != "layer" or not layer.tokens:
@@ -53,53 +74,35 @@ def _torch_module(layer: NormLayer, ndim: int | None) -> nn.Module | str:
     if kind == "batch":
         if layer.tokens:
             return "channels-last batch norm has no torch module"
-        if recovery == "gain":
-            return "torch's BatchNorm has no weight-only (gain) form"
         if ndim is not None and ndim not in _BATCH_NORMS:
             return f"torch's BatchNorm takes 2-5 dims, this layer saw {ndim}"
         cls = _BATCH_NORMS[ndim] if ndim is not None else nn.BatchNorm2d
-        return cls(c, eps=step.eps, momentum=step.momentum, affine=recovery == "affine",
-                   track_running_stats=step.track_running_stats)
+        return cls(c, eps=step.eps, momentum=step.momentum, affine=recovery != "none",
+                   track_running_stats=step.track_running_stats, bias=recovery == "affine")
+    if kind == "instance" and not layer.tokens:
+        rank = layer.unbatched_rank or ndim
+        if rank not in _INSTANCE_NORMS:
+            return "instance norm: pass an example input to pick InstanceNorm1d/2d/3d by its rank"
+        return _INSTANCE_NORMS[rank](c, eps=step.eps, affine=recovery != "none", bias=recovery == "affine")
     if kind == "layer" and layer.tokens:
         return nn.LayerNorm(c, eps=step.eps, elementwise_affine=recovery != "none", bias=recovery == "affine")
     if kind in ("layer", "group") and not layer.tokens:  # ln on N,C,* is GroupNorm with one group
-        if recovery == "gain":
-            return "torch's GroupNorm has no weight-only (gain) form"
         groups = 1 if kind == "layer" else layer.partition.groups
-        return nn.GroupNorm(groups, c, eps=step.eps, affine=recovery == "affine")
+        return nn.GroupNorm(groups, c, eps=step.eps, affine=recovery != "none", bias=recovery == "affine")
     return f"{kind} partition in layout {'N,*,C' if layer.tokens else 'N,C,*'} has no torch module"
-
-
-def _input_ranks(model: nn.Module, example: Tensor | tuple) -> dict[str, int]:
-    """The rank of the input each NormLayer sees in one forward of `example`."""
-    ranks: dict[str, int] = {}
-
-    def remember(path: str) -> Callable[[nn.Module, tuple], None]:
-        def hook(_module: nn.Module, args: tuple) -> None:
-            ranks.setdefault(path, args[0].dim())
-        return hook
-
-    hooks = [m.register_forward_pre_hook(remember(p)) for p, m in model.named_modules()
-             if isinstance(m, NormLayer)]
-    try:
-        with torch.no_grad():
-            model(*(example if isinstance(example, tuple) else (example,)))
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return ranks
 
 
 def to_torch(model: nn.Module, example: Tensor | tuple | None = None) -> ToTorchSummary:
     """Replace plain normkit layers by torch's own modules, in place, copying their state.
 
     bn -> BatchNorm1d/2d/3d (chosen from the rank each layer sees when `example` is given, one
-    forward without gradients; BatchNorm2d otherwise), ln -> LayerNorm (channels-last) or
+    forward without gradients; BatchNorm2d otherwise), in -> InstanceNorm1d/2d/3d (by that rank or
+    the InstanceNorm it was converted from), ln -> LayerNorm (channels-last) or
     GroupNorm(1, C) (N,C,*), gn -> GroupNorm, rms -> RMSNorm (channels-last). Other specs are
     kept and listed with the reason. A model that is itself a NormLayer is returned converted
     in `summary.model`.
     """
-    ranks = _input_ranks(model, example) if example is not None else {}
+    ranks = input_ranks(model, example, lambda m: isinstance(m, NormLayer)) if example is not None else {}
     summary = ToTorchSummary(model)
     targets = [(p, m) for p, m in model.named_modules() if isinstance(m, NormLayer)]
     for path, layer in targets:
@@ -114,6 +117,12 @@ def to_torch(model: nn.Module, example: Tensor | tuple | None = None) -> ToTorch
         if missing or unexpected:
             summary.kept.append((path, f"state does not map ({missing or unexpected})"))
             continue
+        try:
+            check_hooks(layer, path)
+        except SpecError as exc:
+            summary.kept.append((path, str(exc).partition(": ")[2]))
+            continue
+        carry_hooks(layer, new)
         new.train(layer.training)
         if path:
             parent, _, name = path.rpartition(".")

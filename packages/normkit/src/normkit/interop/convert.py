@@ -6,16 +6,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from normkit.activation_drop import DropPlan, apply_drops, plan_drops
 from normkit.build import build_with_settings
-from normkit.causal import declares_causal, pools_tokens
 from normkit.errors import SpecError
-from normkit.feeding_conv import conv_steps, feeding_convs, prepare_feeding_convs
+from normkit.interop.activation_drop import activation_user, apply_drops, plan_drops, trace_children
+from normkit.interop.causal import declares_causal, pools_tokens
+from normkit.interop.feeding_conv import conv_steps, feeding_convs, prepare_feeding_convs
+from normkit.interop.layouts import carry_hooks, check_hooks, fit_to_source, keep_activation, per_position
+from normkit.interop.sources import Source, reader_for
 from normkit.layer import NormLayer
-from normkit.layouts import keep_activation, per_position
-from normkit.sources import Source, reader_for
 from normkit.spec import Spec, parse
 from normkit.sync import ProcessSync
 
@@ -29,6 +30,7 @@ class Replacement:
     new: str
     copied: list[str]
     activation: str | None = None
+    note: str | None = None  # e.g. why a '+pn' spec left this norm plain
 
 
 @dataclass
@@ -46,12 +48,18 @@ class ConversionSummary:
 
     def __str__(self) -> str:
         lines = [f"converted {len(self.replaced)} norm layers to {self.spec!r}"]
+        plain = [r for r in self.replaced if r.new != self.spec]
+        if plain:
+            lines[0] += (f" ({len(plain)} of them to {plain[0].new!r}: no activation directly after them "
+                         "for the spec's post-activation step)")
         for r in self.replaced:
             extra = f", owns {r.activation}" if r.activation else ""
             if r.activation and r.activation.startswith("kept "):
                 extra = f", {r.activation}"
             elif r.activation and r.activation.endswith(" dropped"):
                 extra = f", {r.activation}: the norm includes its activation"
+            if r.note:
+                extra += f", {r.note}"
             lines.append(f"  {r.path}: {r.old} -> {r.new} (copied {', '.join(r.copied) or 'nothing'}{extra})")
         return "\n".join(lines)
 
@@ -84,6 +92,8 @@ class _Site:
     source: Source
     act_name: str | None = None  # the activation handed to the spec
     act_child: str | None = None  # the Sequential sibling the spec took over
+    traced: bool = False  # the activation is a call in the parent's forward, dropped by rewriting it
+    plain: bool = False  # no activation follows: a post-activation spec builds its plain norm here
 
 
 def _plan(model: nn.Module, spec: Spec) -> list[_Site]:
@@ -116,27 +126,71 @@ def _plan(model: nn.Module, spec: Spec) -> list[_Site]:
                 if isinstance(parent, nn.Sequential) and nxt is not None:
                     site.act_name = _activation_name(nxt[1])
                     site.act_child = nxt[0] if site.act_name else None
-                if needs_act and site.act_name is None:
-                    raise SpecError(
-                        f"cannot place {spec.text!r} at {path}: no activation module directly "
-                        "follows it in an nn.Sequential, so there is no activation step to take "
-                        "over; build the model from norm-activation blocks (docs/norms/proxy.md)"
-                    )
+                site.traced = site.act_name is None and not isinstance(parent, nn.Sequential)
             plan.append(site)
 
     visit(model, "")
+    if needs_act:
+        _take_traced_activations(spec, plan)
     return plan
+
+
+def _take_traced_activations(spec: Spec, plan: list[_Site]) -> None:
+    """For norms with no activation found yet: the activation call that alone reads the norm's output
+    in its parent's forward (torchvision's `relu(bn1(x))`, one ReLU module shared with the residual
+    sum's). Where none does (the last norm of a residual branch, before the sum), a post-activation
+    spec (`+pn`) builds its plain norm; a spec with an activation stage is refused."""
+    post = any(p.entry.kind == "post_activation" for p in spec.parts)
+    graphs: dict[str, torch.fx.Graph | None] = {}
+    for site in plan:
+        if site.act_name is not None:
+            continue
+        parent_path = site.path.rpartition(".")[0]
+        if parent_path not in graphs:
+            graphs[parent_path] = trace_children(site.parent)
+        graph = graphs[parent_path]
+        found = activation_user(graph, site.parent, site.name) if graph is not None else None
+        site.act_name = _called_activation_name(site.parent, found[0]) if found else None
+        site.traced = site.act_name is not None
+        if site.act_name is None and post:
+            site.plain = True
+        elif site.act_name is None:
+            raise SpecError(
+                f"cannot place {spec.text!r} at {site.path}: no activation directly follows it (in an "
+                "nn.Sequential or its parent's forward), so there is no activation step to take over; "
+                "build the model from norm-activation blocks (docs/norms/proxy.md)")
+
+
+_FUNCTION_ACTIVATIONS = {F.relu: "relu", torch.relu: "relu", torch.relu_: "relu", F.silu: "silu",
+                         torch.tanh: "tanh", torch.sigmoid: "sigmoid", F.mish: "mish"}
+
+
+def _called_activation_name(parent: nn.Module, user: torch.fx.Node) -> str | None:
+    """The registered name of the activation a traced call computes, None when normkit has none."""
+    if user.op == "call_module":
+        return _activation_name(parent.get_submodule(str(user.target)))
+    if user.target is F.gelu and user.kwargs.get("approximate", "none") == "none" and len(user.args) == 1:
+        return "gelu"
+    return _FUNCTION_ACTIVATIONS.get(user.target)
+
+
+def _plain(spec: Spec) -> Spec:
+    """`spec` without its activation and post-activation stages (`gn(groups=8)+pn` -> `gn(groups=8)`)."""
+    parts = tuple(p for p in spec.parts if p.entry.kind not in ("activation", "post_activation"))
+    return Spec("+".join(str(p) for p in parts), parts)
 
 
 def convert(model: nn.Module, spec: str | Spec, *, causal: bool | None = None,
             allow_empty: bool = False) -> ConversionSummary:
-    """Replace every known norm layer in `model` (normkit.sources: torch, timm, torchvision, HF).
+    """Replace every known norm layer in `model` (normkit.interop.sources: torch, timm, torchvision, HF).
 
     Channel count, layout and partition come from each layer; affine parameters, running
     statistics and settings (eps, momentum, groups, affine) are copied where the new layer has
     them. A norm-act source (timm BatchNormAct2d) keeps its activation, or hands it to a spec that
     owns one (`+pn`, frn, evonorm); otherwise specs with an activation step take over the
-    activation module that directly follows the norm in an nn.Sequential. A layer-norm-family
+    activation that alone reads the norm's output (the next module in an nn.Sequential, or a call
+    in the parent's forward), and a post-activation spec builds its plain norm where there is
+    none (before a residual sum). Forward hooks move to the new layer. A layer-norm-family
     target on a per-position norm (LayerNorm2d) keeps normalizing each position over channels.
     Token-pooling targets are refused in a model that declares itself causal unless
     `causal=False`; converting no layer is an error unless `allow_empty`. Nothing is changed when
@@ -151,8 +205,10 @@ def convert(model: nn.Module, spec: str | Spec, *, causal: bool | None = None,
                         "its norm class with normkit.register_source, or pass allow_empty=True")
     is_causal = declares_causal(model) if causal is None else causal
     built = []
+    plain = _plain(parsed)
     for site in plan:
-        new = _build(parsed, site)
+        target = plain if site.plain else parsed
+        new = _build(target, site)
         if is_causal:
             reason = pools_tokens(new)
             if reason is not None:
@@ -165,12 +221,15 @@ def convert(model: nn.Module, spec: str | Spec, *, causal: bool | None = None,
             owned = f"{site.act_name} dropped"
         elif site.act_name is None and site.source.activation is not None:
             owned = f"kept {type(site.source.activation).__name__}"
+        note = "plain: no activation directly after it" if site.plain else None
         built.append((site.parent, site.name, new, site.act_child,
-                      Replacement(site.path, type(site.old).__name__, parsed.text, copied, owned)))
+                      Replacement(site.path, type(site.old).__name__, target.text, copied, owned, note)))
     _check_feeding_convs(model, built)  # before any change: a '+ws' norm needs a conv before it
-    drops = _plan_traced_drops(model, built) if parsed.norm.entry.includes_activation else None
+    traced = [site for site in plan if site.traced]
+    drops = plan_drops(model, _by_parent(traced)) if traced else None
     summary = ConversionSummary(parsed.text)
-    for parent, name, new, act_child, record in built:
+    for site, (parent, name, new, act_child, record) in zip(plan, built, strict=True):
+        carry_hooks(site.old, new)
         setattr(parent, name, new)
         if act_child is not None:
             setattr(parent, act_child, nn.Identity())
@@ -179,32 +238,42 @@ def convert(model: nn.Module, spec: str | Spec, *, causal: bool | None = None,
         records = {r.path: r for r in summary.replaced}
         for drop in apply_drops(model, drops):
             path = f"{drop.parent_path}.{drop.norm}" if drop.parent_path else drop.norm
-            records[path].activation = f"{drop.activation} dropped"
+            if parsed.norm.entry.includes_activation:
+                records[path].activation = f"{drop.activation} dropped"
     prepare_feeding_convs(model)
     return summary
 
 
 def _build(parsed: Spec, site: _Site) -> nn.Module:
     src = site.source
-
-    def build(channel_dim: int) -> nn.Module:
-        try:
-            return build_with_settings(parsed, src.channels, channel_dim=channel_dim, activation=site.act_name,
-                                       overrides={}, norm_settings=src.settings)
-        except SpecError as exc:
-            raise SpecError(f"cannot convert {site.path} ({type(site.old).__name__}({src.channels})): "
-                            f"{exc}") from exc
-
-    new = build(src.channel_dim)
-    if src.per_position and isinstance(new, NormLayer) and new.partition is not None \
-            and new.partition.kind == "layer":
-        new = per_position(build(-1))  # same statistics as the source: over C at each position
+    if src.frozen and (parsed.norm.name != "bn" or parsed.stages):
+        raise SpecError(f"cannot convert {site.path}: {type(site.old).__name__} has frozen statistics and "
+                        f"affine, which only 'bn' keeps (exactly); {parsed.text!r} would train them")
+    layer_family = src.per_position and _builds_layer_partition(parsed, src)
+    try:
+        new = build_with_settings(parsed, src.channels, channel_dim=-1 if layer_family else src.channel_dim,
+                                  activation=site.act_name, overrides={},
+                                  norm_settings={k: v for k, v in src.settings.items() if v is not None
+                                                 or k == "momentum"})
+    except SpecError as exc:
+        raise SpecError(f"cannot convert {site.path} ({type(site.old).__name__}({src.channels})): "
+                        f"{exc}") from exc
+    check_hooks(site.old, site.path)
+    if layer_family:
+        new = per_position(new)  # same statistics as the source: over C at each position
     if src.activation is not None and site.act_name is None:
         if not isinstance(new, NormLayer):
             raise SpecError(f"cannot convert {site.path}: {parsed.text!r} is built by a plugin factory and "
                             f"cannot keep the source's activation {src.activation!r}; use a pipeline norm")
         keep_activation(new, src.activation)
-    return new
+    return fit_to_source(new, src, site.path)
+
+
+def _builds_layer_partition(parsed: Spec, src: Source) -> bool:
+    """True when `parsed` builds a NormLayer with a layer partition (ln, lnn, rms, ...)."""
+    probe = build_with_settings(parsed, src.channels, channel_dim=-1, activation=None, overrides={},
+                                norm_settings={})
+    return isinstance(probe, NormLayer) and probe.partition is not None and probe.partition.kind == "layer"
 
 
 def _check_feeding_convs(model: nn.Module, built: list) -> None:
@@ -215,13 +284,11 @@ def _check_feeding_convs(model: nn.Module, built: list) -> None:
     feeding_convs(model, wanting)
 
 
-def _plan_traced_drops(model: nn.Module, built: list) -> DropPlan:
-    """Outside nn.Sequential, the activation call after each norm that includes its own."""
+def _by_parent(sites: list[_Site]) -> dict[str, list[str]]:
     by_parent: dict[str, list[str]] = {}
-    for parent, name, _, act_child, record in built:
-        if act_child is None and not isinstance(parent, nn.Sequential):
-            by_parent.setdefault(record.path.rpartition(".")[0], []).append(name)
-    return plan_drops(model, by_parent)
+    for site in sites:
+        by_parent.setdefault(site.path.rpartition(".")[0], []).append(site.name)
+    return by_parent
 
 
 def _copy_state(old: nn.Module, new: nn.Module, source: Source) -> list[str]:
@@ -237,6 +304,8 @@ def _copy_state(old: nn.Module, new: nn.Module, source: Source) -> list[str]:
             src, dst = getattr(old, key, None), getattr(new, source.state.get(key, key), None)
             if isinstance(src, torch.Tensor) and isinstance(dst, torch.Tensor) and src.shape == dst.shape:
                 dst.copy_(src)
+                if isinstance(src, nn.Parameter) and isinstance(dst, nn.Parameter):
+                    dst.requires_grad_(src.requires_grad)
                 copied.append(key)
     return copied
 

@@ -15,10 +15,10 @@ import torch
 from torch import nn
 
 from normkit.build import build
-from normkit.convert import _activation_name
 from normkit.errors import SpecError
+from normkit.interop.convert import _activation_name
+from normkit.interop.layouts import keep_activation
 from normkit.layer import NormLayer
-from normkit.layouts import keep_activation
 from normkit.spec import parse
 
 

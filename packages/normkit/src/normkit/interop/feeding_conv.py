@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from normkit.activation_drop import trace_children
 from normkit.errors import SpecError
+from normkit.interop.activation_drop import trace_children
 from normkit.layer import NormLayer
 from normkit.stages import Step
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from lightning.pytorch.plugins import TorchSyncBatchNorm
 from torch import nn
 
-from normkit.convert import convert_sync
+from normkit.interop.convert import convert_sync
 from normkit.layer import NormLayer
 
 

@@ -41,15 +41,29 @@ class Drop:
     activation: str
 
 
-def _activation_user(graph: fx.Graph, parent: nn.Module, norm: str) -> tuple[fx.Node, fx.Node, str] | None:
+def _only_user(node: fx.Node, parent: nn.Module) -> fx.Node | None:
+    """The one node reading `node`, past identity modules (timm's unused `drop_block`)."""
+    while len(node.users) == 1:
+        user = next(iter(node.users))
+        if not (user.op == "call_module" and isinstance(parent.get_submodule(str(user.target)), nn.Identity)):
+            return user
+        node = user
+    return None
+
+
+def activation_user(graph: fx.Graph, parent: nn.Module, norm: str) -> tuple[fx.Node, str] | None:
+    """The activation call that alone reads the norm child's output, and what it calls, if any."""
     for node in graph.nodes:
-        if node.op == "call_module" and node.target == norm and len(node.users) == 1:
-            user = next(iter(node.users))
+        if node.op == "call_module" and node.target == norm:
+            user = _only_user(node, parent)
+            if user is None:
+                return None
             if user.op == "call_module" and isinstance(parent.get_submodule(str(user.target)),
                                                         _ACTIVATION_MODULES):
-                return node, user, type(parent.get_submodule(str(user.target))).__name__
+                return user, type(parent.get_submodule(str(user.target))).__name__
             if user.op == "call_function" and user.target in _ACTIVATION_FUNCTIONS:
-                return node, user, getattr(user.target, "__name__", str(user.target))
+                return user, getattr(user.target, "__name__", str(user.target))
+            return None
     return None
 
 
@@ -83,10 +97,10 @@ def plan_drops(model: nn.Module, norms: dict[str, list[str]]) -> DropPlan:
         if graph is None:
             continue
         for norm in names:
-            found = _activation_user(graph, parent, norm)
+            found = activation_user(graph, parent, norm)
             if found is None:
                 continue
-            node, user, what = found
+            user, what = found
             calls = [n for n in graph.nodes if n.op == "call_module" and n.target == user.target]
             if user.op == "call_module" and len(calls) == 1 and "." not in str(user.target):
                 plan.swaps.append((parent_path, str(user.target)))
@@ -94,7 +108,7 @@ def plan_drops(model: nn.Module, norms: dict[str, list[str]]) -> DropPlan:
                 if not parent_path:
                     raise SpecError(f"cannot drop the activation after {norm}: the model's own forward "
                                     "shares it; wrap the model or build it from norm-activation blocks")
-                user.replace_all_uses_with(node)
+                user.replace_all_uses_with(user.args[0])  # the norm's output, or the identity after it
                 graph.erase_node(user)
                 plan.graphs[parent_path] = graph
             plan.drops.append(Drop(parent_path, norm, what))

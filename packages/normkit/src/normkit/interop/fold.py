@@ -9,8 +9,9 @@ import torch
 from torch import Tensor, nn
 
 from normkit.errors import NormkitError, first_line
+from normkit.interop.input_ranks import input_ranks
+from normkit.interop.trace import NormTracer, is_norm_module
 from normkit.layer import NormLayer
-from normkit.trace import NormTracer, is_norm_module
 
 _TORCH_NORMS = (nn.modules.batchnorm._NormBase, nn.GroupNorm, nn.LayerNorm, nn.RMSNorm)
 _FOLDS_INTO = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
@@ -76,12 +77,17 @@ def _producer(norm_node: torch.fx.Node, modules: dict[str, nn.Module],
     return src.target, module
 
 
-def _channels_match(norm: nn.Module, layer: nn.Module, channels: int) -> str | None:
+def _channels_match(norm: nn.Module, layer: nn.Module, channels: int, rank: int | None) -> str | None:
     out = layer.out_channels if isinstance(layer, nn.modules.conv._ConvNd) else layer.out_features
     if out != channels:
         return f"its {channels} channels are not the {out} outputs of the layer before it"
-    if isinstance(norm, NormLayer) and norm.tokens and not isinstance(layer, nn.Linear):
+    tokens = isinstance(norm, NormLayer) and (norm.tokens and not norm.per_position)
+    if tokens and not isinstance(layer, nn.Linear):
         return "channels-last norm after a channels-first conv"
+    if isinstance(layer, nn.Linear) and not tokens and rank != 2:
+        # Linear writes features last; a channels-first norm reads dim 1, the same axis only on N,C inputs
+        return ("a channels-first norm after a Linear normalizes dim 1, the Linear's outputs only on "
+                f"(N, C) inputs ({'pass fold(model, example) to check' if rank is None else f'it sees {rank} dims'})")
     return None
 
 
@@ -103,7 +109,7 @@ def _set(model: nn.Module, path: str, module: nn.Module) -> None:
     setattr(model.get_submodule(parent_path) if parent_path else model, name, module)
 
 
-def fold(model: nn.Module) -> FoldSummary:
+def fold(model: nn.Module, example: Tensor | tuple | None = None) -> FoldSummary:
     """Fold every foldable norm into the conv/linear before it, in place, and say what was kept.
 
     Foldable: a norm that is exactly a per-channel affine in eval (bn, brn and other batch norms
@@ -111,6 +117,8 @@ def fold(model: nn.Module) -> FoldSummary:
     Linear that nothing else reads. Folded norms become nn.Identity, or their activation module
     when they apply one after the affine (`activation=`, a converted timm BatchNormAct2d); a
     post-activation stage (`+pn`) is not foldable.
+    A channels-first norm after a Linear folds only when `example` (one forward, no gradients) shows
+    it sees (N, C) inputs: on N,C,L it normalizes another axis than the Linear's outputs.
     Call `model.eval()` first. The model must trace with torch.fx (normkit's norms are leaves).
     """
     modules = dict(model.named_modules())
@@ -123,6 +131,8 @@ def fold(model: nn.Module) -> FoldSummary:
     for node in graph.nodes:
         if node.op == "call_module":
             calls[node.target] = calls.get(node.target, 0) + 1
+    ranks = {} if example is None else input_ranks(
+        model, example, lambda m: is_norm_module(m) or isinstance(m, _TORCH_NORMS))
     summary = FoldSummary(model)
     seen = set()
     for node in graph.nodes:
@@ -139,12 +149,15 @@ def fold(model: nn.Module) -> FoldSummary:
         if calls[node.target] != 1:
             summary.kept.append((node.target, "is called more than once"))
             continue
+        if norm._forward_hooks or norm._forward_pre_hooks:
+            summary.kept.append((node.target, "has forward hooks, which folding it away would drop"))
+            continue
         producer = _producer(node, modules, calls)
         if isinstance(producer, str):
             summary.kept.append((node.target, producer))
             continue
         layer_path, layer = producer
-        mismatch = _channels_match(norm, layer, affine[0].numel())
+        mismatch = _channels_match(norm, layer, affine[0].numel(), ranks.get(node.target))
         if mismatch:
             summary.kept.append((node.target, mismatch))
             continue
