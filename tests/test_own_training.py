@@ -44,7 +44,9 @@ TINY = textwrap.dedent("""
     a = p.parse_args()
     if a.run_dir:
         env = {k: v for k, v in os.environ.items() if k.startswith("NORMKIT_")}
-        parent = open(f"/proc/{os.getppid()}/cmdline", "rb").read().replace(b"\\0", b" ").decode()
+        stat = open(f"/proc/{os.getppid()}/stat").read()  # the parent is normkit's supervisor: whose child is it?
+        grandparent = int(stat[stat.rfind(")") + 2:].split()[1])
+        parent = open(f"/proc/{grandparent}/cmdline", "rb").read().replace(b"\\0", b" ").decode()
         json.dump({"argv": sys.argv[1:], "env": env, "parent": parent}, open(os.path.join(a.run_dir, "seen.json"), "w"))
     rng = random.Random(f"{a.norm}/{a.seed}/{a.width}/{a.lr}")
     base = {"bn": 0.90}.get(a.norm, 0.85) - abs(a.lr - 0.1)
@@ -360,3 +362,69 @@ def test_the_lightning_example_compared_with_command(tmp_path: Path) -> None:
     pytest.importorskip("lightning")
     summary = _compare_example(tmp_path, "train_lightning.py", "--jobs", "2")
     assert all(50 < mean < 100 for _, _, mean, _ in summary)
+
+
+# -- round 2: what a second review found -------------------------------------------------------------------
+
+# Reports what NORMKIT_TEST_LINE_<norm> says, verbatim (with {run_dir} and {python} behaviour on the side).
+SAYS = textwrap.dedent("""
+    import json, os, sys
+    norm = sys.argv[1]
+    line = os.environ.get("NORMKIT_TEST_LINE_" + norm.upper())
+    if line == "overlong":
+        sys.stdout.write('normkit: {"epoch": 0, "test_acc": 0.9, "pad": "' + "x" * (3 << 20) + '"}\\n')
+    elif line is not None:
+        print(line)
+    else:
+        print("normkit: " + json.dumps({"epoch": 0, "val_acc": 0.9, "test_acc": 0.9}))
+    sys.stdout.flush()
+""")
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ('normkit: {"epoch": 0, "test_acc": 0.5, "test_acc": 0.9}', "reported 'test_acc' twice in one line"),
+    ('normkit: {"epoch": 0, "test_acc": 0.9, "steps": 1' + "0" * 400 + "}", "steps=1000"),
+    ('normkit: {"epoch": 0, "test_acc": 0.9, "steps": 1' + "0" * 5000 + "}", "not `normkit: ` followed by one JSON"),
+    ('normkit:{"epoch": 0, "test_acc": 0.9}', "the line 'normkit:{\"epoch\": 0"),
+    ("overlong", "longer than 1,048,576 bytes"),
+])
+def test_a_report_that_cannot_be_read_one_way_is_a_failed_run_with_the_reason(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str, message: str) -> None:
+    """A duplicate key (JSON keeps the last), an integer beyond a float, a near-miss prefix and an endless
+    line each fail the run with their own one-line reason, never a raw Python error."""
+    write(tmp_path, "says.py", SAYS)
+    monkeypatch.setenv("NORMKIT_TEST_LINE_BNN", line)
+    result = compare(tmp_path, "bn,bnn", f"{PY} says.py {{norm}}", seeds=1)
+    (failed,) = [row for row in result.runs if row["status"] == "failed"]
+    assert failed["norm"] == "bnn" and message in failed["error"], failed["error"]
+    assert "Error:" not in failed["error"].partition(";")[0]  # no Python exception's name in the reason
+
+
+def test_a_retry_that_reports_nothing_is_failed_not_ok_with_the_earlier_attempts_epochs(tmp_path: Path) -> None:
+    """The first attempt reports epoch 0 and hangs (stopped at the timeout: failed); the retry on resume
+    prints nothing and exits 0. It must stay failed: the old attempt's epoch 0 is not this run's result."""
+    write(tmp_path, "once.py", textwrap.dedent("""
+        import os, sys, time
+        marker = os.path.join(os.environ["NORMKIT_RUN_DIR"], "tried")
+        if os.path.exists(marker):
+            sys.exit(0)
+        open(marker, "w").close()
+        print('normkit: {"epoch": 0, "val_acc": 0.9, "test_acc": 0.9}', flush=True)
+        time.sleep(60)
+    """))
+    first = compare(tmp_path, "bn,bnn", f"{PY} once.py", seeds=1, timeout=2)
+    assert [row["status"] for row in first.runs] == ["failed", "failed"]
+    again = compare_norms("bn,bnn", resume=first.path, progress=quiet())
+    retries = again.runs[2:]
+    assert [row["status"] for row in retries] == ["failed", "failed"]
+    assert all("reported no metrics" in row["error"] and "earlier attempt" in row["error"] for row in retries)
+
+
+def test_the_python_placeholder_is_normkits_interpreter(tmp_path: Path) -> None:
+    write(tmp_path, "tiny.py", TINY)
+    result = compare(tmp_path, "bn,bnn", "{python} tiny.py --norm {norm} --seed {seed} --run-dir {run_dir}", seeds=1)
+    assert [row["status"] for row in result.runs] == ["ok"] * 4
+    got = seen(result.path, "bnn", 0)
+    banner = (Path(got["env"]["NORMKIT_RUN_DIR"]) / "stdout.log").read_text().splitlines()[0]
+    assert json.loads(banner.split(" ", 4)[4])[0] == sys.executable  # `--- normkit: DATE TIME [argv...]`
+    assert yaml.safe_load((result.path / "config.yaml").read_text())["command"].startswith("{python} tiny.py")

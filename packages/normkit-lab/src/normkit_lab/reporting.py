@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -56,7 +57,13 @@ class ReportedEpoch:
 
 
 def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite number that a float can hold (an integer beyond float's range is not one)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def check_record(values: Any, previous: int | None) -> ReportedEpoch:
@@ -99,15 +106,36 @@ def check_record(values: Any, previous: int | None) -> ReportedEpoch:
 
 def parse_line(line: str) -> Any:
     """The JSON value after PREFIX on a stdout line; None for any other line; ReportError when the
-    text after the prefix is not JSON."""
+    text after the prefix is not JSON, or is an object that gives a key twice (JSON keeps the last
+    silently, so which value normkit records would be a guess)."""
     text = line.rstrip("\r\n")
     if not text.startswith(PREFIX):
         return None
     try:
-        return json.loads(text[len(PREFIX):])
-    except (json.JSONDecodeError, RecursionError):
+        return json.loads(text[len(PREFIX):], object_pairs_hook=_unique_keys)
+    except (ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, or an integer of 4,300+ digits
+        if isinstance(exc, ReportError):
+            raise
         raise ReportError(f"printed {_short(text, 80)}, which is not `normkit: ` followed by one JSON "
                           f"object") from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    repeated = next((key for key in keys if keys.count(key) > 1), None)
+    if repeated is not None:
+        raise ReportError(f"reported {repeated!r} twice in one line; report each metric once")
+    return dict(pairs)
+
+
+_NEAR_MISS = re.compile(r"\s*normkit\s*:|\s*NORMKIT\s*:|\s*Normkit\s*:", re.ASCII)
+
+
+def near_miss(line: str) -> bool:
+    """True for a line that looks meant as a report but lacks the exact prefix (`normkit:{...}`,
+    ` normkit: {...}`, `Normkit: ...`): such a line is the program's own output, and a run that reports
+    nothing else points at it."""
+    return not line.startswith(PREFIX) and _NEAR_MISS.match(line) is not None
 
 
 def _short(value: Any, limit: int = 40) -> str:

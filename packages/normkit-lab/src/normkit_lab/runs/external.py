@@ -60,6 +60,7 @@ class Records:
         self.on_epoch = on_epoch
         self.earlier = _load(self.path)
         self.current: list[ReportedEpoch] = []
+        self.near_miss: str | None = None  # the first output line that looks meant as a report but is not one
 
     def add(self, values: Any) -> ReportedEpoch:
         """Check and keep one reported mapping (ReportError when it is not a valid record)."""
@@ -73,6 +74,18 @@ class Records:
         if self.on_epoch is not None:
             self.on_epoch(record)
         return record
+
+    def require_this_attempt(self, how: str) -> None:
+        """ReportError unless this attempt reported an epoch: an attempt that reports nothing cannot be
+        told from one that did nothing, so earlier attempts' records alone never make a run ok. `how`
+        says what was missing; a near-miss line is pointed at."""
+        if self.current:
+            return
+        n = len(self.earlier)
+        earlier = f"; the {n} epoch{'s' if n != 1 else ''} an earlier attempt reported are not enough" if n else ""
+        hint = (f"; the line {self.near_miss[:60]!r} is not a report: it must start with `normkit: ` exactly "
+                f"(one space), then a JSON object" if self.near_miss else "")
+        raise ReportError(f"reported no metrics ({how}){earlier}{hint}")
 
     def epochs(self) -> list[ReportedEpoch]:
         """Earlier attempts' records before this attempt's first epoch, then this attempt's."""

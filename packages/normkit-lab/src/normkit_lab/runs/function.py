@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 
 import normkit
 from normkit_lab.errors import ConfigError
-from normkit_lab.reporting import ReportError
 from normkit_lab.runs.external import (
     Records,
     check_external,
@@ -117,9 +116,8 @@ class FunctionTrainer:
             kwargs["run_dir"] = run_dir.resolve()
         seed_everything(job.run.seed)  # as the built-in trainer does; the function may seed again
         self.function(job.run.norm, job.run.seed, **kwargs)
+        records.require_this_attempt("the function never called report(...)")
         epochs = records.epochs()
-        if not epochs:
-            raise ReportError("reported no metrics (the function never called report(...))")
         require_metric(epochs, self.metric, self.select)
         params = next((r.metrics["params"] for r in reversed(epochs) if "params" in r.metrics), None)
         for record in epochs:

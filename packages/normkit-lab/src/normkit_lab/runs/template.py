@@ -23,7 +23,7 @@ from typing import Any
 
 from normkit_lab.errors import ConfigError, short_repr
 
-FIXED = ("norm", "seed", "run_dir", "phase", "epochs")  # placeholders every run has
+FIXED = ("norm", "seed", "run_dir", "phase", "epochs", "python")  # placeholders every run has
 _FIELD = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
 MAX_HASHED_FILES = 64
 
