@@ -34,6 +34,7 @@ LINUX = sys.platform.startswith("linux")
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 POLL_S = 0.05
+WATCH_S = 0.5  # how often the watchdog notes the processes below the ones it watches
 
 
 def _prctl(option: int, value: int) -> bool:
@@ -199,26 +200,51 @@ def watch(pids: Sequence[int], grace: float = 2.0) -> Any:
 
 
 def _watch(grace: float, roots: list[int]) -> int:
-    """Wait for stdin's end (the watched process died or closed it), then stop the trees under `roots`."""
+    """Until stdin ends (the watched process died or closed it), note every process below `roots` every
+    WATCH_S; then stop every noted process still running (a process's parent may die first, its
+    children then hang below init, out of reach of a walk made only at the end)."""
+    import select
+
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
-    while sys.stdin.buffer.read(4096):
-        pass
-    doomed = [pid for root in roots for pid in [root, *descendants(root)]]
+    noted: dict[int, str] = {}
+    while True:
+        for pid in [*roots, *(p for root in roots for p in descendants(root))]:
+            noted.setdefault(pid, _started(pid))
+        ready, _, _ = select.select([sys.stdin], [], [], WATCH_S)
+        if ready and not os.read(sys.stdin.fileno(), 4096):
+            break
+    doomed = {pid for pid, started in noted.items() if started and _started(pid) == started}
+    doomed |= {p for pid in doomed for p in descendants(pid)}
     _signal_all(doomed, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline and any(_alive(pid) for pid in doomed):
         time.sleep(POLL_S)
-    _signal_all([pid for root in roots for pid in [root, *descendants(root)]] + doomed, signal.SIGKILL)
+    _signal_all(doomed | {p for pid in doomed for p in descendants(pid)}, signal.SIGKILL)
     return 0
 
 
 def _alive(pid: int) -> bool:
+    return _state(pid) not in ("", "Z")
+
+
+def _state(pid: int) -> str:
+    """/proc's state letter of `pid` (Z: a zombie); '' when it is gone."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text()
+        stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return False
-    return state[state.rfind(")") + 2:][:1] != "Z"
+        return ""
+    return stat[stat.rfind(")") + 2:][:1]
+
+
+def _started(pid: int) -> str:
+    """When `pid` started (/proc's start time, in clock ticks): tells a process from a later one that
+    reuses its number; '' when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat[stat.rfind(")") + 2:].split()[19]
 
 
 def _main(args: list[str]) -> int:

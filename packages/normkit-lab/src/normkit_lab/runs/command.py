@@ -108,7 +108,8 @@ class CommandTrainer:
         """Every placeholder's value for `job`'s run."""
         run_id = job.run
         return {"norm": run_id.norm, "seed": run_id.seed, "run_dir": str(run_dir), "phase": run_id.phase,
-                "epochs": job.train.epochs, "python": sys.executable, **{f"cell.{k}": v for k, v in run_id.cell}, **dict(run_id.tuned)}
+                "epochs": job.train.epochs, "python": sys.executable, **{f"cell.{k}": v for k, v in run_id.cell},
+                **dict(run_id.tuned)}
 
     def environment(self, job: Any, values: dict[str, Any]) -> dict[str, str]:
         from normkit_lab.runs.template import text_of
