@@ -428,3 +428,17 @@ def test_the_python_placeholder_is_normkits_interpreter(tmp_path: Path) -> None:
     banner = (Path(got["env"]["NORMKIT_RUN_DIR"]) / "stdout.log").read_text().splitlines()[0]
     assert json.loads(banner.split(" ", 4)[4])[0] == sys.executable  # `--- normkit: DATE TIME [argv...]`
     assert yaml.safe_load((result.path / "config.yaml").read_text())["command"].startswith("{python} tiny.py")
+
+
+def test_compare_exits_1_with_a_one_line_summary_when_runs_failed_and_0_when_none_did(tmp_path: Path) -> None:
+    write(tmp_path, "bad.py", BAD)
+    env = {**os.environ, "NORMKIT_TEST_MODE_BNN": "crash"}
+    argv = [NORMKIT, "compare", "--norms", "bn,bnn", "--seeds", "2", "--command", f"{PY} bad.py {{norm}} {{seed}}"]
+    failed = subprocess.run([*argv, "--out", "failed"], capture_output=True, text=True, env=env, cwd=tmp_path,
+                            timeout=300)
+    assert failed.returncode == 1, failed.stderr
+    assert failed.stderr.splitlines()[-1].startswith("1 run failed (first: bnn failed: exited with status 1")
+    assert (tmp_path / "failed" / "summary.json").is_file()  # the results are written all the same
+    env["NORMKIT_TEST_MODE_BNN"] = "ok"
+    fine = subprocess.run([*argv, "--out", "fine"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert fine.returncode == 0 and "failed" not in fine.stderr, fine.stderr
