@@ -442,3 +442,28 @@ def test_compare_exits_1_with_a_one_line_summary_when_runs_failed_and_0_when_non
     env["NORMKIT_TEST_MODE_BNN"] = "ok"
     fine = subprocess.run([*argv, "--out", "fine"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert fine.returncode == 0 and "failed" not in fine.stderr, fine.stderr
+
+
+ECHO = textwrap.dedent("""
+    import json, os, sys
+    json.dump(sys.argv[1:], open(os.path.join(os.environ["NORMKIT_RUN_DIR"], "argv.json"), "w"))
+    print('normkit: {"epoch": 0, "val_acc": 0.9, "test_acc": 0.9}')
+""")
+
+
+def test_sweep_and_tune_values_reach_the_program_as_typed(tmp_path: Path) -> None:
+    """Free keys are the program's: no YAML 1.1 reading (`010` is not 8, `1:30` not 90, `on` not true), no
+    scanner error for `` `id` `` or `{a`; numbers written as Python writes them stay numbers for a function."""
+    write(tmp_path, "echo.py", ECHO)
+    typed = ["010", "1:30", "0x1F", "on", "&a b", "`id`", "@x", "{a", "nan", "1e-3", "8", "0.05"]
+    result = compare(tmp_path, "bn,bnn", f"{PY} echo.py {{cell.x}} {{y}}", seeds=1,
+                     sweep=f"x={','.join(typed)}", tune="y=010,7", tune_seeds=1)
+    compare_runs = [row for row in result.runs if row["phase"] == "compare"]
+    got = sorted(json.loads((result.path / "runs" / RunId.of_row(row).slug() / "argv.json").read_text())[0]
+                 for row in compare_runs if row["norm"] == "bn")
+    assert got == sorted(typed)
+    assert {json.dumps(row["cell"]["x"]) for row in compare_runs} >= {'8', '0.05', '"010"', '"nan"', '"1e-3"'}
+    assert all(row["status"] == "ok" for row in result.runs)
+    assert {row["tuned"]["y"] for row in result.runs if row["phase"] == "tune"} == {"010", 7}
+    with pytest.raises(ConfigError, match="not a finite number"):
+        compare(tmp_path, "bn,bnn", f"{PY} echo.py {{cell.x}}", out="nan", sweep={"x": [float("nan"), 1.0]})
