@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from normkit_lab import ExecutorOptions, compare_norms
+from normkit_lab import ExecutorOptions, compare_norms, read_result
 from normkit_lab.errors import ConfigError
 from normkit_lab.records import RunId
 from normkit_lab.store.results import ResultsDir
@@ -467,3 +467,40 @@ def test_sweep_and_tune_values_reach_the_program_as_typed(tmp_path: Path) -> Non
     assert {row["tuned"]["y"] for row in result.runs if row["phase"] == "tune"} == {"010", 7}
     with pytest.raises(ConfigError, match="not a finite number"):
         compare(tmp_path, "bn,bnn", f"{PY} echo.py {{cell.x}}", out="nan", sweep={"x": [float("nan"), 1.0]})
+
+
+class UnprintableError(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text for you")
+
+
+def misbehaving_train(norm: str, seed: int, *, cell: dict[str, Any], report: Any) -> None:
+    """bnn moves the working directory; gn, ln and in raise what must be their run's failure only."""
+    report(epoch=0, val_acc=0.9, test_acc=0.9)
+    if norm == "bnn":
+        os.makedirs("elsewhere", exist_ok=True)
+        os.chdir("elsewhere")
+    elif norm == "gn":
+        raise PermissionError(13, "Permission denied", "/data/train.bin")
+    elif norm == "ln":
+        raise UnprintableError
+    elif norm == "in":
+        raise GeneratorExit
+
+
+def test_a_train_function_that_chdirs_or_raises_anything_fails_only_its_run_with_a_traceback(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = compare_norms("bn,bnn,gn,ln,in", train=misbehaving_train, seeds=1, metric="test_acc", out="fn",
+                           progress=quiet())
+    assert Path.cwd() == tmp_path and not list((tmp_path / "elsewhere").iterdir())
+    status = {row["norm"]: (row["status"], row.get("error")) for row in result.runs}
+    assert status["bn"][0] == status["bnn"][0] == "ok"
+    assert status["gn"][1].startswith("gn failed: PermissionError: [Errno 13] Permission denied: '/data/train.bin'")
+    assert status["ln"][1].startswith("ln failed: UnprintableError: (its message could not be printed)")
+    assert status["in"][1].startswith("in failed: GeneratorExit: (no message)")
+    for norm in ("gn", "ln", "in"):
+        where = status[norm][1].rpartition("(traceback: ")[2].rstrip(")")
+        assert "misbehaving_train" in (tmp_path / "fn" / where).read_text()
+    again = read_result("fn")  # a path as text
+    assert again.path == Path("fn") and len(again.runs) == 5
