@@ -162,3 +162,9 @@ def test_compare_norms_resume_takes_the_same_option(store_dir):
     result = compare_norms("bn", resume=store_dir, progress=Progress(), allow_version_change=True)
     assert len(result.runs) == 1
     assert len(json.loads((store_dir / ENVIRONMENT_FILE).read_text())["resumes"]) == 1
+
+
+def test_a_version_deleted_from_environment_json_is_a_change_not_a_check_turned_off():
+    saved = copy(ENV)
+    del saved["versions"]["torch"]
+    assert differences(saved, copy(ENV)) == (["torch (not recorded) -> 2.5.0"], [])

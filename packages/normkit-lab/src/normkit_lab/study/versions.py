@@ -70,6 +70,10 @@ def differences(saved: dict[str, Any], now: dict[str, Any]) -> tuple[list[str], 
     if isinstance(versions, dict):
         changed += [f"{dist} {_shown(versions[dist])} -> {_shown(running.get(dist))}" for dist in COMPARED
                     if dist in versions and versions[dist] != running.get(dist)]
+        # every version is recorded (None when not installed): a compared one missing was deleted, and
+        # deleting it must not turn its check off
+        changed += [f"{dist} (not recorded) -> {_shown(running[dist])}" for dist in COMPARED
+                    if dist not in versions and dist in running]
     else:
         unknown.append("versions")
     plugins, running_plugins = _plugin_versions(saved), _plugin_versions(now) or {}
