@@ -274,10 +274,11 @@ def compare_cmd(
     With a 95% t interval and paired t-test p, time/epoch, throughput, memory, params, divergences.
 
     Everything is saved under --out; see docs/experiments.md. A norm that raises is recorded as
-    failed and the others go on (exit 1 when any run failed, 2 for bad input). Ctrl-C or SIGTERM keeps the finished runs and each run's last
-    finished epoch (exit 130 or 143); --resume continues. --jobs, --executor ray|slurm and
-    --nproc-per-node scale out (docs/scaling.md). --command runs your own training program
-    instead of normkit's loop, with everything else unchanged (docs/own-training.md).
+    failed and the others go on (exit 1 when any run failed, 2 for bad input). Ctrl-C or SIGTERM
+    keeps the finished runs and each run's last finished epoch (exit 130 or 143); --resume continues.
+    --jobs, --executor ray|slurm and --nproc-per-node scale out (docs/scaling.md). --command runs
+    your own training program instead of normkit's loop, with everything else unchanged
+    (docs/own-training.md).
     """
     from normkit_cli.report import console as make_console
     from normkit_cli.report import show
