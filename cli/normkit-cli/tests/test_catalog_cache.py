@@ -120,13 +120,14 @@ def test_a_catalog_with_the_right_fingerprint_but_ill_formed_content_is_rebuilt(
     plugins, _ = normkit(tmp_path, "plugins")
     (catalog,) = (tmp_path / "cache").glob("catalog-*.json")
     good = json.loads(catalog.read_text())
-    for damage in ({"list": 5}, {"plugins": [{"name": 1}]}, {"show": {"x": {"title": None}}},
-                   {"list": {"norms": [{"name": "bn"}], "items": []}}, {"created": 3}):
-        for command, expected in ((("list", "--json"), first), (("show", "cachetest_a"), show),
-                                  (("plugins",), plugins)):
-            catalog.write_text(json.dumps({**good, **damage}))
-            out, loaded = normkit(tmp_path, *command)  # exits 0: asserted by normkit()
-            assert loaded and out.stdout.splitlines()[0] == expected.stdout.splitlines()[0], (damage, out.stderr)
+    commands = [(("list", "--json"), first), (("show", "cachetest_a"), show), (("plugins",), plugins)]
+    damages = ({"list": 5}, {"plugins": [{"name": 1}]}, {"show": {"x": {"title": None}}},
+               {"list": {"norms": [{"name": "bn"}], "items": []}}, {"created": 3})
+    for i, damage in enumerate(damages):  # each damage under one of the three commands that read the catalog
+        command, expected = commands[i % len(commands)]
+        catalog.write_text(json.dumps({**good, **damage}))
+        out, loaded = normkit(tmp_path, *command)  # exits 0: asserted by normkit()
+        assert loaded and out.stdout.splitlines()[0] == expected.stdout.splitlines()[0], (damage, out.stderr)
 
 
 def test_no_catalog_while_a_plugin_fails(tmp_path: Path) -> None:
