@@ -504,3 +504,46 @@ def test_a_train_function_that_chdirs_or_raises_anything_fails_only_its_run_with
         assert "misbehaving_train" in (tmp_path / "fn" / where).read_text()
     again = read_result("fn")  # a path as text
     assert again.path == Path("fn") and len(again.runs) == 5
+
+
+def busy_train(norm: str, seed: int, *, cell: dict[str, Any], report: Any) -> None:
+    """Spends about 0.3 s of CPU, reporting three epochs."""
+    end = time.process_time() + 0.3
+    while time.process_time() < end:
+        pass
+    for epoch in range(3):
+        report(epoch=epoch, val_acc=0.9, test_acc=0.9 - 0.01 * epoch, f1=0.5)
+
+
+BUSY = textwrap.dedent("""
+    import subprocess, sys, time
+    subprocess.run([sys.executable, "-c", "import time\\nend = time.process_time() + 0.3\\n"
+                    "while time.process_time() < end: pass"])  # CPU spent by a child counts too
+    for epoch in range(3):
+        print('normkit: {"epoch": %d, "val_acc": 0.9, "test_acc": %g, "f1": 0.5}' % (epoch, 0.9 - 0.01 * epoch))
+""")
+
+
+def test_wall_and_cpu_time_are_recorded_and_reported_metrics_reach_tensorboard(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from normkit_lab import RunOptions
+
+    write(tmp_path, "busy.py", BUSY)
+    tensorboard = RunOptions(log=("tensorboard",))
+    by_command = compare(tmp_path, "bn,bnn", f"{PY} busy.py", seeds=1, run_options=tensorboard)
+    by_function = compare_norms("bn,bnn", train=busy_train, seeds=1, out=tmp_path / "fn", progress=quiet(),
+                                run_options=tensorboard)
+    for result, kind in ((by_command, "command"), (by_function, "function")):
+        last = [row for row in result.runs if "extras" in row]
+        assert len(last) == 2
+        for row in last:
+            timing = row["extras"][kind]
+            assert timing["cpu_s"] >= 0.25 and timing["wall_s"] >= timing["cpu_s"] * 0.5, timing
+        logs = sorted((result.path / "tensorboard").iterdir())
+        assert len(logs) == 2
+        events = EventAccumulator(str(logs[0]))
+        events.Reload()
+        assert {"epoch/test_acc", "epoch/f1", "epoch/val_acc"} <= set(events.Tags()["scalars"])
+        steps = [(e.step, round(e.value, 4)) for e in events.Scalars("epoch/test_acc")]
+        assert steps == [(0, 0.9), (1, 0.89), (2, 0.88)]

@@ -157,8 +157,11 @@ def _supervise(parent: int, status_fd: int, grace: float, argv: list[str]) -> in
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stop once: a second SIGTERM must not cut the cleanup
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         stop_tree(me, grace)
+        import resource
+
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # the program and every process below it, reaped
         with contextlib.suppress(OSError):
-            os.write(status_fd, status.encode())
+            os.write(status_fd, f"{status}\ncpu {usage.ru_utime + usage.ru_stime:.3f}".encode())
     return 0 if status == "exit 0" else 1
 
 
@@ -169,8 +172,9 @@ def _program_dies_with(supervisor: int) -> Any:
     return preexec if LINUX else None
 
 
-def read_status(status_fd: int) -> str:
-    """What the supervisor reported (`exit N`, `signal N`, `error TEXT`, `stopped`); '' if it died first."""
+def read_status(status_fd: int) -> tuple[str, float | None]:
+    """What the supervisor reported: the program's end (`exit N`, `signal N`, `error TEXT`, `stopped`; ''
+    if the supervisor died first) and the CPU seconds of the program and every process below it."""
     chunks = []
     with contextlib.suppress(OSError):
         while True:
@@ -178,7 +182,11 @@ def read_status(status_fd: int) -> str:
             if not chunk:
                 break
             chunks.append(chunk)
-    return b"".join(chunks).decode(errors="replace")
+    status, _, cpu = b"".join(chunks).decode(errors="replace").partition("\ncpu ")
+    try:
+        return status, float(cpu)
+    except ValueError:
+        return status, None
 
 
 # -- the watchdog of processes that are not our children --------------------------------------------

@@ -137,9 +137,11 @@ class CommandTrainer:
         run_dir = make_dirs(Path(job.store), context.run_dir)
         values = self.values(job, run_dir.resolve())
         argv = CommandTemplate.parse(self.command).argv(values)
-        records = Records(run_dir, context.on_epoch)
-        status, stderr_tail, problem = _run(argv, self.workdir, self.environment(job, values), run_dir,
-                                            records, self.timeout)
+        records = Records(run_dir, context.on_epoch, context.loggers)
+        started = time.monotonic()
+        status, cpu_s, stderr_tail, problem = _run(argv, self.workdir, self.environment(job, values), run_dir,
+                                                   records, self.timeout)
+        wall_s = time.monotonic() - started
         epochs = records.epochs()
         if problem is None and status != "exit 0":
             problem = f"exited with {_exit_text(status)}"
@@ -156,7 +158,8 @@ class CommandTrainer:
         for record in epochs:
             record.metrics.pop("params", None)
         return RunResult(norm=normkit.parse(job.run.norm).text, seed=job.run.seed, status="ok", epochs=epochs,
-                         params=params, extras={"command": {"argv": argv}}, trainer=self.kind)
+                         params=params, extras={"command": {"argv": argv, "wall_s": round(wall_s, 3), "cpu_s": cpu_s}},
+                         trainer=self.kind)
 
 
 def _exit_text(status: str) -> str:
@@ -170,10 +173,11 @@ def _exit_text(status: str) -> str:
 
 
 def _run(argv: list[str], workdir: str, env: dict[str, str], run_dir: Path, records: Records,
-         timeout: float | None) -> tuple[str, str, str | None]:
+         timeout: float | None) -> tuple[str, float | None, str, str | None]:
     """Run the program under its supervisor (`normkit_lab.processes`) to its end: (its exit status as
-    `exit N` / `signal N`, the stderr tail, the problem or None). Its stdout is copied to stdout.log and
-    parsed line by line (in a thread, handed to this one); a bad line stops it."""
+    `exit N` / `signal N`, the CPU seconds of its process tree, the stderr tail, the problem or None).
+    Its stdout is copied to stdout.log and parsed line by line (in a thread, handed to this one); a bad
+    line stops it."""
     lines: queue.Queue[str | None] = queue.Queue()
     with (run_dir / "stdout.log").open("ab") as out, (run_dir / "stderr.log").open("ab") as err:
         banner = f"--- normkit: {time.strftime('%Y-%m-%d %H:%M:%S')} {json.dumps(argv)}\n".encode()
@@ -216,7 +220,7 @@ def _run(argv: list[str], workdir: str, env: dict[str, str], run_dir: Path, reco
                 _stop(proc)
             proc.wait()
             reader.join(timeout=STOP_GRACE_S)
-            status = read_status(status_read)
+            status, cpu_s = read_status(status_read)
             os.close(status_read)
     while problem is None:  # lines the reader handed over after the last poll
         try:
@@ -229,12 +233,12 @@ def _run(argv: list[str], workdir: str, env: dict[str, str], run_dir: Path, reco
         problem = f"could not start {argv[0]!r}: {status[6:]}"
     if not status.startswith(("exit ", "signal ")):  # the supervisor itself was killed
         status = f"signal {-proc.returncode}" if (proc.returncode or 0) < 0 else f"exit {proc.returncode}"
-    return status, _tail(run_dir / "stderr.log", err_start), problem
+    return status, cpu_s, _tail(run_dir / "stderr.log", err_start), problem
 
 
 def _take(line: str, records: Records) -> str | None:
     if line is _OVERLONG:
-        return f"printed a `normkit:` line longer than {MAX_LINE_BYTES:,} bytes; report a few metrics per line"
+        return f"printed a `normkit:` line longer than {MAX_LINE_BYTES:,} bytes; report fewer metrics per line"
     if near_miss(line) and records.near_miss is None:
         records.near_miss = line.strip()
     try:

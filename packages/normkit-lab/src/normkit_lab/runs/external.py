@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,9 +55,10 @@ class Records:
     """The records of one run: earlier attempts' (from metrics.jsonl) and this attempt's, checked as
     they arrive and appended to the file at once."""
 
-    def __init__(self, run_dir: Path, on_epoch: Callable[[Any], None] | None) -> None:
+    def __init__(self, run_dir: Path, on_epoch: Callable[[Any], None] | None, loggers: Sequence[Any] = ()) -> None:
         self.path = run_dir / METRICS_FILE
         self.on_epoch = on_epoch
+        self.loggers = list(loggers)  # `runs.loggers` (CSV, TensorBoard): each record at its epoch
         self.earlier = _load(self.path)
         self.current: list[ReportedEpoch] = []
         self.near_miss: str | None = None  # the first output line that looks meant as a report but is not one
@@ -71,6 +72,8 @@ class Records:
             f.write(json.dumps(record.as_dict()) + "\n")
             f.flush()
             os.fsync(f.fileno())
+        for logger in self.loggers:
+            logger.on_epoch(record, step=record.epoch)
         if self.on_epoch is not None:
             self.on_epoch(record)
         return record

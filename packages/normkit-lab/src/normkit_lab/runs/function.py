@@ -22,6 +22,7 @@ import contextlib
 import inspect
 import os
 import pickle
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,12 +114,13 @@ class FunctionTrainer:
         from normkit_lab.runs.training import seed_everything
 
         run_dir = make_dirs(Path(job.store), context.run_dir).resolve()  # the function may chdir
-        records = Records(run_dir, context.on_epoch)
+        records = Records(run_dir, context.on_epoch, context.loggers)
         kwargs: dict[str, Any] = {"cell": {**dict(job.run.cell), **dict(job.run.tuned)}, "report": _reporter(records)}
         if _takes(self.function, "run_dir"):
             kwargs["run_dir"] = run_dir
         seed_everything(job.run.seed)  # as the built-in trainer does; the function may seed again
         cwd = os.getcwd()
+        started, cpu_started = time.monotonic(), time.process_time()
         try:
             self.function(job.run.norm, job.run.seed, **kwargs)
         except MachineFailure:  # normkit's own write of a report failed: the machine's, not the function's
@@ -127,6 +129,8 @@ class FunctionTrainer:
             raise FunctionFailed(_failure_text(exc, run_dir, job.store)) from exc
         finally:
             os.chdir(cwd)  # an os.chdir inside the function must not move the comparison's files
+        timing = {"wall_s": round(time.monotonic() - started, 3),
+                  "cpu_s": round(time.process_time() - cpu_started, 3)}  # this process's CPU, all threads
         records.require_this_attempt("the function never called report(...)")
         epochs = records.epochs()
         require_metric(epochs, self.metric, self.select)
@@ -134,7 +138,8 @@ class FunctionTrainer:
         for record in epochs:
             record.metrics.pop("params", None)
         return RunResult(norm=normkit.parse(job.run.norm).text, seed=job.run.seed, status="ok", epochs=epochs,
-                         params=params, extras={"function": {"name": reference(self.function)}}, trainer=self.kind)
+                         params=params, extras={"function": {"name": reference(self.function), **timing}},
+                         trainer=self.kind)
 
 
 class FunctionFailed(normkit.NormkitError):
