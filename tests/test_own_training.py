@@ -547,3 +547,28 @@ def test_wall_and_cpu_time_are_recorded_and_reported_metrics_reach_tensorboard(t
         assert {"epoch/test_acc", "epoch/f1", "epoch/val_acc"} <= set(events.Tags()["scalars"])
         steps = [(e.step, round(e.value, 4)) for e in events.Scalars("epoch/test_acc")]
         assert steps == [(0, 0.9), (1, 0.89), (2, 0.88)]
+
+
+# Reports accuracies in percent, as timm's train.py does (report_metrics too, when the comparison says so).
+PERCENT = TINY.replace("report_metrics(epoch=epoch, val_acc=acc + rng.gauss(0, 0.001), test_acc=acc, val_loss=1 - acc)",
+                       "report_metrics(epoch=epoch, val_acc=100 * (acc + rng.gauss(0, 0.001)), test_acc=100 * acc, "
+                       "val_loss=1 - acc)")
+
+
+def test_a_program_reporting_percent_is_compared_with_an_explicit_recorded_scale(tmp_path: Path) -> None:
+    assert PERCENT != TINY
+    write(tmp_path, "tiny.py", TINY)
+    write(tmp_path, "percent.py", PERCENT)
+    fractions = compare(tmp_path, "bn,gn+pn", f"{PY} tiny.py --norm {{norm}} --seed {{seed}}", seeds=3)
+    refused = compare(tmp_path, "bn,gn+pn", f"{PY} percent.py --norm {{norm}} --seed {{seed}}", out="refused", seeds=1)
+    assert all("--metric test_acc:percent" in row["error"] for row in refused.runs)  # the way out, named
+    percent = compare(tmp_path, "bn,gn+pn", f"{PY} percent.py --norm {{norm}} --seed {{seed}}", out="percent",
+                      seeds=3, metric="test_acc:percent")
+    assert percent.config["metric"] == "test_acc:percent"  # the scale is recorded with the metric
+    assert verdicts(percent) == verdicts(fractions) == [("bn", "baseline"), ("gn+pn", "worse")]
+    for mine, theirs in zip(percent.summary, fractions.summary, strict=True):  # percent points, margin 0.5 alike
+        for key in ("metric_mean", "diff_mean", "margin", "mde", "best_acc_mean"):
+            assert mine[key] == (theirs[key] if theirs[key] is None else pytest.approx(theirs[key], abs=1e-9)), key
+    assert {row["test_acc"] <= 1 for row in percent.runs} == {True}  # runs.jsonl holds fractions
+    with pytest.raises(ConfigError, match="only the accuracies normkit knows"):
+        compare(tmp_path, "bn,gn+pn", f"{PY} percent.py", out="x", metric="test_loss:percent")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ RESERVED = frozenset({"norm", "seed", "phase", "cell", "tuned", "status", "param
                       "error", "extras", "trainer", "host", "torch_version", "device"})
 # the accuracies normkit's own trainer records, as fractions in [0, 1]
 FRACTIONS = frozenset({"train_acc", "val_acc", "test_acc", "val_top5"})
+ACCURACY_ENV = "NORMKIT_ACCURACY"  # "percent" when the comparison reads accuracies in percent
 MAX_METRICS = 200  # keys per line
 MAX_NAME = 100
 
@@ -66,12 +68,13 @@ def _finite(value: Any) -> bool:
         return False
 
 
-def check_record(values: Any, previous: int | None) -> ReportedEpoch:
+def check_record(values: Any, previous: int | None, percent: bool = False) -> ReportedEpoch:
     """The record of one reported mapping, or ReportError naming what is wrong.
 
     `epoch` (an integer >= 0) defaults to the previous epoch + 1 (0 for the first); epochs must
     increase. Every other key is a metric: a finite number (not a bool), named like an identifier
-    of at most MAX_NAME characters, not a RESERVED column; accuracies in FRACTIONS lie in [0, 1].
+    of at most MAX_NAME characters, not a RESERVED column; accuracies in FRACTIONS lie in [0, 1]
+    (in [0, 100] with `percent`: the comparison said its program reports percent, `--metric test_acc:percent`).
     `params` (an integer >= 0) may be reported as the model's parameter count.
     """
     if not isinstance(values, dict):
@@ -94,9 +97,13 @@ def check_record(values: Any, previous: int | None) -> ReportedEpoch:
             raise ReportError(f"reported a metric named {name!r}, a column of runs.jsonl; rename it")
         if not _finite(value):
             raise ReportError(f"reported {name}={_short(value)} at epoch {epoch}; metrics must be finite numbers")
-        if name in FRACTIONS and not 0 <= value <= 1:
-            raise ReportError(f"reported {name}={value} at epoch {epoch}; accuracies are fractions in [0, 1] "
-                              f"(report {value / 100:g} for {value}%), as normkit's own trainer records them")
+        if name in FRACTIONS and percent and not 0 <= value <= 100:
+            raise ReportError(f"reported {name}={value} at epoch {epoch}; this comparison reads accuracies in "
+                              f"percent, in [0, 100]")
+        if name in FRACTIONS and not percent and not 0 <= value <= 1:
+            raise ReportError(f"reported {name}={value:g} at epoch {epoch}; accuracies are fractions in [0, 1] "
+                              f"(report {value / 100:g}), or say the program reports percent: "
+                              f"--metric test_acc:percent")
         metrics[name] = float(value) if name != "params" else value
     params = metrics.get("params")
     if params is not None and not (isinstance(params, int) and params >= 0):
@@ -155,6 +162,6 @@ def report_metrics(epoch: int | None = None, *, file: TextIO | None = None, **me
               for k, v in values.items()}  # numpy / torch scalars
     if epoch is not None and hasattr(epoch, "item"):
         values["epoch"] = int(epoch)
-    check_record(values, None)
+    check_record(values, None, percent=os.environ.get(ACCURACY_ENV) == "percent")
     stream = file or sys.stdout
     print(PREFIX + json.dumps(values), file=stream, flush=True)

@@ -32,8 +32,9 @@ from typing import IO, TYPE_CHECKING, Any
 
 import normkit
 from normkit_lab.errors import ConfigError, one_line
+from normkit_lab.metrics import reports_percent
 from normkit_lab.processes import read_status, supervised
-from normkit_lab.reporting import PREFIX, ReportError, near_miss, parse_line
+from normkit_lab.reporting import ACCURACY_ENV, PREFIX, ReportError, near_miss, parse_line
 from normkit_lab.runs.external import (
     Records,
     check_external,
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
 POLL_S = 0.1
 STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this long
 STDERR_TAIL_LINES = 5
-STDERR_TAIL_CHARS = 400
+STDERR_TAIL_CHARS = 320  # with the reason, within the 400 characters of a failure line: its end is kept
 MAX_LINE_BYTES = 1 << 20  # a stdout line is read at most this much at a time; a longer report is refused
 
 
@@ -119,7 +120,8 @@ class CommandTrainer:
         env.update({"NORMKIT_NORM": run_id.norm, "NORMKIT_SEED": str(run_id.seed),
                     "NORMKIT_RUN_DIR": values["run_dir"], "NORMKIT_PHASE": run_id.phase,
                     "NORMKIT_EPOCHS": str(job.train.epochs), "NORMKIT_CELL": json.dumps(dict(run_id.cell)),
-                    "NORMKIT_TUNED": json.dumps(dict(run_id.tuned)), "PYTHONUNBUFFERED": "1"})
+                    "NORMKIT_TUNED": json.dumps(dict(run_id.tuned)), "PYTHONUNBUFFERED": "1",
+                    ACCURACY_ENV: "percent" if reports_percent(self.metric) else "fraction"})
         for prefix, items in (("NORMKIT_CELL_", run_id.cell), ("NORMKIT_TUNED_", run_id.tuned)):
             for key, value in items:
                 env[prefix + key.upper()] = text_of(value)
@@ -137,7 +139,7 @@ class CommandTrainer:
         run_dir = make_dirs(Path(job.store), context.run_dir)
         values = self.values(job, run_dir.resolve())
         argv = CommandTemplate.parse(self.command).argv(values)
-        records = Records(run_dir, context.on_epoch, context.loggers)
+        records = Records(run_dir, context.on_epoch, context.loggers, reports_percent(self.metric))
         started = time.monotonic()
         status, cpu_s, stderr_tail, problem = _run(argv, self.workdir, self.environment(job, values), run_dir,
                                                    records, self.timeout)

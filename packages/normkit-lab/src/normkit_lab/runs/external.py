@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from normkit_lab.errors import ConfigError
-from normkit_lab.reporting import ReportedEpoch, ReportError, check_record
+from normkit_lab.reporting import FRACTIONS, ReportedEpoch, ReportError, check_record
 
 if TYPE_CHECKING:
     from normkit_lab.records import RunId, RunResult
@@ -55,8 +55,10 @@ class Records:
     """The records of one run: earlier attempts' (from metrics.jsonl) and this attempt's, checked as
     they arrive and appended to the file at once."""
 
-    def __init__(self, run_dir: Path, on_epoch: Callable[[Any], None] | None, loggers: Sequence[Any] = ()) -> None:
+    def __init__(self, run_dir: Path, on_epoch: Callable[[Any], None] | None, loggers: Sequence[Any] = (),
+                 percent: bool = False) -> None:
         self.path = run_dir / METRICS_FILE
+        self.percent = percent  # accuracies arrive in percent: recorded as fractions (`metrics.reports_percent`)
         self.on_epoch = on_epoch
         self.loggers = list(loggers)  # `runs.loggers` (CSV, TensorBoard): each record at its epoch
         self.earlier = _load(self.path)
@@ -66,7 +68,9 @@ class Records:
     def add(self, values: Any) -> ReportedEpoch:
         """Check and keep one reported mapping (ReportError when it is not a valid record)."""
         previous = self.current[-1].epoch if self.current else None
-        record = check_record(values, previous)
+        record = check_record(values, previous, percent=self.percent)
+        if self.percent:
+            record.metrics.update({k: v / 100 for k, v in record.metrics.items() if k in FRACTIONS})
         self.current.append(record)
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(record.as_dict()) + "\n")

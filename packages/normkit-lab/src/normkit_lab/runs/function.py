@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import normkit
 from normkit_lab.errors import ConfigError, MachineFailure, one_line
+from normkit_lab.metrics import reports_percent
 from normkit_lab.runs.external import (
     Records,
     check_external,
@@ -114,7 +115,7 @@ class FunctionTrainer:
         from normkit_lab.runs.training import seed_everything
 
         run_dir = make_dirs(Path(job.store), context.run_dir).resolve()  # the function may chdir
-        records = Records(run_dir, context.on_epoch, context.loggers)
+        records = Records(run_dir, context.on_epoch, context.loggers, reports_percent(self.metric))
         kwargs: dict[str, Any] = {"cell": {**dict(job.run.cell), **dict(job.run.tuned)}, "report": _reporter(records)}
         if _takes(self.function, "run_dir"):
             kwargs["run_dir"] = run_dir
