@@ -168,3 +168,16 @@ def test_a_version_deleted_from_environment_json_is_a_change_not_a_check_turned_
     saved = copy(ENV)
     del saved["versions"]["torch"]
     assert differences(saved, copy(ENV)) == (["torch (not recorded) -> 2.5.0"], [])
+
+
+def test_the_c_compiler_kernels_are_built_with_is_recorded_and_compared():
+    """normalnorm's lnn row kernel runs where a C compiler is, its torch-ops fallback elsewhere: the same
+    noise, values equal to float32 rounding only. environment.json records the compiler; a resume on a
+    machine without one (or with another) is a change."""
+    recorded = lab_environment.environment("cpu")["c_compiler"]
+    assert recorded is None or isinstance(recorded, str)
+    saved = {**copy(ENV), "c_compiler": "gcc (Debian 12.2.0-14) 12.2.0"}
+    assert differences(saved, {**copy(ENV), "c_compiler": None}) == (
+        ["C compiler 'gcc (Debian 12.2.0-14) 12.2.0' -> none (kernels run on torch ops)"], [])
+    assert differences(saved, copy(saved)) == ([], [])
+    assert differences(copy(ENV), {**copy(ENV), "c_compiler": None}) == ([], [])  # older directories: not recorded
