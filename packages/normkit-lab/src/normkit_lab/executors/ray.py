@@ -1,4 +1,4 @@
-"""The Ray executor (`--executor ray`, extra `normkit-lab[ray]`): each run is one Ray task calling `run_job`.
+"""The Ray executor (`--executor ray`, normkit-lab's extra `ray`): each run is one Ray task calling `run_job`.
 
     executor = RayExecutor(ExecutorOptions(kind="ray"))                      # a local Ray instance
     executor = RayExecutor(ExecutorOptions(kind="ray", ray_address="auto"))  # an existing cluster
@@ -40,7 +40,7 @@ from normkit_lab.runs.execute import Events, Job, run_job
 from normkit_lab.spec import TrainConfig
 from normkit_lab.store.results import ResultsDir
 
-MISSING_RAY = "--executor ray needs Ray: pip install 'normkit-lab[ray]'"
+MISSING_RAY = "--executor ray needs Ray: pip install 'ray>=2.9' (normkit-lab's extra ray; normkit is not on PyPI)"
 POLL_S = 0.2  # how often the driver relays progress events while tasks run
 CONNECT_TIMEOUT_S = 5.0  # Ray retries an unreachable address for minutes; a plain TCP probe fails fast
 START_ATTEMPTS = 3  # a run whose worker died before it started is submitted this many times, then failed
