@@ -214,7 +214,7 @@ def _run(argv: list[str], workdir: str, env: dict[str, str], run_dir: Path, reco
                     problem = _take(line, records)
                     if problem is not None:
                         break
-                if deadline is not None and time.monotonic() > deadline:
+                if deadline is not None and time.monotonic() > deadline and proc.poll() is None:
                     problem = f"ran past the timeout of {timeout:g} s and was stopped"
                     break
         finally:
