@@ -421,7 +421,11 @@ def test_a_retry_that_reports_nothing_is_failed_not_ok_with_the_earlier_attempts
 
 
 def test_the_python_placeholder_is_normkits_interpreter(tmp_path: Path) -> None:
+    """Also: modules of the program's directory named like the standard library's never reach normkit's
+    supervisor of the program (which starts there)."""
     write(tmp_path, "tiny.py", TINY)
+    for shadow in ("resource.py", "ctypes.py", "select.py"):
+        write(tmp_path, shadow, "raise SystemExit('imported the project\'s own module')\n")
     result = compare(tmp_path, "bn,bnn", "{python} tiny.py --norm {norm} --seed {seed} --run-dir {run_dir}", seeds=1)
     assert [row["status"] for row in result.runs] == ["ok"] * 4
     got = seen(result.path, "bnn", 0)

@@ -5,7 +5,7 @@ cleanup code of normkit at all).
 - `die_with_parent()`, called in a child process: the kernel sends it SIGKILL when its parent
   dies (Linux PR_SET_PDEATHSIG), so the local pool's workers go with a killed normkit.
 - `supervised(argv, ...)`: the command line that runs a `--command` program under a supervisor,
-  `python -m normkit_lab.processes supervise ...`. The supervisor is a child subreaper (Linux
+  `python -c '... _main(...)' supervise ...`. The supervisor is a child subreaper (Linux
   PR_SET_CHILD_SUBREAPER): every process the program starts stays below it, even one that calls
   `setsid` or whose parent exits. When the program exits, what it left behind (a grandchild holding
   its stdout open) is stopped; when the supervisor is told to stop (SIGTERM: normkit's timeout or its
@@ -121,10 +121,15 @@ def stop_tree(root: int, grace: float) -> None:
 # -- the supervisor of one program ------------------------------------------------------------------
 
 
+# How the supervisor and the watchdog start: not `python -m`, which puts the working directory (the
+# user's project) first on sys.path, where a `signal.py` or `subprocess.py` of theirs would be imported
+_ENTRY = ("import sys; del sys.path[0]; from normkit_lab.processes import _main; sys.exit(_main(sys.argv[1:]))")
+
+
 def supervised(argv: Sequence[str], status_fd: int, grace: float) -> list[str]:
     """The command line that runs `argv` under a supervisor writing its exit status to `status_fd`."""
-    return [sys.executable, "-m", "normkit_lab.processes", "supervise", str(os.getpid()), str(status_fd),
-            repr(float(grace)), "--", *argv]
+    return [sys.executable, "-c", _ENTRY, "supervise", str(os.getpid()), str(status_fd), repr(float(grace)), "--",
+            *argv]
 
 
 class _Stop(Exception):
@@ -199,9 +204,8 @@ def watch(pids: Sequence[int], grace: float = 2.0) -> Any:
         return None
     read, write = os.pipe()
     try:
-        subprocess.Popen([sys.executable, "-m", "normkit_lab.processes", "watch", repr(float(grace)),
-                          *map(str, pids)], stdin=read, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         start_new_session=True, close_fds=True)
+        subprocess.Popen([sys.executable, "-c", _ENTRY, "watch", repr(float(grace)), *map(str, pids)], stdin=read,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
     finally:
         os.close(read)
     return os.fdopen(write, "wb")
@@ -260,10 +264,5 @@ def _main(args: list[str]) -> int:
         return _supervise(int(args[1]), int(args[2]), float(args[3]), args[5:])
     if args[:1] == ["watch"] and len(args) >= 2:
         return _watch(float(args[1]), [int(a) for a in args[2:]])
-    print("usage: python -m normkit_lab.processes supervise PARENT FD GRACE -- ARGV... | watch GRACE PID...",
-          file=sys.stderr)
+    print("usage: processes supervise PARENT FD GRACE -- ARGV... | watch GRACE PID...", file=sys.stderr)
     return 2
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))

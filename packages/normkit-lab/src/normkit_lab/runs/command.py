@@ -194,7 +194,7 @@ def _run(argv: list[str], workdir: str, env: dict[str, str], run_dir: Path, reco
                                     start_new_session=True, pass_fds=(status_write,))
         except OSError as exc:
             os.close(status_read)
-            return "exit 127", "", f"could not start the supervisor of {argv[0]!r}: {exc.strerror or exc}"
+            return "exit 127", None, "", f"could not start the supervisor of {argv[0]!r}: {exc.strerror or exc}"
         finally:
             os.close(status_write)
         reader = threading.Thread(target=_read, args=(proc.stdout, out, lines), daemon=True)
