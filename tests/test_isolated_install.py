@@ -124,3 +124,13 @@ def test_every_package_installed_alone_builds_and_checks_what_it_registers(tmp_p
     failures = {p: (out.stdout + out.stderr)[-3000:] for p, out in _results(tmp_path, wheelhouse)
                 if out.returncode != 0}
     assert not failures, "\n\n".join(f"{p}:\n{text}" for p, text in failures.items())
+
+
+def test_the_use_install_lists_every_package_of_the_checkout_and_no_test_dependency() -> None:
+    """README's "Use it" install (requirements-use.txt) builds every package from this checkout, so a
+    new plugin cannot be left out of it, and pulls none of requirements.txt's test and development tools."""
+    lines = [line.split("#")[0].strip() for line in (ROOT / "requirements-use.txt").read_text().splitlines()]
+    local = {line.partition("[")[0].removeprefix("./") for line in lines if line.startswith("./")}
+    assert local == {str(path.relative_to(ROOT)) for path in PACKAGES.values()}
+    named = {_key(Requirement(line).name) for line in lines if line and not line.startswith("./")}
+    assert named == {"torch", "torchvision"}  # pinned as requirements.txt pins them; the rest is declared

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from normkit_lab import ExecutorOptions, compare_norms
+from normkit_lab import ExecutorOptions, compare_norms, read_result
 from normkit_lab.errors import ConfigError
 from normkit_lab.records import RunId
 from normkit_lab.store.results import ResultsDir
@@ -44,7 +44,9 @@ TINY = textwrap.dedent("""
     a = p.parse_args()
     if a.run_dir:
         env = {k: v for k, v in os.environ.items() if k.startswith("NORMKIT_")}
-        parent = open(f"/proc/{os.getppid()}/cmdline", "rb").read().replace(b"\\0", b" ").decode()
+        stat = open(f"/proc/{os.getppid()}/stat").read()  # the parent is normkit's supervisor: whose child is it?
+        grandparent = int(stat[stat.rfind(")") + 2:].split()[1])
+        parent = open(f"/proc/{grandparent}/cmdline", "rb").read().replace(b"\\0", b" ").decode()
         json.dump({"argv": sys.argv[1:], "env": env, "parent": parent}, open(os.path.join(a.run_dir, "seen.json"), "w"))
     rng = random.Random(f"{a.norm}/{a.seed}/{a.width}/{a.lr}")
     base = {"bn": 0.90}.get(a.norm, 0.85) - abs(a.lr - 0.1)
@@ -360,3 +362,217 @@ def test_the_lightning_example_compared_with_command(tmp_path: Path) -> None:
     pytest.importorskip("lightning")
     summary = _compare_example(tmp_path, "train_lightning.py", "--jobs", "2")
     assert all(50 < mean < 100 for _, _, mean, _ in summary)
+
+
+# -- round 2: what a second review found -------------------------------------------------------------------
+
+# Reports what NORMKIT_TEST_LINE_<norm> says, verbatim (with {run_dir} and {python} behaviour on the side).
+SAYS = textwrap.dedent("""
+    import json, os, sys
+    norm = sys.argv[1]
+    line = os.environ.get("NORMKIT_TEST_LINE_" + norm.upper())
+    if line == "overlong":
+        sys.stdout.write('normkit: {"epoch": 0, "test_acc": 0.9, "pad": "' + "x" * (3 << 20) + '"}\\n')
+    elif line is not None:
+        print(line)
+    else:
+        print("normkit: " + json.dumps({"epoch": 0, "val_acc": 0.9, "test_acc": 0.9}))
+    sys.stdout.flush()
+""")
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ('normkit: {"epoch": 0, "test_acc": 0.5, "test_acc": 0.9}', "reported 'test_acc' twice in one line"),
+    ('normkit: {"epoch": 0, "test_acc": 0.9, "steps": 1' + "0" * 400 + "}", "steps=1000"),
+    ('normkit: {"epoch": 0, "test_acc": 0.9, "steps": 1' + "0" * 5000 + "}", "not `normkit: ` followed by one JSON"),
+    ('normkit:{"epoch": 0, "test_acc": 0.9}', "the line 'normkit:{\"epoch\": 0"),
+    ("overlong", "longer than 1,048,576 bytes"),
+])
+def test_a_report_that_cannot_be_read_one_way_is_a_failed_run_with_the_reason(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str, message: str) -> None:
+    """A duplicate key (JSON keeps the last), an integer beyond a float, a near-miss prefix and an endless
+    line each fail the run with their own one-line reason, never a raw Python error."""
+    write(tmp_path, "says.py", SAYS)
+    monkeypatch.setenv("NORMKIT_TEST_LINE_BNN", line)
+    result = compare(tmp_path, "bn,bnn", f"{PY} says.py {{norm}}", seeds=1)
+    (failed,) = [row for row in result.runs if row["status"] == "failed"]
+    assert failed["norm"] == "bnn" and message in failed["error"], failed["error"]
+    assert "Error:" not in failed["error"].partition(";")[0]  # no Python exception's name in the reason
+
+
+def test_a_retry_that_reports_nothing_is_failed_not_ok_with_the_earlier_attempts_epochs(tmp_path: Path) -> None:
+    """The first attempt reports epoch 0 and hangs (stopped at the timeout: failed); the retry on resume
+    prints nothing and exits 0. It must stay failed: the old attempt's epoch 0 is not this run's result."""
+    write(tmp_path, "once.py", textwrap.dedent("""
+        import os, sys, time
+        marker = os.path.join(os.environ["NORMKIT_RUN_DIR"], "tried")
+        if os.path.exists(marker):
+            sys.exit(0)
+        open(marker, "w").close()
+        print('normkit: {"epoch": 0, "val_acc": 0.9, "test_acc": 0.9}', flush=True)
+        time.sleep(60)
+    """))
+    first = compare(tmp_path, "bn,bnn", f"{PY} once.py", seeds=1, timeout=2)
+    assert [row["status"] for row in first.runs] == ["failed", "failed"]
+    again = compare_norms("bn,bnn", resume=first.path, progress=quiet())
+    retries = again.runs[2:]
+    assert [row["status"] for row in retries] == ["failed", "failed"]
+    assert all("reported no metrics" in row["error"] and "earlier attempt" in row["error"] for row in retries)
+
+
+def test_the_python_placeholder_is_normkits_interpreter(tmp_path: Path) -> None:
+    """Also: modules of the program's directory named like the standard library's never reach normkit's
+    supervisor of the program (which starts there)."""
+    write(tmp_path, "tiny.py", TINY)
+    for shadow in ("resource.py", "ctypes.py", "select.py"):
+        write(tmp_path, shadow, "raise SystemExit('imported the project\'s own module')\n")
+    result = compare(tmp_path, "bn,bnn", "{python} tiny.py --norm {norm} --seed {seed} --run-dir {run_dir}", seeds=1)
+    assert [row["status"] for row in result.runs] == ["ok"] * 4
+    got = seen(result.path, "bnn", 0)
+    banner = (Path(got["env"]["NORMKIT_RUN_DIR"]) / "stdout.log").read_text().splitlines()[0]
+    assert json.loads(banner.split(" ", 4)[4])[0] == sys.executable  # `--- normkit: DATE TIME [argv...]`
+    assert yaml.safe_load((result.path / "config.yaml").read_text())["command"].startswith("{python} tiny.py")
+
+
+def test_compare_exits_1_with_a_one_line_summary_when_runs_failed_and_0_when_none_did(tmp_path: Path) -> None:
+    write(tmp_path, "bad.py", BAD)
+    env = {**os.environ, "NORMKIT_TEST_MODE_BNN": "crash"}
+    argv = [NORMKIT, "compare", "--norms", "bn,bnn", "--seeds", "2", "--command", f"{PY} bad.py {{norm}} {{seed}}"]
+    failed = subprocess.run([*argv, "--out", "failed"], capture_output=True, text=True, env=env, cwd=tmp_path,
+                            timeout=300)
+    assert failed.returncode == 1, failed.stderr
+    assert failed.stderr.splitlines()[-1].startswith("1 run failed (first: bnn failed: exited with status 1")
+    assert (tmp_path / "failed" / "summary.json").is_file()  # the results are written all the same
+    env["NORMKIT_TEST_MODE_BNN"] = "ok"
+    fine = subprocess.run([*argv, "--out", "fine"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert fine.returncode == 0 and "failed" not in fine.stderr, fine.stderr
+
+
+ECHO = textwrap.dedent("""
+    import json, os, sys
+    json.dump(sys.argv[1:], open(os.path.join(os.environ["NORMKIT_RUN_DIR"], "argv.json"), "w"))
+    print('normkit: {"epoch": 0, "val_acc": 0.9, "test_acc": 0.9}')
+""")
+
+
+def test_sweep_and_tune_values_reach_the_program_as_typed(tmp_path: Path) -> None:
+    """Free keys are the program's: no YAML 1.1 reading (`010` is not 8, `1:30` not 90, `on` not true), no
+    scanner error for `` `id` `` or `{a`; numbers written as Python writes them stay numbers for a function."""
+    write(tmp_path, "echo.py", ECHO)
+    typed = ["010", "1:30", "0x1F", "on", "&a b", "`id`", "@x", "{a", "nan", "1e-3", "8", "0.05"]
+    result = compare(tmp_path, "bn,bnn", f"{PY} echo.py {{cell.x}} {{y}}", seeds=1,
+                     sweep=f"x={','.join(typed)}", tune="y=010,7", tune_seeds=1)
+    compare_runs = [row for row in result.runs if row["phase"] == "compare"]
+    got = sorted(json.loads((result.path / "runs" / RunId.of_row(row).slug() / "argv.json").read_text())[0]
+                 for row in compare_runs if row["norm"] == "bn")
+    assert got == sorted(typed)
+    assert {json.dumps(row["cell"]["x"]) for row in compare_runs} >= {'8', '0.05', '"010"', '"nan"', '"1e-3"'}
+    assert all(row["status"] == "ok" for row in result.runs)
+    assert {row["tuned"]["y"] for row in result.runs if row["phase"] == "tune"} == {"010", 7}
+    with pytest.raises(ConfigError, match="not a finite number"):
+        compare(tmp_path, "bn,bnn", f"{PY} echo.py {{cell.x}}", out="nan", sweep={"x": [float("nan"), 1.0]})
+
+
+class UnprintableError(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text for you")
+
+
+def misbehaving_train(norm: str, seed: int, *, cell: dict[str, Any], report: Any) -> None:
+    """bnn moves the working directory; gn, ln and in raise what must be their run's failure only."""
+    report(epoch=0, val_acc=0.9, test_acc=0.9)
+    if norm == "bnn":
+        os.makedirs("elsewhere", exist_ok=True)
+        os.chdir("elsewhere")
+    elif norm == "gn":
+        raise PermissionError(13, "Permission denied", "/data/train.bin")
+    elif norm == "ln":
+        raise UnprintableError
+    elif norm == "in":
+        raise GeneratorExit
+
+
+def test_a_train_function_that_chdirs_or_raises_anything_fails_only_its_run_with_a_traceback(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = compare_norms("bn,bnn,gn,ln,in", train=misbehaving_train, seeds=1, metric="test_acc", out="fn",
+                           progress=quiet())
+    assert Path.cwd() == tmp_path and not list((tmp_path / "elsewhere").iterdir())
+    status = {row["norm"]: (row["status"], row.get("error")) for row in result.runs}
+    assert status["bn"][0] == status["bnn"][0] == "ok"
+    assert status["gn"][1].startswith("gn failed: PermissionError: [Errno 13] Permission denied: '/data/train.bin'")
+    assert status["ln"][1].startswith("ln failed: UnprintableError: (its message could not be printed)")
+    assert status["in"][1].startswith("in failed: GeneratorExit: (no message)")
+    for norm in ("gn", "ln", "in"):
+        where = status[norm][1].rpartition("(traceback: ")[2].rstrip(")")
+        assert "misbehaving_train" in (tmp_path / "fn" / where).read_text()
+    again = read_result("fn")  # a path as text
+    assert again.path == Path("fn") and len(again.runs) == 5
+
+
+def busy_train(norm: str, seed: int, *, cell: dict[str, Any], report: Any) -> None:
+    """Spends about 0.3 s of CPU, reporting three epochs."""
+    end = time.process_time() + 0.3
+    while time.process_time() < end:
+        pass
+    for epoch in range(3):
+        report(epoch=epoch, val_acc=0.9, test_acc=0.9 - 0.01 * epoch, f1=0.5)
+
+
+BUSY = textwrap.dedent("""
+    import subprocess, sys, time
+    subprocess.run([sys.executable, "-c", "import time\\nend = time.process_time() + 0.3\\n"
+                    "while time.process_time() < end: pass"])  # CPU spent by a child counts too
+    for epoch in range(3):
+        print('normkit: {"epoch": %d, "val_acc": 0.9, "test_acc": %g, "f1": 0.5}' % (epoch, 0.9 - 0.01 * epoch))
+""")
+
+
+def test_wall_and_cpu_time_are_recorded_and_reported_metrics_reach_tensorboard(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from normkit_lab import RunOptions
+
+    write(tmp_path, "busy.py", BUSY)
+    tensorboard = RunOptions(log=("tensorboard",))
+    by_command = compare(tmp_path, "bn,bnn", f"{PY} busy.py", seeds=1, run_options=tensorboard)
+    by_function = compare_norms("bn,bnn", train=busy_train, seeds=1, out=tmp_path / "fn", progress=quiet(),
+                                run_options=tensorboard)
+    for result, kind in ((by_command, "command"), (by_function, "function")):
+        last = [row for row in result.runs if "extras" in row]
+        assert len(last) == 2
+        for row in last:
+            timing = row["extras"][kind]
+            assert timing["cpu_s"] >= 0.25 and timing["wall_s"] >= timing["cpu_s"] * 0.5, timing
+        logs = sorted((result.path / "tensorboard").iterdir())
+        assert len(logs) == 2
+        events = EventAccumulator(str(logs[0]))
+        events.Reload()
+        assert {"epoch/test_acc", "epoch/f1", "epoch/val_acc"} <= set(events.Tags()["scalars"])
+        steps = [(e.step, round(e.value, 4)) for e in events.Scalars("epoch/test_acc")]
+        assert steps == [(0, 0.9), (1, 0.89), (2, 0.88)]
+
+
+# Reports accuracies in percent, as timm's train.py does (report_metrics too, when the comparison says so).
+PERCENT = TINY.replace("report_metrics(epoch=epoch, val_acc=acc + rng.gauss(0, 0.001), test_acc=acc, val_loss=1 - acc)",
+                       "report_metrics(epoch=epoch, val_acc=100 * (acc + rng.gauss(0, 0.001)), test_acc=100 * acc, "
+                       "val_loss=1 - acc)")
+
+
+def test_a_program_reporting_percent_is_compared_with_an_explicit_recorded_scale(tmp_path: Path) -> None:
+    assert PERCENT != TINY
+    write(tmp_path, "tiny.py", TINY)
+    write(tmp_path, "percent.py", PERCENT)
+    fractions = compare(tmp_path, "bn,gn+pn", f"{PY} tiny.py --norm {{norm}} --seed {{seed}}", seeds=3)
+    refused = compare(tmp_path, "bn,gn+pn", f"{PY} percent.py --norm {{norm}} --seed {{seed}}", out="refused", seeds=1)
+    assert all("--metric test_acc:percent" in row["error"] for row in refused.runs)  # the way out, named
+    percent = compare(tmp_path, "bn,gn+pn", f"{PY} percent.py --norm {{norm}} --seed {{seed}}", out="percent",
+                      seeds=3, metric="test_acc:percent")
+    assert percent.config["metric"] == "test_acc:percent"  # the scale is recorded with the metric
+    assert verdicts(percent) == verdicts(fractions) == [("bn", "baseline"), ("gn+pn", "worse")]
+    for mine, theirs in zip(percent.summary, fractions.summary, strict=True):  # percent points, margin 0.5 alike
+        for key in ("metric_mean", "diff_mean", "margin", "mde", "best_acc_mean"):
+            assert mine[key] == (theirs[key] if theirs[key] is None else pytest.approx(theirs[key], abs=1e-9)), key
+    assert {row["test_acc"] <= 1 for row in percent.runs} == {True}  # runs.jsonl holds fractions
+    with pytest.raises(ConfigError, match="only the accuracies normkit knows"):
+        compare(tmp_path, "bn,gn+pn", f"{PY} percent.py", out="x", metric="test_loss:percent")

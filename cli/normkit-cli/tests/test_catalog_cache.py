@@ -53,7 +53,8 @@ def install(site: Path, version: str, names: list[str], editable: bool = False) 
 def normkit(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess, bool]:
     site = tmp_path / "site"
     environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), *(
-        [str(site / "editable-src" / "src")] if (site / "editable-src").exists() else [])]),
+        [str(site / "editable-src" / "src")] if (site / "editable-src").exists() else []),
+        *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]),  # the sources under test
                "NORMKIT_CACHE_DIR": str(tmp_path / "cache"), "NORMKIT_STRICT_PLUGINS": "", **env}
     environ.pop("NORMKIT_NO_CATALOG_CACHE", None)
     out = subprocess.run([sys.executable, "-c", RUN, *args], env=environ, capture_output=True, text=True,
@@ -110,6 +111,23 @@ def test_a_damaged_or_foreign_catalog_is_not_trusted(tmp_path: Path) -> None:
     catalog.write_text("{not json")
     out, loaded = normkit(tmp_path, "list", "--json")
     assert out.stdout == first.stdout and loaded
+
+
+def test_a_catalog_with_the_right_fingerprint_but_ill_formed_content_is_rebuilt(tmp_path: Path) -> None:
+    install(tmp_path / "site", "1.0", ["cachetest_a"])
+    first, _ = normkit(tmp_path, "list", "--json")
+    show, _ = normkit(tmp_path, "show", "cachetest_a")
+    plugins, _ = normkit(tmp_path, "plugins")
+    (catalog,) = (tmp_path / "cache").glob("catalog-*.json")
+    good = json.loads(catalog.read_text())
+    commands = [(("list", "--json"), first), (("show", "cachetest_a"), show), (("plugins",), plugins)]
+    damages = ({"list": 5}, {"plugins": [{"name": 1}]}, {"show": {"x": {"title": None}}},
+               {"list": {"norms": [{"name": "bn"}], "items": []}}, {"created": 3})
+    for i, damage in enumerate(damages):  # each damage under one of the three commands that read the catalog
+        command, expected = commands[i % len(commands)]
+        catalog.write_text(json.dumps({**good, **damage}))
+        out, loaded = normkit(tmp_path, *command)  # exits 0: asserted by normkit()
+        assert loaded and out.stdout.splitlines()[0] == expected.stdout.splitlines()[0], (damage, out.stderr)
 
 
 def test_no_catalog_while_a_plugin_fails(tmp_path: Path) -> None:

@@ -32,7 +32,8 @@ def test_report_metrics_prints_one_checked_line() -> None:
     ({"epoch": 0, "acc": None}, None, "acc=None"),
     ({"epoch": 0, "seed": 1.0}, None, "a column of runs.jsonl"),
     ({"epoch": 0, "test acc": 1.0}, None, "identifiers"),
-    ({"epoch": 0, "test_acc": 96.8}, None, r"fractions in \[0, 1\] \(report 0.968 for 96.8%\)"),
+    ({"epoch": 0, "test_acc": 96.8}, None, r"fractions in \[0, 1\] \(report 0.968\), or say the program reports "
+                                           r"percent: --metric test_acc:percent"),
     ({"epoch": 0, "params": 1.5}, None, "parameter count"),
 ])
 def test_a_bad_record_is_refused_with_what_is_wrong(values: object, previous: int | None, message: str) -> None:

@@ -162,3 +162,22 @@ def test_compare_norms_resume_takes_the_same_option(store_dir):
     result = compare_norms("bn", resume=store_dir, progress=Progress(), allow_version_change=True)
     assert len(result.runs) == 1
     assert len(json.loads((store_dir / ENVIRONMENT_FILE).read_text())["resumes"]) == 1
+
+
+def test_a_version_deleted_from_environment_json_is_a_change_not_a_check_turned_off():
+    saved = copy(ENV)
+    del saved["versions"]["torch"]
+    assert differences(saved, copy(ENV)) == (["torch (not recorded) -> 2.5.0"], [])
+
+
+def test_the_c_compiler_kernels_are_built_with_is_recorded_and_compared():
+    """normalnorm's lnn row kernel runs where a C compiler is, its torch-ops fallback elsewhere: the same
+    noise, values equal to float32 rounding only. environment.json records the compiler; a resume on a
+    machine without one (or with another) is a change."""
+    recorded = lab_environment.environment("cpu")["c_compiler"]
+    assert recorded is None or isinstance(recorded, str)
+    saved = {**copy(ENV), "c_compiler": "gcc (Debian 12.2.0-14) 12.2.0"}
+    assert differences(saved, {**copy(ENV), "c_compiler": None}) == (
+        ["C compiler 'gcc (Debian 12.2.0-14) 12.2.0' -> none (kernels run on torch ops)"], [])
+    assert differences(saved, copy(saved)) == ([], [])
+    assert differences(copy(ENV), {**copy(ENV), "c_compiler": None}) == ([], [])  # older directories: not recorded

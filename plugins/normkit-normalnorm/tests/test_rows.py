@@ -188,7 +188,7 @@ print(rows.applies(x3, None, None, cfg), rows.applies(x3, None, None, cfg))
                           check=False)
     assert done.returncode == 0 and done.stdout.strip() == "False False", done.stderr[-2000:]
     warnings = [line for line in done.stderr.splitlines() if "row kernel" in line]
-    assert len(warnings) == 1 and "lnn runs on torch ops instead" in warnings[0], done.stderr[-2000:]
+    assert len(warnings) == 1 and "lnn runs the same math on torch ops instead" in warnings[0], done.stderr[-2000:]
 
 
 def test_a_library_that_cannot_be_loaded_falls_back_once_warned(monkeypatch, caplog):
@@ -240,3 +240,58 @@ def test_a_second_backward_with_retain_graph_reads_the_same_saved_values():
     rows.normality_rows(tokens(2, 9, 32, seed=5).requires_grad_(), weight, None, seed, config(noise=1.0))
     second = torch.autograd.grad(out, (leaf, weight), torch.ones_like(out))
     assert all(torch.equal(a, b) for a, b in zip(first, second))
+
+
+# One lnn training step through the layer, in a child process (the library is built once per process):
+# prints the warnings about the row kernel, and saves the output and the input's gradient to argv[1].
+STEP = """
+import logging, sys, torch
+from normkit import build
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+torch.manual_seed(0)
+lnn = build("lnn", 64, channel_dim=-1)
+x = torch.randn(2, 200, 64).exp()  # 25,600 values: between the row kernel's 2^14 and Inductor's 2^20
+x[0, 7, 3] = 1e30  # an outlier: its token is 0 on every path
+x.requires_grad_()
+out = lnn(x)
+out.backward(torch.ones_like(out))
+torch.save({"out": out.detach(), "grad": x.grad}, sys.argv[1])
+"""
+
+
+def step(tmp_path, name, cc=None):
+    env = {k: v for k, v in os.environ.items() if k != "CC"}
+    if cc is not None:
+        env["CC"] = cc
+    path = tmp_path / f"{name}.pt"
+    done = subprocess.run([sys.executable, "-c", STEP, str(path)], capture_output=True, text=True, env=env,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    warnings = [line for line in done.stderr.splitlines() if "row kernel" in line]
+    return torch.load(path), warnings
+
+
+def test_without_the_row_kernel_lnn_draws_the_same_hash_noise(tmp_path):
+    """A machine without a C compiler (or with a CC that cannot build the kernel) runs the same math with
+    the same noise: before, it drew torch.randn there, and a resume elsewhere silently changed the noise."""
+    built, none = step(tmp_path, "built")
+    assert none == []
+    for name, cc in (("absent", "/nonexistent/normkit-test-cc"), ("cplusplus", "g++"),
+                     ("unbalanced", "gcc '-O2")):
+        got, warnings = step(tmp_path, name, cc)
+        if name == "cplusplus" and not warnings:  # g++ built it as C: the kernel itself ran
+            assert torch.equal(got["out"], built["out"])
+            continue
+        assert len(warnings) == 1 and "on torch ops instead" in warnings[0], (name, warnings)
+        for key in ("out", "grad"):
+            assert torch.isfinite(got[key]).all(), (name, key)
+            torch.testing.assert_close(got[key], built[key], rtol=1e-4, atol=1e-4, msg=lambda m, n=name: f"{n}: {m}")
+        assert torch.equal(got["out"][0, 7], torch.zeros(64))
+
+
+def test_describe_says_which_path_and_compiler_without_building(monkeypatch):
+    assert rows.describe()["path"] == "rows.c" and rows.describe()["compiler"]
+    monkeypatch.setenv("CC", "/nonexistent/normkit-test-cc")
+    assert rows.describe() == {"path": "torch ops", "compiler": None, "enabled": True}
+    monkeypatch.setenv("CC", "gcc 'unbalanced")
+    assert rows.describe()["path"] == "torch ops"

@@ -118,7 +118,43 @@ def read() -> dict[str, Any] | None:
         return None
     if not isinstance(data, dict) or data.get("fingerprint") != fp or data.get("format") != FORMAT:
         return None
-    return data
+    return data if _well_formed(data) else None
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _entries(value: Any, keys: tuple[str, ...]) -> bool:
+    """A list of objects, each with text `keys` and a list of text aliases."""
+    return isinstance(value, list) and all(
+        isinstance(e, dict) and all(isinstance(e.get(k), str) for k in keys) and _strings(e.get("aliases"))
+        for e in value)
+
+
+def _plugin(info: Any) -> bool:
+    return (isinstance(info, dict) and all(isinstance(info.get(k), str) for k in ("name", "distribution", "version"))
+            and _strings(info.get("registered")) and _strings(info.get("warnings"))
+            and isinstance(info.get("disabled"), bool) and isinstance(info.get("error"), (str, type(None)))
+            and isinstance(info.get("load_seconds"), (int, float)) and not isinstance(info["load_seconds"], bool))
+
+
+def _shown(data: Any) -> bool:
+    return (isinstance(data, dict) and isinstance(data.get("title"), str) and _strings(data.get("lines"))
+            and (data.get("rows") is None or (isinstance(data["rows"], list)
+                                              and all(_strings(row) for row in data["rows"]))))
+
+
+def _well_formed(data: dict[str, Any]) -> bool:
+    """The content `list`, `plugins` and `show` read has the shape they read (a catalog that parses as
+    JSON and carries the right fingerprint may still have been edited or written by other code): an
+    ill-formed one is ignored like a stale one, and rebuilt."""
+    listing = data.get("list")
+    return (isinstance(data.get("created"), str) and isinstance(listing, dict)
+            and _entries(listing.get("norms"), ("name", "kind", "plugin", "summary"))
+            and _entries(listing.get("items"), ("name", "kind", "plugin", "summary"))
+            and isinstance(data.get("plugins"), list) and all(map(_plugin, data["plugins"]))
+            and isinstance(data.get("show"), dict) and all(map(_shown, data["show"].values())))
 
 
 def write(content: dict[str, Any]) -> None:

@@ -21,6 +21,7 @@ from normkit_cli.errors import (
     is_normkit_error,
     one_line,
     one_line_errors,
+    runs_failed,
     show_tracebacks,
 )
 from normkit_cli.text import plural
@@ -273,10 +274,11 @@ def compare_cmd(
     With a 95% t interval and paired t-test p, time/epoch, throughput, memory, params, divergences.
 
     Everything is saved under --out; see docs/experiments.md. A norm that raises is recorded as
-    failed and the others go on. Ctrl-C or SIGTERM keeps the finished runs and each run's last
-    finished epoch (exit 130 or 143); --resume continues. --jobs, --executor ray|slurm and
-    --nproc-per-node scale out (docs/scaling.md). --command runs your own training program
-    instead of normkit's loop, with everything else unchanged (docs/own-training.md).
+    failed and the others go on (exit 1 when any run failed, 2 for bad input). Ctrl-C or SIGTERM
+    keeps the finished runs and each run's last finished epoch (exit 130 or 143); --resume continues.
+    --jobs, --executor ray|slurm and --nproc-per-node scale out (docs/scaling.md). --command runs
+    your own training program instead of normkit's loop, with everything else unchanged
+    (docs/own-training.md).
     """
     from normkit_cli.report import console as make_console
     from normkit_cli.report import show
@@ -346,8 +348,7 @@ def compare_cmd(
     failed = [run for run in results.runs if run.status == "failed"]
     if failed:
         culprit = "the program (its output is in runs/*/stderr.log)" if cfg.command is not None else "the norm"
-        typer.echo(f"{plural(len(failed), 'run')} failed (first: {failed[0].error}); fix {culprit}, then "
-                   f"retry them with: normkit compare --resume {store.path}", err=True)
+        raise runs_failed([run.error or "" for run in failed], culprit, store.path)
 
 
 def _executor_options(kind: str, jobs: int | None, jobs_per_gpu: int, ray_address: str | None,

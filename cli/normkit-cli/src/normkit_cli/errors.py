@@ -23,6 +23,7 @@ TRACEBACK_ENV = "NORMKIT_TRACEBACK"
 MAX_LINE = 500
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
 EXIT_TERMINATED = 143  # SIGTERM (128 + SIGTERM)
+EXIT_RUNS_FAILED = 1  # results written, but some runs failed
 
 
 class Terminated(KeyboardInterrupt):
@@ -50,6 +51,16 @@ def fail(message: str) -> typer.Exit:
     """Print one line to stderr and return the Exit(2) to raise."""
     typer.echo(f"error: {one_line(message)}", err=True)
     return typer.Exit(code=2)
+
+
+def runs_failed(errors: list[str], culprit: str, store: Any) -> typer.Exit:
+    """Print the one-line summary of a comparison's failed runs (their count, the first one's reason, what
+    to fix and how to retry them) and return the Exit(1) to raise: the results are written, but a
+    script or CI job must not read "all ran" from the exit status."""
+    runs = f"{len(errors)} run{'s' if len(errors) != 1 else ''}"
+    typer.echo(f"{runs} failed (first: {one_line(errors[0], 300)}); fix {culprit}, then retry them with: "
+               f"normkit compare --resume {store}", err=True)
+    return typer.Exit(code=EXIT_RUNS_FAILED)
 
 
 def interrupted_code(exc: KeyboardInterrupt) -> int:

@@ -96,8 +96,10 @@ def compare_norms(norms: str | list[str], *, out: str | Path | None = None, conf
     return read_result(store)
 
 
-def read_result(store: ResultsDir) -> ComparisonResult:
-    """The ComparisonResult of a results directory written by a comparison."""
+def read_result(store: ResultsDir | str | Path) -> ComparisonResult:
+    """The ComparisonResult of a results directory written by a comparison (its path, or the ResultsDir)."""
+    if not isinstance(store, ResultsDir):
+        store = ResultsDir.open(store)
     def load(name: str) -> list[dict[str, Any]]:
         path = store.path / name
         return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []

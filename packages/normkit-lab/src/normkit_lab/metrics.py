@@ -88,16 +88,31 @@ DEFAULT_METRIC = "test_acc"
 
 
 DIRECTIONS = {"max": True, "min": False}
+PERCENT = "percent"  # `test_acc:percent`: the program reports its accuracies in percent
+
+
+def reports_percent(name: str) -> bool:
+    """True for `ACC:percent`: the training program reports accuracies in percent (timm's train.py does).
+    Said once for the whole comparison and recorded with the metric in config.yaml; every reported
+    accuracy of every run is then divided by 100 as it is recorded, so runs.jsonl holds fractions as for
+    normkit's own runs, and tables, margins and the MDE are in percent points, the program's own unit."""
+    return isinstance(name, str) and name.partition(":")[2].strip() == PERCENT
 
 
 def metric_named(name: str) -> Metric:
     """The metric `name`: a registered one (`test_acc`), or one a training program reports, named with
     its direction (`f1:max`, `test_wer:min`; values used as reported, scale 1, no default margin).
-    A registered name may carry its own direction (`test_loss:min`). ConfigError otherwise."""
+    A registered name may carry its own direction (`test_loss:min`), an accuracy the scale its program
+    reports it in (`test_acc:percent`, see `reports_percent`). ConfigError otherwise."""
     if not isinstance(name, str):
         raise ConfigError(f"metric must be a name such as test_acc or f1:max, not {name!r}")
     field, sep, direction = name.partition(":")
     field = field.strip()
+    if direction.strip() == PERCENT:
+        if field not in METRICS or METRICS[field].unit != "%":
+            raise ConfigError(f"metric {name!r}: only the accuracies normkit knows "
+                              f"({', '.join(k for k, m in METRICS.items() if m.unit == '%')}) take :percent")
+        return METRICS[field]
     if sep and direction.strip() not in DIRECTIONS:
         raise ConfigError(f"metric {name!r} must end in :max (higher is better) or :min (lower is better)")
     if field in METRICS:
@@ -121,6 +136,8 @@ def metric_named(name: str) -> Metric:
 def metric_spec(name: str) -> str:
     """How config.yaml records `name`: a registered metric by its name, another with its direction."""
     metric = metric_named(name)
+    if reports_percent(name):
+        return f"{metric.field}:{PERCENT}"
     if metric.field in METRICS:
         return metric.field
     return f"{metric.field}:{'max' if metric.higher_is_better else 'min'}"

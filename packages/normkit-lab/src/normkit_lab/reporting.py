@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -26,6 +28,7 @@ RESERVED = frozenset({"norm", "seed", "phase", "cell", "tuned", "status", "param
                       "error", "extras", "trainer", "host", "torch_version", "device"})
 # the accuracies normkit's own trainer records, as fractions in [0, 1]
 FRACTIONS = frozenset({"train_acc", "val_acc", "test_acc", "val_top5"})
+ACCURACY_ENV = "NORMKIT_ACCURACY"  # "percent" when the comparison reads accuracies in percent
 MAX_METRICS = 200  # keys per line
 MAX_NAME = 100
 
@@ -56,15 +59,22 @@ class ReportedEpoch:
 
 
 def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite number that a float can hold (an integer beyond float's range is not one)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
-def check_record(values: Any, previous: int | None) -> ReportedEpoch:
+def check_record(values: Any, previous: int | None, percent: bool = False) -> ReportedEpoch:
     """The record of one reported mapping, or ReportError naming what is wrong.
 
     `epoch` (an integer >= 0) defaults to the previous epoch + 1 (0 for the first); epochs must
     increase. Every other key is a metric: a finite number (not a bool), named like an identifier
-    of at most MAX_NAME characters, not a RESERVED column; accuracies in FRACTIONS lie in [0, 1].
+    of at most MAX_NAME characters, not a RESERVED column; accuracies in FRACTIONS lie in [0, 1]
+    (in [0, 100] with `percent`: the comparison said its program reports percent, `--metric test_acc:percent`).
     `params` (an integer >= 0) may be reported as the model's parameter count.
     """
     if not isinstance(values, dict):
@@ -87,9 +97,13 @@ def check_record(values: Any, previous: int | None) -> ReportedEpoch:
             raise ReportError(f"reported a metric named {name!r}, a column of runs.jsonl; rename it")
         if not _finite(value):
             raise ReportError(f"reported {name}={_short(value)} at epoch {epoch}; metrics must be finite numbers")
-        if name in FRACTIONS and not 0 <= value <= 1:
-            raise ReportError(f"reported {name}={value} at epoch {epoch}; accuracies are fractions in [0, 1] "
-                              f"(report {value / 100:g} for {value}%), as normkit's own trainer records them")
+        if name in FRACTIONS and percent and not 0 <= value <= 100:
+            raise ReportError(f"reported {name}={value} at epoch {epoch}; this comparison reads accuracies in "
+                              f"percent, in [0, 100]")
+        if name in FRACTIONS and not percent and not 0 <= value <= 1:
+            raise ReportError(f"reported {name}={value:g} at epoch {epoch}; accuracies are fractions in [0, 1] "
+                              f"(report {value / 100:g}), or say the program reports percent: "
+                              f"--metric test_acc:percent")
         metrics[name] = float(value) if name != "params" else value
     params = metrics.get("params")
     if params is not None and not (isinstance(params, int) and params >= 0):
@@ -99,15 +113,36 @@ def check_record(values: Any, previous: int | None) -> ReportedEpoch:
 
 def parse_line(line: str) -> Any:
     """The JSON value after PREFIX on a stdout line; None for any other line; ReportError when the
-    text after the prefix is not JSON."""
+    text after the prefix is not JSON, or is an object that gives a key twice (JSON keeps the last
+    silently, so which value normkit records would be a guess)."""
     text = line.rstrip("\r\n")
     if not text.startswith(PREFIX):
         return None
     try:
-        return json.loads(text[len(PREFIX):])
-    except (json.JSONDecodeError, RecursionError):
+        return json.loads(text[len(PREFIX):], object_pairs_hook=_unique_keys)
+    except (ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, or an integer of 4,300+ digits
+        if isinstance(exc, ReportError):
+            raise
         raise ReportError(f"printed {_short(text, 80)}, which is not `normkit: ` followed by one JSON "
                           f"object") from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    repeated = next((key for key in keys if keys.count(key) > 1), None)
+    if repeated is not None:
+        raise ReportError(f"reported {repeated!r} twice in one line; report each metric once")
+    return dict(pairs)
+
+
+_NEAR_MISS = re.compile(r"\s*normkit\s*:|\s*NORMKIT\s*:|\s*Normkit\s*:", re.ASCII)
+
+
+def near_miss(line: str) -> bool:
+    """True for a line that looks meant as a report but lacks the exact prefix (`normkit:{...}`,
+    ` normkit: {...}`, `Normkit: ...`): such a line is the program's own output, and a run that reports
+    nothing else points at it."""
+    return not line.startswith(PREFIX) and _NEAR_MISS.match(line) is not None
 
 
 def _short(value: Any, limit: int = 40) -> str:
@@ -127,6 +162,6 @@ def report_metrics(epoch: int | None = None, *, file: TextIO | None = None, **me
               for k, v in values.items()}  # numpy / torch scalars
     if epoch is not None and hasattr(epoch, "item"):
         values["epoch"] = int(epoch)
-    check_record(values, None)
+    check_record(values, None, percent=os.environ.get(ACCURACY_ENV) == "percent")
     stream = file or sys.stdout
     print(PREFIX + json.dumps(values), file=stream, flush=True)

@@ -13,7 +13,8 @@ a division per value; Box-Muller noise using both of its outputs.
 
 When: `normality_compiled` (the layer's `kernel=auto` on CPU, or `kernel=compiled`) takes this path
 for a training step with gradients of at least `MIN_ELEMENTS` values (per-token layer statistics in
-float32 take the C row kernel of `rows.py` instead, from its own threshold); everything else
+float32 take the C row kernel of `rows.py` instead, from its own threshold, or where it cannot be built
+these functions run eagerly, with the same hash noise); everything else
 (inference, eval with running statistics, small inputs, other devices) goes to `normality_norm`. The first
 call per configuration compiles (tens of seconds on 2 cores; logged once, with its time, and
 cached on disk by Inductor for later processes); a second input shape compiles once more, then
@@ -90,8 +91,11 @@ def normality_compiled(x3: Tensor, weight: Tensor | None, bias: Tensor | None, *
     if wants_grad and pays(x3, rows.MIN_ELEMENTS) and _setting() != "eager":
         cfg = FusedConfig(partition, groups, tokens, training, eps, alpha, noise, 0.0, lambda_min, lambda_max,
                           detach_lambda)
-        if rows.applies(x3, weight, bias, cfg):  # float32 per-token layer statistics in training
-            return rows.normality_rows(x3, weight, bias, _seed(training, noise), cfg)
+        if rows.eligible(x3, weight, bias, cfg):  # float32 per-token layer statistics in training
+            if rows.library() is not None:
+                return rows.normality_rows(x3, weight, bias, _seed(training, noise), cfg)
+            # no row kernel here: the same math and hash noise on torch ops, so noise never depends on a compiler
+            return CompiledFunction.apply(x3, weight, bias, _seed(training, noise), cfg, True)[0]
     if not (wants_grad and pays(x3) and (training or not tracked)):
         return normality_norm(x3, weight, bias, **kwargs)
     Partition(partition, groups).check(x3.shape[1], "normality_norm")
@@ -130,9 +134,11 @@ class CompiledFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x3: Tensor, weight: Tensor | None, bias: Tensor | None, seed: Tensor,
-                cfg: FusedConfig) -> tuple[Tensor, ...]:
-        out, y, log1p_a, power, *stats = run("forward", cfg, forward_math, x3, weight, bias, seed)
+                cfg: FusedConfig, eager: bool = False) -> tuple[Tensor, ...]:
+        runner = _eagerly if eager else run
+        out, y, log1p_a, power, *stats = runner("forward", cfg, forward_math, x3, weight, bias, seed)
         ctx.cfg = cfg
+        ctx.runner = runner
         ctx.has_bias = bias is not None
         ctx.save_for_backward(x3, weight, y, log1p_a, power, *stats)
         ctx.mark_non_differentiable(*stats)
@@ -143,10 +149,15 @@ class CompiledFunction(torch.autograd.Function):
     def backward(ctx: Any, grad_out: Tensor, *_grad_stats: Any) -> tuple[Tensor | None, ...]:
         x3, weight, y, log1p_a, power, *stats = ctx.saved_tensors
         kind = "backward large" if x3.numel() >= LARGE_ELEMENTS else "backward"
-        dx, dw, db = run(kind, ctx.cfg, backward_math, grad_out, x3, weight, y, log1p_a, power, ctx.has_bias,
-                         *stats)
+        dx, dw, db = ctx.runner(kind, ctx.cfg, backward_math, grad_out, x3, weight, y, log1p_a, power,
+                                ctx.has_bias, *stats)
         return (dx if ctx.needs_input_grad[0] else None, dw if ctx.needs_input_grad[1] else None,
-                db if ctx.needs_input_grad[2] else None, None, None)
+                db if ctx.needs_input_grad[2] else None, None, None, None)
+
+
+def _eagerly(kind: str, cfg: FusedConfig, fn: Callable[..., Any], *args: Any) -> Any:
+    """`fn(*args, cfg)` as plain torch ops: the row kernel's fallback (no compiler, so no Inductor either)."""
+    return fn(*args, cfg=cfg)
 
 
 def run(kind: str, cfg: FusedConfig, fn: Callable[..., Any], *args: Any) -> Any:

@@ -16,9 +16,11 @@ built once per process on first use (about half a second: plain C, no torch head
 temporary directory, for this machine's CPU (`-march=native`), with OpenMP: it links libgomp by
 its soname, so in a pip-installed torch it shares torch's own thread pool, and it runs on
 `torch.get_num_threads()` threads, which take chunks of rows dynamically (results do not depend
-on the thread count). If there is no C compiler (`CC`, else `cc`, `gcc`, `clang`) or the build
-fails, the failure is logged once and the other paths run instead (Inductor's from 2^20 values, the
-eager one below); nothing is built at install time. `NORMKIT_NN_ROWS=0` turns this path off.
+on the thread count). If there is no C compiler (`CC`, else `cc`, `gcc`, `clang`) or the build or
+load fails in any way, the failure is logged once and `compiled` runs the same math with the same hash
+noise on torch ops (`compiled.forward_math` eagerly): the noise never depends on whether a compiler
+was there, and `describe()` says which path a machine takes (environment.json records it); nothing is
+built at install time. `NORMKIT_NN_ROWS=0` turns this path off.
 """
 
 from __future__ import annotations
@@ -57,20 +59,51 @@ def enabled() -> bool:
     return os.environ.get("NORMKIT_NN_ROWS", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def applies(x3: Tensor, weight: Tensor | None, bias: Tensor | None, cfg: FusedConfig) -> bool:
-    """A float32 training step of per-token layer statistics over rows that are contiguous in memory."""
+def eligible(x3: Tensor, weight: Tensor | None, bias: Tensor | None, cfg: FusedConfig) -> bool:
+    """A float32 training step of per-token layer statistics over rows that are contiguous in memory:
+    this path's step, whether or not the library could be built (without it, `compiled` runs the same
+    math eagerly, with the same hash noise)."""
     return (enabled() and cfg.partition == "layer" and cfg.tokens and cfg.training
             and x3.dtype == torch.float32 and x3.shape[1] > 0 and x3.transpose(1, 2).is_contiguous()
-            and all(t is None or (t.dtype == torch.float32 and t.is_contiguous()) for t in (weight, bias))
-            and library() is not None)
+            and all(t is None or (t.dtype == torch.float32 and t.is_contiguous()) for t in (weight, bias)))
+
+
+def applies(x3: Tensor, weight: Tensor | None, bias: Tensor | None, cfg: FusedConfig) -> bool:
+    """`eligible`, and the library is built."""
+    return eligible(x3, weight, bias, cfg) and library() is not None
 
 
 def library() -> ctypes.CDLL | None:
-    """rows.c built and loaded once per process; None (logged once) when it cannot be built."""
+    """rows.c built and loaded once per process; None (logged once) when it cannot be built, whatever
+    the reason: no compiler, a `CC` that does not split (an unbalanced quote), a C++ compiler whose
+    library lacks the C names, a failed build or load."""
     with _lock:
         if not _library:
-            _library.append(_build())
+            try:
+                _library.append(_build())
+            except Exception as err:  # noqa: BLE001 - any failure: one warning, then the fallback
+                _log.warning("normkit: lnn's CPU row kernel cannot be used (%s: %s); lnn runs the same math "
+                             "on torch ops instead", type(err).__name__, str(err).splitlines()[0] if str(err) else "")
+                _library.append(None)
         return _library[0]
+
+
+def describe() -> dict[str, Any]:
+    """What environment.json records of this path, without building it: `path` ("rows.c" when a C compiler
+    is found, else "torch ops") and `compiler` (the first line of its `--version`, or None). Both paths
+    draw the same noise; their values agree to float32 rounding, not bit for bit, so a resume compares this."""
+    try:
+        compiler = _compiler()
+    except ValueError:
+        compiler = None
+    version = None
+    if compiler is not None:
+        try:
+            done = subprocess.run([*compiler, "--version"], capture_output=True, text=True, timeout=30, check=False)
+            version = (done.stdout.strip().splitlines() or [None])[0] if done.returncode == 0 else None
+        except (OSError, subprocess.SubprocessError):
+            version = None
+    return {"path": "rows.c" if version else "torch ops", "compiler": version, "enabled": enabled()}
 
 
 def _compiler() -> list[str] | None:
@@ -84,9 +117,14 @@ def _compiler() -> list[str] | None:
 def _build() -> ctypes.CDLL | None:
     compiler = _compiler()
     if compiler is None:
-        _log.warning("normkit: no C compiler (set CC) for lnn's CPU row kernel; lnn runs on torch ops instead")
+        _log.warning("normkit: no C compiler (set CC) for lnn's CPU row kernel; lnn runs the same math on torch "
+                     "ops instead")
         return None
     error = ""
+    if shutil.which(compiler[0]) is None:
+        _log.warning("normkit: C compiler %r (CC) not found for lnn's CPU row kernel; lnn runs the same math on "
+                     "torch ops instead", compiler[0])
+        return None
     with tempfile.TemporaryDirectory(prefix="normkit-rows-") as folder:
         for extra in PARALLEL_FLAGS:
             target = Path(folder) / f"rows{len(extra)}{extra[0][2:] if extra else ''}.so"
@@ -107,7 +145,8 @@ def _build() -> ctypes.CDLL | None:
                     _log.info("normkit: lnn's CPU row kernel built without OpenMP: one thread")
                 return lib
             error = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-    _log.warning("normkit: building lnn's CPU row kernel with %s failed (%s); lnn runs on torch ops instead",
+    _log.warning("normkit: building lnn's CPU row kernel with %s failed (%s); lnn runs the same math on torch ops "
+                 "instead",
                  " ".join(compiler), error)
     return None
 

@@ -1,4 +1,4 @@
-"""The Ray executor (`--executor ray`, extra `normkit-lab[ray]`): each run is one Ray task calling `run_job`.
+"""The Ray executor (`--executor ray`, normkit-lab's extra `ray`): each run is one Ray task calling `run_job`.
 
     executor = RayExecutor(ExecutorOptions(kind="ray"))                      # a local Ray instance
     executor = RayExecutor(ExecutorOptions(kind="ray", ray_address="auto"))  # an existing cluster
@@ -34,12 +34,13 @@ from typing import Any
 from normkit_lab.errors import ConfigError, one_line
 from normkit_lab.executors.local import LOST_ATTEMPTS, record_lost_run
 from normkit_lab.executors.options import ExecutorOptions
+from normkit_lab.processes import watch
 from normkit_lab.records import RunId
 from normkit_lab.runs.execute import Events, Job, run_job
 from normkit_lab.spec import TrainConfig
 from normkit_lab.store.results import ResultsDir
 
-MISSING_RAY = "--executor ray needs Ray: pip install 'normkit-lab[ray]'"
+MISSING_RAY = "--executor ray needs Ray: pip install 'ray>=2.9' (normkit-lab's extra ray; normkit is not on PyPI)"
 POLL_S = 0.2  # how often the driver relays progress events while tasks run
 CONNECT_TIMEOUT_S = 5.0  # Ray retries an unreachable address for minutes; a plain TCP probe fails fast
 START_ATTEMPTS = 3  # a run whose worker died before it started is submitted this many times, then failed
@@ -95,6 +96,7 @@ class RayExecutor:
                     with _quiet_logger("ray._private.authentication.authentication_token_setup"):
                         ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, _node_ip_address="127.0.0.1",
                                  object_store_memory=LOCAL_OBJECT_STORE_BYTES, **quiet)
+                    self._local_env.enter_context(_stopped_with_this_process(ray))
                 except Exception as exc:
                     self._local_env.close()
                     raise ConfigError(f"could not start a local Ray instance: {one_line(str(exc), 200)}; "
@@ -279,6 +281,22 @@ def _loopback_instance(ray: Any) -> Iterator[None]:
 
 
 _CLUSTER_MODE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+@contextlib.contextmanager
+def _stopped_with_this_process(ray: Any) -> Iterator[None]:
+    """A watchdog stops the local instance's processes (GCS, raylet, its agents and workers, and the
+    programs below them) if this process dies without shutting it down (SIGKILL); Ray's own cleanup
+    runs only on a normal exit. The watchdog is released after the shutdown."""
+    node = getattr(getattr(ray, "_private", None), "worker", None)
+    node = getattr(node, "_global_node", None)
+    pids = [process.pid for _, process in node.live_processes()] if node is not None else []
+    handle = watch(pids) if pids else None
+    try:
+        yield
+    finally:
+        if handle is not None:
+            handle.close()
 
 
 def _restore_env(name: str, value: str | None) -> None:

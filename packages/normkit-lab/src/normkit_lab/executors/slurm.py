@@ -48,7 +48,8 @@ try:  # the task class below must be a real Checkpointable; without submitit, Sl
 except ImportError:  # pragma: no cover - exercised only without the extra
     Checkpointable = object  # type: ignore[assignment,misc]
 
-MISSING = "--executor slurm needs submitit: pip install 'normkit-lab[slurm]'"
+MISSING = ("--executor slurm needs submitit: pip install 'submitit>=1.5' (normkit-lab's extra slurm; normkit is "
+           "not on PyPI)")
 CLUSTERS = ("slurm", "local")
 SLURM_DIR = "slurm"  # <store>/slurm/<job id>/: submitit's pickles and each task's logs
 DEFAULT_TIMEOUT_MIN = 60

@@ -32,7 +32,9 @@ from typing import IO, TYPE_CHECKING, Any
 
 import normkit
 from normkit_lab.errors import ConfigError, one_line
-from normkit_lab.reporting import ReportError, parse_line
+from normkit_lab.metrics import reports_percent
+from normkit_lab.processes import read_status, supervised
+from normkit_lab.reporting import ACCURACY_ENV, PREFIX, ReportError, near_miss, parse_line
 from normkit_lab.runs.external import (
     Records,
     check_external,
@@ -52,7 +54,8 @@ if TYPE_CHECKING:
 POLL_S = 0.1
 STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this long
 STDERR_TAIL_LINES = 5
-STDERR_TAIL_CHARS = 400
+STDERR_TAIL_CHARS = 320  # with the reason, within the 400 characters of a failure line: its end is kept
+MAX_LINE_BYTES = 1 << 20  # a stdout line is read at most this much at a time; a longer report is refused
 
 
 class CommandFailed(normkit.NormkitError):
@@ -106,7 +109,8 @@ class CommandTrainer:
         """Every placeholder's value for `job`'s run."""
         run_id = job.run
         return {"norm": run_id.norm, "seed": run_id.seed, "run_dir": str(run_dir), "phase": run_id.phase,
-                "epochs": job.train.epochs, **{f"cell.{k}": v for k, v in run_id.cell}, **dict(run_id.tuned)}
+                "epochs": job.train.epochs, "python": sys.executable, **{f"cell.{k}": v for k, v in run_id.cell},
+                **dict(run_id.tuned)}
 
     def environment(self, job: Any, values: dict[str, Any]) -> dict[str, str]:
         from normkit_lab.runs.template import text_of
@@ -116,7 +120,8 @@ class CommandTrainer:
         env.update({"NORMKIT_NORM": run_id.norm, "NORMKIT_SEED": str(run_id.seed),
                     "NORMKIT_RUN_DIR": values["run_dir"], "NORMKIT_PHASE": run_id.phase,
                     "NORMKIT_EPOCHS": str(job.train.epochs), "NORMKIT_CELL": json.dumps(dict(run_id.cell)),
-                    "NORMKIT_TUNED": json.dumps(dict(run_id.tuned)), "PYTHONUNBUFFERED": "1"})
+                    "NORMKIT_TUNED": json.dumps(dict(run_id.tuned)), "PYTHONUNBUFFERED": "1",
+                    ACCURACY_ENV: "percent" if reports_percent(self.metric) else "fraction"})
         for prefix, items in (("NORMKIT_CELL_", run_id.cell), ("NORMKIT_TUNED_", run_id.tuned)):
             for key, value in items:
                 env[prefix + key.upper()] = text_of(value)
@@ -134,16 +139,17 @@ class CommandTrainer:
         run_dir = make_dirs(Path(job.store), context.run_dir)
         values = self.values(job, run_dir.resolve())
         argv = CommandTemplate.parse(self.command).argv(values)
-        records = Records(run_dir, context.on_epoch)
-        returncode, stderr_tail, problem = _run(argv, self.workdir, self.environment(job, values), run_dir,
-                                                 records, self.timeout)
+        records = Records(run_dir, context.on_epoch, context.loggers, reports_percent(self.metric))
+        started = time.monotonic()
+        status, cpu_s, stderr_tail, problem = _run(argv, self.workdir, self.environment(job, values), run_dir,
+                                                   records, self.timeout)
+        wall_s = time.monotonic() - started
         epochs = records.epochs()
-        if problem is None and returncode != 0:
-            problem = f"exited with {_exit_text(returncode)}"
+        if problem is None and status != "exit 0":
+            problem = f"exited with {_exit_text(status)}"
         if problem is None:
             try:
-                if not epochs:
-                    raise ReportError("reported no metrics (no `normkit: {...}` line on stdout)")
+                records.require_this_attempt("no `normkit: {...}` line on stdout")
                 require_metric(epochs, self.metric, self.select)
             except ReportError as exc:
                 problem = str(exc)
@@ -154,44 +160,26 @@ class CommandTrainer:
         for record in epochs:
             record.metrics.pop("params", None)
         return RunResult(norm=normkit.parse(job.run.norm).text, seed=job.run.seed, status="ok", epochs=epochs,
-                         params=params, extras={"command": {"argv": argv}}, trainer=self.kind)
+                         params=params, extras={"command": {"argv": argv, "wall_s": round(wall_s, 3), "cpu_s": cpu_s}},
+                         trainer=self.kind)
 
 
-def _die_with_parent() -> Any:
-    """A preexec function that makes the program receive SIGKILL when the process that started it dies
-    (Linux: prctl PR_SET_PDEATHSIG), so a killed normkit or worker leaves no program training behind;
-    None elsewhere. The C function is looked up here, before any fork."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    pr_set_pdeathsig = 1
-
-    def set_death_signal() -> None:
-        prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
-
-    return set_death_signal
-
-
-_DIE_WITH_PARENT = _die_with_parent()
-
-
-def _exit_text(returncode: int) -> str:
-    if returncode < 0:
+def _exit_text(status: str) -> str:
+    """The supervisor's `exit N` / `signal N` as the record says it."""
+    kind, _, number = status.partition(" ")
+    if kind == "signal":
         with contextlib.suppress(ValueError):
-            return f"signal {signal.Signals(-returncode).name}"
-        return f"signal {-returncode}"
-    return f"status {returncode}"
+            return f"signal {signal.Signals(int(number)).name}"
+        return f"signal {number}"
+    return f"status {number}"
 
 
 def _run(argv: list[str], workdir: str, env: dict[str, str], run_dir: Path, records: Records,
-         timeout: float | None) -> tuple[int, str, str | None]:
-    """Run the program to its end: (exit status, stderr tail, problem or None). Its stdout is copied to
-    stdout.log and parsed line by line (in a thread, handed to this one); a bad line stops it."""
+         timeout: float | None) -> tuple[str, float | None, str, str | None]:
+    """Run the program under its supervisor (`normkit_lab.processes`) to its end: (its exit status as
+    `exit N` / `signal N`, the CPU seconds of its process tree, the stderr tail, the problem or None).
+    Its stdout is copied to stdout.log and parsed line by line (in a thread, handed to this one); a bad
+    line stops it."""
     lines: queue.Queue[str | None] = queue.Queue()
     with (run_dir / "stdout.log").open("ab") as out, (run_dir / "stderr.log").open("ab") as err:
         banner = f"--- normkit: {time.strftime('%Y-%m-%d %H:%M:%S')} {json.dumps(argv)}\n".encode()
@@ -199,12 +187,16 @@ def _run(argv: list[str], workdir: str, env: dict[str, str], run_dir: Path, reco
         err.write(banner)
         err.flush()
         err_start = err.tell()
+        status_read, status_write = os.pipe()
         try:
-            proc = subprocess.Popen(argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=err, start_new_session=True,
-                                    preexec_fn=_DIE_WITH_PARENT)
+            proc = subprocess.Popen(supervised(argv, status_write, STOP_GRACE_S), cwd=workdir, env=env,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
+                                    start_new_session=True, pass_fds=(status_write,))
         except OSError as exc:
-            return 127, "", f"could not start {argv[0]!r}: {exc.strerror or exc}"
+            os.close(status_read)
+            return "exit 127", None, "", f"could not start the supervisor of {argv[0]!r}: {exc.strerror or exc}"
+        finally:
+            os.close(status_write)
         reader = threading.Thread(target=_read, args=(proc.stdout, out, lines), daemon=True)
         reader.start()
         problem = None
@@ -228,8 +220,10 @@ def _run(argv: list[str], workdir: str, env: dict[str, str], run_dir: Path, reco
         finally:
             if proc.poll() is None:  # a problem, a timeout, or normkit itself stopping (Ctrl-C, SIGTERM)
                 _stop(proc)
-            returncode = proc.wait()
+            proc.wait()
             reader.join(timeout=STOP_GRACE_S)
+            status, cpu_s = read_status(status_read)
+            os.close(status_read)
     while problem is None:  # lines the reader handed over after the last poll
         try:
             line = lines.get_nowait()
@@ -237,10 +231,18 @@ def _run(argv: list[str], workdir: str, env: dict[str, str], run_dir: Path, reco
             break
         if line:
             problem = _take(line, records)
-    return returncode, _tail(run_dir / "stderr.log", err_start), problem
+    if problem is None and status.startswith("error "):
+        problem = f"could not start {argv[0]!r}: {status[6:]}"
+    if not status.startswith(("exit ", "signal ")):  # the supervisor itself was killed
+        status = f"signal {-proc.returncode}" if (proc.returncode or 0) < 0 else f"exit {proc.returncode}"
+    return status, cpu_s, _tail(run_dir / "stderr.log", err_start), problem
 
 
 def _take(line: str, records: Records) -> str | None:
+    if line is _OVERLONG:
+        return f"printed a `normkit:` line longer than {MAX_LINE_BYTES:,} bytes; report fewer metrics per line"
+    if near_miss(line) and records.near_miss is None:
+        records.near_miss = line.strip()
     try:
         values = parse_line(line)
         if values is not None:
@@ -250,30 +252,39 @@ def _take(line: str, records: Records) -> str | None:
     return None
 
 
+_OVERLONG = "\x00overlong\x00"  # handed over in place of a `normkit:` line longer than MAX_LINE_BYTES
+
+
 def _read(stream: IO[bytes] | None, out: IO[bytes], lines: queue.Queue[str | None]) -> None:
-    """Copy the program's stdout to stdout.log and hand each line to the run's thread; None at the end."""
+    """Copy the program's stdout to stdout.log and hand each line to the run's thread; None at the end.
+    A line is read MAX_LINE_BYTES at a time, so an endless line costs no more memory than that: the
+    rest of it is copied to the log, and it is handed over only when it is short enough to be a report."""
     assert stream is not None
     try:
-        for raw in iter(stream.readline, b""):
+        overlong = False
+        for raw in iter(lambda: stream.readline(MAX_LINE_BYTES), b""):
             out.write(raw)
             out.flush()
-            lines.put(raw.decode("utf-8", errors="replace"))
+            complete = raw.endswith(b"\n")
+            if not overlong and (complete or len(raw) < MAX_LINE_BYTES):
+                lines.put(raw.decode("utf-8", errors="replace"))
+            elif not overlong and raw.startswith(PREFIX.encode()):
+                lines.put(_OVERLONG)
+            overlong = not complete
     finally:
         lines.put(None)
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Stop the program and every process it started (its own process group): SIGTERM, then SIGKILL."""
-    for sig, wait in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, STOP_GRACE_S)):
+    """Stop the program: SIGTERM to its supervisor, which stops every process below it (SIGTERM, then
+    SIGKILL after STOP_GRACE_S); SIGKILL to the supervisor's group if it does not finish in time."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=3 * STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
-        try:
-            proc.wait(timeout=wait)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)  # children that outlived the program
-            return
-        except subprocess.TimeoutExpired:
-            continue
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _tail(path: Path, start: int) -> str:

@@ -79,4 +79,30 @@ def environment(device: str) -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "git_commit": {"cwd": git_commit(Path.cwd()),
                        "normkit_lab_source": git_commit(Path(__file__).resolve().parent)},
+        "c_compiler": c_compiler(),
     }
+
+
+# -- the C compiler kernels are built with (own-training engineer's section) ---------------------------
+
+
+def c_compiler() -> str | None:
+    """The first line of `--version` of the C compiler plugins build their CPU kernels with (`CC`, else
+    the first of cc, gcc, clang; normalnorm's lnn row kernel), None when there is none or it does not run.
+    Without one, that kernel's math runs on torch ops: the same noise, values equal to float32 rounding
+    only, so a resume compares this (`normkit_lab.study.versions`)."""
+    import shlex
+    import shutil
+
+    try:
+        command = shlex.split(os.environ.get("CC", "")) or next(([c] for c in ("cc", "gcc", "clang")
+                                                                  if shutil.which(c)), [])
+    except ValueError:  # a CC with an unbalanced quote: no compiler
+        return None
+    if not command or shutil.which(command[0]) is None:
+        return None
+    try:
+        done = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (done.stdout.strip().splitlines() or [None])[0] if done.returncode == 0 else None

@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from normkit_lab.errors import ConfigError
-from normkit_lab.reporting import ReportedEpoch, ReportError, check_record
+from normkit_lab.reporting import FRACTIONS, ReportedEpoch, ReportError, check_record
 
 if TYPE_CHECKING:
     from normkit_lab.records import RunId, RunResult
@@ -55,24 +55,44 @@ class Records:
     """The records of one run: earlier attempts' (from metrics.jsonl) and this attempt's, checked as
     they arrive and appended to the file at once."""
 
-    def __init__(self, run_dir: Path, on_epoch: Callable[[Any], None] | None) -> None:
+    def __init__(self, run_dir: Path, on_epoch: Callable[[Any], None] | None, loggers: Sequence[Any] = (),
+                 percent: bool = False) -> None:
         self.path = run_dir / METRICS_FILE
+        self.percent = percent  # accuracies arrive in percent: recorded as fractions (`metrics.reports_percent`)
         self.on_epoch = on_epoch
+        self.loggers = list(loggers)  # `runs.loggers` (CSV, TensorBoard): each record at its epoch
         self.earlier = _load(self.path)
         self.current: list[ReportedEpoch] = []
+        self.near_miss: str | None = None  # the first output line that looks meant as a report but is not one
 
     def add(self, values: Any) -> ReportedEpoch:
         """Check and keep one reported mapping (ReportError when it is not a valid record)."""
         previous = self.current[-1].epoch if self.current else None
-        record = check_record(values, previous)
+        record = check_record(values, previous, percent=self.percent)
+        if self.percent:
+            record.metrics.update({k: v / 100 for k, v in record.metrics.items() if k in FRACTIONS})
         self.current.append(record)
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(record.as_dict()) + "\n")
             f.flush()
             os.fsync(f.fileno())
+        for logger in self.loggers:
+            logger.on_epoch(record, step=record.epoch)
         if self.on_epoch is not None:
             self.on_epoch(record)
         return record
+
+    def require_this_attempt(self, how: str) -> None:
+        """ReportError unless this attempt reported an epoch: an attempt that reports nothing cannot be
+        told from one that did nothing, so earlier attempts' records alone never make a run ok. `how`
+        says what was missing; a near-miss line is pointed at."""
+        if self.current:
+            return
+        n = len(self.earlier)
+        earlier = f"; the {n} epoch{'s' if n != 1 else ''} an earlier attempt reported are not enough" if n else ""
+        hint = (f"; the line {self.near_miss[:60]!r} is not a report: it must start with `normkit: ` exactly "
+                f"(one space), then a JSON object" if self.near_miss else "")
+        raise ReportError(f"reported no metrics ({how}){earlier}{hint}")
 
     def epochs(self) -> list[ReportedEpoch]:
         """Earlier attempts' records before this attempt's first epoch, then this attempt's."""

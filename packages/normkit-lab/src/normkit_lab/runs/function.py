@@ -18,16 +18,19 @@ nested function. In this process (the default) any callable works.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import os
 import pickle
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import normkit
-from normkit_lab.errors import ConfigError
-from normkit_lab.reporting import ReportError
+from normkit_lab.errors import ConfigError, MachineFailure, one_line
+from normkit_lab.metrics import reports_percent
 from normkit_lab.runs.external import (
     Records,
     check_external,
@@ -36,6 +39,7 @@ from normkit_lab.runs.external import (
     require_metric,
     tuning_score,
 )
+from normkit_lab.runs.failures import machine_failures
 from normkit_lab.runs.template import file_hash
 from normkit_lab.runs.trainer import RunContext
 from normkit_lab.store.safe_paths import make_dirs
@@ -110,22 +114,57 @@ class FunctionTrainer:
         from normkit_lab.records import RunResult
         from normkit_lab.runs.training import seed_everything
 
-        run_dir = make_dirs(Path(job.store), context.run_dir)
-        records = Records(run_dir, context.on_epoch)
+        run_dir = make_dirs(Path(job.store), context.run_dir).resolve()  # the function may chdir
+        records = Records(run_dir, context.on_epoch, context.loggers, reports_percent(self.metric))
         kwargs: dict[str, Any] = {"cell": {**dict(job.run.cell), **dict(job.run.tuned)}, "report": _reporter(records)}
         if _takes(self.function, "run_dir"):
-            kwargs["run_dir"] = run_dir.resolve()
+            kwargs["run_dir"] = run_dir
         seed_everything(job.run.seed)  # as the built-in trainer does; the function may seed again
-        self.function(job.run.norm, job.run.seed, **kwargs)
+        cwd = os.getcwd()
+        started, cpu_started = time.monotonic(), time.process_time()
+        try:
+            self.function(job.run.norm, job.run.seed, **kwargs)
+        except MachineFailure:  # normkit's own write of a report failed: the machine's, not the function's
+            raise
+        except (Exception, GeneratorExit) as exc:  # whatever it raises is this run's failure, an OSError too
+            raise FunctionFailed(_failure_text(exc, run_dir, job.store)) from exc
+        finally:
+            os.chdir(cwd)  # an os.chdir inside the function must not move the comparison's files
+        timing = {"wall_s": round(time.monotonic() - started, 3),
+                  "cpu_s": round(time.process_time() - cpu_started, 3)}  # this process's CPU, all threads
+        records.require_this_attempt("the function never called report(...)")
         epochs = records.epochs()
-        if not epochs:
-            raise ReportError("reported no metrics (the function never called report(...))")
         require_metric(epochs, self.metric, self.select)
         params = next((r.metrics["params"] for r in reversed(epochs) if "params" in r.metrics), None)
         for record in epochs:
             record.metrics.pop("params", None)
         return RunResult(norm=normkit.parse(job.run.norm).text, seed=job.run.seed, status="ok", epochs=epochs,
-                         params=params, extras={"function": {"name": reference(self.function)}}, trainer=self.kind)
+                         params=params, extras={"function": {"name": reference(self.function), **timing}},
+                         trainer=self.kind)
+
+
+class FunctionFailed(normkit.NormkitError):
+    """The train function raised: the run's failure, recorded with this one line (the traceback is kept
+    in the run's directory)."""
+
+
+TRACEBACK_FILE = "traceback.txt"
+
+
+def _failure_text(exc: BaseException, run_dir: Path, store: str) -> str:
+    """`Type: message` of what the function raised, and where its traceback was saved. Safe for any
+    exception, one whose __str__ raises too."""
+    import traceback
+
+    try:
+        message = str(exc)
+    except Exception:  # noqa: BLE001 - a broken __str__ must not turn the run's failure into a crash
+        message = "(its message could not be printed)"
+    where = ""
+    with contextlib.suppress(OSError):
+        (run_dir / TRACEBACK_FILE).write_text("".join(traceback.format_exception(exc)), encoding="utf-8")
+        where = f" (traceback: {os.path.relpath(run_dir / TRACEBACK_FILE, Path(store).resolve())})"
+    return one_line(f"{type(exc).__name__}: {message or '(no message)'}", 400) + where
 
 
 def _reporter(records: Records) -> Callable[..., None]:
@@ -134,7 +173,8 @@ def _reporter(records: Records) -> Callable[..., None]:
         values = {k: (v.item() if hasattr(v, "item") else v) for k, v in metrics.items()}
         if epoch is not None:
             values["epoch"] = int(epoch.item()) if hasattr(epoch, "item") else epoch
-        records.add(values)
+        with machine_failures("a train function's report"):
+            records.add(values)
 
     return report
 

@@ -58,8 +58,10 @@ class RunLogger(Protocol):
         tensor (possibly on CUDA: a logger that does not need its value must not call .item())."""
         ...
 
-    def on_epoch(self, record: EpochRecord) -> None:
-        """After each finished epoch (`record.as_dict()`; values may be None)."""
+    def on_epoch(self, record: EpochRecord, step: int | None = None) -> None:
+        """After each finished epoch (`record.as_dict()`; values may be None). `step`: where a run that has
+        no optimizer steps of normkit's own (a `--command` program, a `train=` function) puts the epoch on
+        the step axis (its epoch number); None: at the last step seen."""
         ...
 
     def close(self) -> None:
@@ -91,7 +93,7 @@ class CSVLogger:
     def on_step(self, step: int, loss: Tensor, lr: float) -> None:
         pass
 
-    def on_epoch(self, record: EpochRecord) -> None:
+    def on_epoch(self, record: EpochRecord, step: int | None = None) -> None:
         self._rows.append(record.as_dict())
         self._write()
 
@@ -151,12 +153,13 @@ class TensorBoardLogger:
         if loss.device.type == "cpu" or len(self._pending) >= LOSS_SYNC_EVERY:
             self._flush_losses()
 
-    def on_epoch(self, record: EpochRecord) -> None:
+    def on_epoch(self, record: EpochRecord, step: int | None = None) -> None:
         self._flush_losses()
         writer = self._open()
+        at = self._step if step is None else int(step)
         for name, value in record.as_dict().items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                writer.add_scalar(f"epoch/{name}", float(value), global_step=self._step)
+                writer.add_scalar(f"epoch/{name}", float(value), global_step=at)
         writer.flush()
 
     def close(self) -> None:

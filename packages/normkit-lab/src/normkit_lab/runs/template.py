@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import shlex
 import shutil
@@ -23,7 +24,7 @@ from typing import Any
 
 from normkit_lab.errors import ConfigError, short_repr
 
-FIXED = ("norm", "seed", "run_dir", "phase", "epochs")  # placeholders every run has
+FIXED = ("norm", "seed", "run_dir", "phase", "epochs", "python")  # placeholders every run has
 _FIELD = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
 MAX_HASHED_FILES = 64
 
@@ -110,6 +111,39 @@ def text_of(value: Any) -> str:
     if isinstance(value, (int, float)):
         return repr(value)
     return json.dumps(value, sort_keys=True)
+
+
+_INT = re.compile(r"-?(0|[1-9][0-9]*)", re.ASCII)
+_FLOAT = re.compile(r"-?[0-9.]+(e[-+]?[0-9]+)?", re.ASCII)
+
+
+def value_as_written(text: str) -> Any:
+    """A `--sweep`/`--tune` value of the user's program, as written: an int or a float when `text` is how
+    Python writes that number (`8`, `-3`, `0.05`, `1e-05`), `true`/`false` as booleans, else the text
+    itself. Never YAML's reading: `010` stays `010` (YAML 1.1 reads 8), `1:30` stays `1:30` (90), `on`
+    stays `on` (true), `0x1F`, `&a b`, `@x` and `{a` stay as written, so the program gets what was typed
+    (a number that Python would print otherwise, `1e-3`, reaches it as that text too)."""
+    if _INT.fullmatch(text) and text != "-0":
+        return int(text)
+    if _FLOAT.fullmatch(text):
+        try:
+            number = float(text)
+        except ValueError:
+            return text
+        return number if repr(number) == text else text
+    return {"true": True, "false": False}.get(text, text)
+
+
+def check_free_values(what: str, key: str, values: list[Any]) -> None:
+    """Refuse values of a program's key that could not identify a run: non-finite numbers (a `nan` never
+    equals itself, so its run would never count as done), and nested or null values."""
+    for value in values:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{what} {key}={value!r} is not a finite number; give finite values, or quote it in a "
+                              f"config file ('nan') to pass the text")
+        if not isinstance(value, (int, float, str, bool)):
+            raise ConfigError(f"{what} {key}={short_repr(value)} must be a plain value (a number, true/false or "
+                              f"text), e.g. {key}=0.03,0.1,0.3")
 
 
 def file_hash(path: Path) -> str:

@@ -26,6 +26,7 @@ from normkit_lab.errors import ConfigError, short_repr
 from normkit_lab.limits import MAX_SEED, MAX_SEEDS
 from normkit_lab.metrics import metric_named, metric_spec, needs_margin
 from normkit_lab.records import RUNTIME_KEYS, SELECTIONS
+from normkit_lab.runs.template import check_free_values, value_as_written
 from normkit_lab.spec import (
     COMPARE_KEYS,
     DEFAULT_TUNE_SEEDS,
@@ -124,8 +125,9 @@ def _scalar(text: str) -> Any:
     return value
 
 
-def _grid_items(value: Any, what: str) -> dict[str, list[Any]]:
-    """key -> values from a YAML mapping, or from "KEY=V1,V2" strings (one or a list of them)."""
+def _grid_items(value: Any, what: str, free: bool = False) -> dict[str, list[Any]]:
+    """key -> values from a YAML mapping, or from "KEY=V1,V2" strings (one or a list of them); `free`
+    (the user's program's keys): each value as written (`runs.template.value_as_written`), never by YAML."""
     if isinstance(value, dict):
         return {str(k).strip().replace("-", "_"): v if isinstance(v, list) else [v] for k, v in value.items()}
     items = [value] if isinstance(value, str) else value
@@ -134,7 +136,7 @@ def _grid_items(value: Any, what: str) -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {}
     for item in items:
         key, sep, raw = item.partition("=")
-        values = [_scalar(v) for v in raw.split(",") if v.strip()]
+        values = [value_as_written(v.strip()) if free else _scalar(v) for v in raw.split(",") if v.strip()]
         if not sep or not key.strip() or not values:
             raise ConfigError(f"{what} {item!r} is not KEY=V1,V2,..., e.g. lr=0.03,0.1,0.3")
         out[key.strip().replace("-", "_")] = values
@@ -149,8 +151,9 @@ def parse_grid(value: Any, what: str, *, numeric: bool, free: bool = False) -> d
     keys are the user's own program's (any identifier, any plain values), not normkit's training keys."""
     hints = typing.get_type_hints(TrainConfig)
     out = {}
-    for key, values in _grid_items(value, what).items():
+    for key, values in _grid_items(value, what, free).items():
         if free:
+            check_free_values(what, key, values)
             if not key.isidentifier():
                 raise ConfigError(f"{what} key {key!r} is not a name (an identifier such as lr or width)")
             if not all(isinstance(v, (int, float, str, bool)) for v in values) or not values \

@@ -57,6 +57,10 @@ def _source(env: dict[str, Any]) -> Any:
     return commits.get("normkit_lab_source") if isinstance(commits, dict) else None
 
 
+def _compiler(value: Any) -> str:
+    return "none (kernels run on torch ops)" if value is None else repr(value)
+
+
 def _shown(value: Any) -> str:
     return "not installed" if value is None else str(value)
 
@@ -70,6 +74,10 @@ def differences(saved: dict[str, Any], now: dict[str, Any]) -> tuple[list[str], 
     if isinstance(versions, dict):
         changed += [f"{dist} {_shown(versions[dist])} -> {_shown(running.get(dist))}" for dist in COMPARED
                     if dist in versions and versions[dist] != running.get(dist)]
+        # every version is recorded (None when not installed): a compared one missing was deleted, and
+        # deleting it must not turn its check off
+        changed += [f"{dist} (not recorded) -> {_shown(running[dist])}" for dist in COMPARED
+                    if dist not in versions and dist in running]
     else:
         unknown.append("versions")
     plugins, running_plugins = _plugin_versions(saved), _plugin_versions(now) or {}
@@ -79,6 +87,8 @@ def differences(saved: dict[str, Any], now: dict[str, Any]) -> tuple[list[str], 
         changed += [f"{dist} {_shown(plugins.get(dist))} -> {_shown(running_plugins.get(dist))}"
                     for dist in sorted(set(plugins) | set(running_plugins))
                     if dist not in COMPARED and plugins.get(dist) != running_plugins.get(dist)]
+    if "c_compiler" in saved and saved["c_compiler"] != now.get("c_compiler"):  # lnn's row kernel or its fallback
+        changed.append(f"C compiler {_compiler(saved['c_compiler'])} -> {_compiler(now.get('c_compiler'))}")
     source, running_source = _source(saved), _source(now)
     if source and running_source and source != running_source:
         changed.append(f"{SOURCE} {str(source)[:12]} -> {str(running_source)[:12]}")

@@ -1,0 +1,155 @@
+"""No process outlives normkit: a `--command` program's children and grandchildren (a `setsid` one too)
+are stopped with it at a timeout, when the program exits, and when normkit itself is SIGKILLed, in this
+process, in a `--jobs 2` pool (whose workers must go too, and start nothing new) and under Ray.
+
+Real processes only: the programs are tiny Python scripts that start children carrying a unique token
+in their command line, and the test looks for that token (and for normkit's descendants) in /proc.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from normkit_lab import compare_norms
+from normkit_lab.processes import descendants
+from normkit_lab.study.progress import Progress
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+PY = sys.executable
+NORMKIT = str(Path(sys.executable).with_name("normkit"))
+
+# Starts a child in its process group and a grandchild in a session of its own (both sleep with the
+# token in their argv), tells the test it started, then does what its mode says.
+SPAWN = textwrap.dedent("""
+    import json, os, subprocess, sys, time
+    norm, token, mode, ready = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)", token]
+    subprocess.Popen(sleeper, stdout=subprocess.DEVNULL)
+    subprocess.Popen(sleeper, start_new_session=True, stdout=subprocess.DEVNULL)
+    if mode == "hold-stdout":  # a child that keeps the program's stdout open after it exits
+        subprocess.Popen(sleeper)
+    print("normkit: " + json.dumps({"epoch": 0, "val_acc": 0.9, "test_acc": 0.9}), flush=True)
+    open(os.path.join(ready, norm + "." + str(os.getpid())), "w").close()
+    if mode != "hold-stdout":
+        time.sleep(600)
+""")
+
+
+def with_token(token: str) -> list[int]:
+    """Live processes whose command line holds `token`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if token.encode() in cmdline and state[state.rfind(")") + 2:][:1] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return state[state.rfind(")") + 2:][:1] != "Z"
+
+
+def wait_until(condition, seconds: float) -> bool:  # noqa: ANN001 - a predicate
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.2)
+    return condition()
+
+
+def setup(tmp_path: Path) -> tuple[str, Path]:
+    (tmp_path / "spawn.py").write_text(SPAWN)
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    return f"normkit-test-{uuid.uuid4().hex}", ready
+
+
+def test_a_timeout_stops_the_programs_children_and_its_setsid_grandchild(tmp_path: Path) -> None:
+    token, ready = setup(tmp_path)
+    try:
+        result = compare_norms("bn,bnn", command=f"{{python}} spawn.py {{norm}} {token} hang {ready}",
+                               command_dir=str(tmp_path), out=tmp_path / "out", seeds=1, timeout=3,
+                               progress=Progress())
+        assert [row["status"] for row in result.runs] == ["failed", "failed"]
+        assert all("timeout of 3 s" in row["error"] for row in result.runs)
+        assert with_token(token) == []  # nothing left, the setsid grandchild neither
+    finally:
+        for pid in with_token(token):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_child_holding_stdout_after_the_program_exits_does_not_stall_the_run(tmp_path: Path) -> None:
+    token, ready = setup(tmp_path)
+    start = time.monotonic()
+    try:
+        result = compare_norms("bn,bnn", command=f"{{python}} spawn.py {{norm}} {token} hold-stdout {ready}",
+                               command_dir=str(tmp_path), out=tmp_path / "out", seeds=1, timeout=300,
+                               progress=Progress())
+        assert [row["status"] for row in result.runs] == ["ok", "ok"]
+        assert time.monotonic() - start < 60  # not the children's 600 s, nor the 300 s timeout
+        assert with_token(token) == []
+    finally:
+        for pid in with_token(token):
+            os.kill(pid, signal.SIGKILL)
+
+
+def kill_normkit_mid_run(tmp_path: Path, *flags: str, programs: int, start_s: float) -> None:
+    """Start `normkit compare ... flags`, wait until `programs` programs have started, SIGKILL normkit and
+    check that every process it had started below it, and every program's children, are gone."""
+    token, ready = setup(tmp_path)
+    argv = [NORMKIT, "compare", "--norms", "bn,bnn,gn,ln", "--seeds", "2", "--out", str(tmp_path / "out"),
+            "--command", f"{{python}} spawn.py {{norm}} {token} hang {ready}", *flags]
+    normkit = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        started = wait_until(lambda: len(list(ready.iterdir())) >= programs, start_s)
+        assert started, f"the programs never started: {normkit.stderr.read().decode() if normkit.poll() else ''}"
+        below = descendants(normkit.pid)
+        assert len(with_token(token)) >= 2 * programs
+        normkit.send_signal(signal.SIGKILL)
+        normkit.wait()
+        assert wait_until(lambda: not with_token(token) and not any(alive(pid) for pid in below), 30), (
+            f"left running: {[Path(f'/proc/{p}/cmdline').read_bytes()[:100] for p in with_token(token)]}")
+        started = len(list(ready.iterdir()))
+        time.sleep(2)  # an orphaned worker would start the next run now
+        assert len(list(ready.iterdir())) == started
+    finally:
+        for pid in with_token(token) + [p for p in descendants(normkit.pid) if alive(p)]:
+            os.kill(pid, signal.SIGKILL)
+        if normkit.poll() is None:
+            normkit.kill()
+
+
+def test_a_sigkilled_normkit_leaves_no_program_or_child_running(tmp_path: Path) -> None:
+    kill_normkit_mid_run(tmp_path, programs=1, start_s=120)
+
+
+@pytest.mark.slow
+def test_a_sigkilled_normkit_with_two_jobs_leaves_no_worker_program_or_child_running(tmp_path: Path) -> None:
+    kill_normkit_mid_run(tmp_path, "--jobs", "2", programs=2, start_s=180)
+
+
+@pytest.mark.slow
+def test_a_sigkilled_normkit_on_ray_leaves_no_ray_process_program_or_child_running(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    kill_normkit_mid_run(tmp_path, "--executor", "ray", programs=1, start_s=240)
