@@ -93,12 +93,22 @@ def test_explicit_pn_scale_in_the_spec_wins_over_the_final_layer_default():
     assert all(layer.post.describe()["scale"] for layer in layers)
 
 
-@pytest.mark.parametrize("name", ("resnet18", "resnet34", "tv-resnet18"))
+@pytest.mark.parametrize("name", ("resnet18", "resnet34"))
 def test_post_activation_norm_in_a_v1_resnet_names_the_preact_model(name):
     message = f"model '{name}' cannot host 'gn.*pn'.*preact-resnet18"
     with pytest.raises(normkit.SpecError, match=message) as info:
         _build(name, GN_PN)
     assert "\n" not in str(info.value)
+
+
+def test_torchvision_resnet_takes_pn_where_an_activation_follows_and_the_plain_norm_elsewhere():
+    """tv-resnet18 goes through normkit.convert, which puts the proxy step on every norm whose
+    output feeds an activation and the plain norm on those that feed the residual add."""
+    model = _build("tv-resnet18", GN_PN, in_channels=3)
+    layers = _norm_layers(model)
+    with_pn = [layer for layer in layers if layer.post is not None]
+    assert 0 < len(with_pn) < len(layers)
+    _step(model, in_channels=3)
 
 
 def test_vit_cannot_host_post_activation_norms():
