@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -90,3 +93,39 @@ def test_no_arguments_prints_help_and_succeeds() -> None:
     proc = subprocess.run([sys.executable, "-c", "from normkit_cli.app import main; main()"],
                           capture_output=True, text=True)
     assert proc.returncode == 0 and "compare" in proc.stdout and "show" in proc.stdout
+
+
+NORMKIT = [sys.executable, "-c", "from normkit_cli.app import main; main()"]
+
+
+def _piped(*args: str, columns: str | None = None) -> str:
+    """The command's stdout read through a real pipe, as `normkit list | less` sees it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    if columns is not None:
+        env["COLUMNS"] = columns
+    proc = subprocess.run([*NORMKIT, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                          timeout=120, check=True)
+    return proc.stdout
+
+
+@pytest.mark.parametrize("columns", [None, "40", "100"])
+def test_list_piped_keeps_every_name_whole_at_any_width(columns) -> None:
+    listing = json.loads(invoke("list", "--json").output)
+    out = _piped("list", columns=columns)
+    assert "…" not in out
+    cells = {cell.strip() for line in out.splitlines() for cell in line.split("│")}
+    for entry in listing["norms"] + listing["items"]:  # each name whole in its own cell, aliases and plugin too
+        assert entry["name"] in cells and entry["plugin"] in cells
+        assert ", ".join(entry["aliases"]) in cells
+    if columns is None:  # a pipe: one line per row, whatever rich thinks a terminal's width is
+        assert len(out.splitlines()) == len(listing["norms"]) + len(listing["items"]) + 3 * 5
+
+
+@pytest.mark.parametrize("columns", [None, "60"])
+def test_plugins_piped_names_every_registered_item_whole(columns) -> None:
+    infos = json.loads(invoke("plugins", "--json").output)
+    out = _piped("plugins", columns=columns)
+    assert "…" not in out
+    words = {w.strip(" ,") for line in out.splitlines() for cell in line.split("│") for w in cell.split()}
+    for info in infos:
+        assert {info["name"], info["distribution"], info["version"], *info["registered"]} <= words

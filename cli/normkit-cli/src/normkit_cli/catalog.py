@@ -12,6 +12,8 @@ from rich.table import Table
 from normkit_cli import catalog_cache
 from normkit_cli.ascii_ints import ascii_int
 from normkit_cli.errors import one_line_errors
+from normkit_cli.text import PIPE_WIDTH
+from normkit_cli.text import console as _console
 
 if TYPE_CHECKING:
     import normkit
@@ -20,8 +22,35 @@ if TYPE_CHECKING:
 # `normkit --help` never loads it, `list`/`plugins`/`show` only after a plugin changed.
 
 
-def _console() -> Console:
-    return Console(soft_wrap=False, width=None)
+def _print(console: Console, table: Table) -> None:
+    """Print `table` whole: on a terminal too narrow for its names it is drawn at the width they need
+    and the terminal wraps the rows, instead of rich cutting the names or squeezing a column away."""
+    from rich.measure import Measurement
+
+    need = Measurement.get(console, console.options.update(max_width=PIPE_WIDTH), table).minimum
+    width = console.width
+    console.width = max(width, need)
+    try:
+        console.print(table, crop=False)
+    finally:
+        console.width = width
+
+
+WRAPPED_MIN = 24  # the narrowest a summary column gets
+
+
+def _columns(table: Table, names: tuple[str, ...], rows: list[list[str]], wrapped: tuple[str, ...],
+             right: tuple[str, ...] = ()) -> None:
+    """Add `names` as columns: every column not in `wrapped` as wide as its longest value (a name is
+    never cut or broken, at any terminal width); the `wrapped` ones (summaries, lists of names) wrap
+    between words in the room left, a word longer than that folded onto the next line, never cut."""
+    for i, name in enumerate(names):
+        justify = "right" if name in right else "left"
+        longest = max([len(name), *(len(line) for row in rows for line in str(row[i]).splitlines())])
+        if name in wrapped:  # readable even when the terminal is too narrow (the terminal wraps the rows)
+            table.add_column(name, min_width=min(longest, WRAPPED_MIN), overflow="fold", justify=justify)
+        else:
+            table.add_column(name, min_width=longest, no_wrap=True, overflow="fold", justify=justify)
 
 
 SHOW_DEFAULTS = (64, False, None)  # show_cmd's --channels, --tokens, --activation
@@ -71,21 +100,20 @@ def list_cmd(
         return
     console = _console()
     table = Table(title="Norms and stages (compose with '+')")
-    for col in ("name", "kind", "aliases", "plugin", "summary"):
-        table.add_column(col)
-    for e in norms:
-        kind = e["kind"] + (f" = {e['expands_to']}" if e.get("expands_to") else "")
-        table.add_row(e["name"], kind, ", ".join(e["aliases"]), e["plugin"], e["summary"])
-    console.print(table)
+    rows = [[e["name"], e["kind"] + (f" = {e['expands_to']}" if e.get("expands_to") else ""),
+             ", ".join(e["aliases"]), e["plugin"], e["summary"]] for e in norms]
+    _columns(table, ("name", "kind", "aliases", "plugin", "summary"), rows, wrapped=("summary",))
+    for row in rows:
+        table.add_row(*row)
+    _print(console, table)
     for kind, title in (("model", "Models"), ("dataset", "Datasets")):
-        rows = [e for e in items if e["kind"] == kind]
+        rows = [[e["name"], ", ".join(e["aliases"]), e["plugin"], e["summary"]] for e in items if e["kind"] == kind]
         t = Table(title=title)
-        for col in ("name", "aliases", "plugin", "summary"):
-            t.add_column(col)
-        for e in rows:
-            t.add_row(e["name"], ", ".join(e["aliases"]), e["plugin"], e["summary"])
+        _columns(t, ("name", "aliases", "plugin", "summary"), rows, wrapped=("summary",))
+        for row in rows:
+            t.add_row(*row)
         if rows:
-            console.print(t)
+            _print(console, t)
         else:
             console.print(f"{title}: none installed (pip install normkit-lab)")
 
@@ -103,16 +131,19 @@ def plugins_cmd(
     caption = (f"load times measured {catalog['created']}, when the installed plugins were last loaded "
                f"({catalog_cache.OFF_ENV}=1 loads them now)" if "created" in catalog else None)
     table = Table(title="normkit plugins", caption=caption)
-    for col in ("plugin", "distribution", "version", "registers", "load", "status"):
-        table.add_column(col, justify="right" if col == "load" else "left")
+    rows = []
     for i in infos:
         status = ("[yellow]disabled (NORMKIT_DISABLED_PLUGINS)[/yellow]" if i["disabled"]
                   else f"[red]failed: {i['error']}[/red]" if i["error"] else "[green]ok[/green]")
         if i["warnings"] and not i["error"]:
             status += f" [yellow](warning: {'; '.join(i['warnings'])})[/yellow]"
         load = "-" if i["disabled"] else f"{i['load_seconds'] * 1000:.0f} ms"
-        table.add_row(i["name"], i["distribution"], i["version"], ", ".join(i["registered"]), load, status)
-    _console().print(table)
+        rows.append([i["name"], i["distribution"], i["version"], ", ".join(i["registered"]), load, status])
+    _columns(table, ("plugin", "distribution", "version", "registers", "load", "status"), rows,
+             wrapped=("registers", "status"), right=("load",))
+    for row in rows:
+        table.add_row(*row)
+    _print(_console(), table)
 
 
 def _fmt(value: Any) -> str:

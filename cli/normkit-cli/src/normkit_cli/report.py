@@ -6,7 +6,6 @@ interval folded into the difference column, until it fits (summary.csv and repor
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -19,6 +18,7 @@ from rich.text import Text
 
 from normkit_cli.defaults import DEFAULT_METRIC, METRIC_NAMES, SELECTS
 from normkit_cli.errors import fail, one_line_errors
+from normkit_cli import text
 from normkit_cli.text import plural
 
 if TYPE_CHECKING:  # the lab (torch) is imported when a command runs, not for --help
@@ -115,11 +115,9 @@ def fitted_table(results: Results, summary: Summary, console: Console) -> tuple[
 
 
 def console() -> Console:
-    """The terminal's console; COLUMNS when set, else 160 columns when writing to a file or pipe."""
-    term = Console()
-    if term.is_terminal or os.environ.get("COLUMNS", "").strip().isdigit():
-        return term
-    return Console(width=160)
+    """The terminal's console; COLUMNS when set, else 160 columns when writing to a file or pipe (the
+    table is narrowed to fit, its names never cut, and the caption wraps at a readable width)."""
+    return text.console(pipe_width=160)
 
 
 def print_summary(results: Results, summary: Summary, console: Console) -> None:
