@@ -103,7 +103,7 @@ def _piped(*args: str, columns: str | None = None) -> str:
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     if columns is not None:
         env["COLUMNS"] = columns
-    proc = subprocess.run([*NORMKIT, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    proc = subprocess.run([*NORMKIT, *args], capture_output=True, text=True, env=env,
                           timeout=120, check=True)
     return proc.stdout
 

@@ -175,3 +175,50 @@ def test_failed_runs_and_cells_are_shown_literally(results_dir):
     assert "failed: bnn [lr=1.0] seed 0: RuntimeError: out of memory [bold]x[/bold]" in result.output
     header = next(line for line in result.output.splitlines() if line.startswith(" norm "))
     assert header.rstrip().endswith("failed") and " lr=1.0 " in result.output
+
+
+def tuning_rows(chosen: dict[str, float]) -> list[dict[str, Any]]:
+    """tuning.json as `--tune lr=0.01,0.05,0.1` writes it: mean val accuracy per (norm, value), the choice."""
+    return [{"cell": {}, "norm": norm, "values": {"lr": lr}, "val_acc": 0.9 - abs(lr - best) + 0.001 * i,
+             "seeds": [4, 5], "chosen": lr == best}
+            for i, (norm, best) in enumerate(chosen.items()) for lr in (0.01, 0.05, 0.1)]
+
+
+@pytest.fixture
+def tuned_dir(tmp_path) -> Path:
+    chosen = {"bn": 0.1, "bnn": 0.05, "ln": 0.05}
+    cfg = config.build_config({"norms": "bn,bnn,ln", "seeds": "4", "epochs": 2, "batch_size": 128,
+                               "tune": "lr=0.01,0.05,0.1", "tune_seeds": "4,5"})
+    store = ResultsDir.create(tmp_path / "tuned", config.save_yaml(cfg), {"host": "h"})
+    for seed in range(4):
+        for norm, finals in (("bn", BN), ("bnn", GAIN), ("ln", SAME)):
+            store.append_rows([{**row, "tuned": {"lr": chosen[norm]}} for row in run_rows(norm, seed, finals[seed])])
+    store.write_tuning(tuning_rows(chosen))
+    return store.path
+
+
+def test_the_table_says_which_value_tuning_chose_and_warns_at_the_grids_edge(tuned_dir):
+    result = invoke("report", tuned_dir, columns=120)
+    assert result.exit_code == 0, result.output
+    assert "tuned lr" in result.output
+    lines = {line.split()[0]: line.split() for line in table_lines(result.output)}
+    assert lines["bn"][1] == "0.1" and lines["bnn"][1] == "0.05" and lines["ln"][1] == "0.05"
+    assert ("warning: tuning chose lr=0.1 for bn, the largest value tried; the best may lie beyond the grid"
+            in " ".join(result.output.split()))
+    assert "for bnn" not in result.output and "for ln," not in result.output
+
+
+def test_report_html_has_a_tuning_table_per_norm(tuned_dir, tmp_path):
+    result = invoke("report", tuned_dir, "--out", tmp_path / "again")
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "again" / "report.html").read_text()
+    section = page.split("<h2>Tuning</h2>", 1)[1].split("<h2>", 1)[0]
+    assert "validation accuracy (%), mean over the tuning seeds" in section and "2 tuning seeds (4, 5)" in section
+    assert "<th class=\"\">lr=0.01</th><th class=\"\">lr=0.05</th><th class=\"\">lr=0.1</th>" in section
+    bn = next(row for row in section.split("<tr>") if row.startswith('<td class="l">bn</td>'))
+    assert "<td><b>90</b></td>" in bn and "lr=0.1 is the largest value tried" in bn  # 0.9 -> 90 %, chosen
+    ln = next(row for row in section.split("<tr>") if row.startswith('<td class="l">ln</td>'))
+    assert "<td><b>90.2</b></td>" in ln and '<td class="l">no</td>' in ln
+    table = page.split("<h2>Table</h2>", 1)[1].split("</tr>", 1)[0]
+    assert table.index("tuned lr (chosen on validation)") < table.index("seeds (n)")  # beside the norm
+    assert "seeds to detect a Δ of the margin (±0.5 %)" in table

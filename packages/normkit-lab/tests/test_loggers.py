@@ -57,7 +57,8 @@ def age_event_files(log_dir: Path, seconds: int = 10) -> None:
         path.rename(path.with_name(f"{m[1]}{int(m[2]) - seconds:010d}{m[3]}"))
 
 
-def train(logger: TensorBoardLogger | CSVLogger, steps: range, epoch_every: int, first_epoch: int, offset: float = 0.0) -> None:
+def train(logger: TensorBoardLogger | CSVLogger, steps: range, epoch_every: int, first_epoch: int,
+          offset: float = 0.0) -> None:
     """Feed `logger` as the training loop does: loss = step + offset, lr = step / 100, an epoch every
     `epoch_every` steps (epoch numbers from `first_epoch`, val_acc = epoch / 10)."""
     epoch = first_epoch

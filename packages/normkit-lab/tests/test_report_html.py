@@ -12,6 +12,7 @@ import pytest
 from normkit_lab.analysis import plots
 from normkit_lab.analysis.report_html import render_html
 from normkit_lab.analysis.summary import Summary, runs_from_rows, summarize
+from normkit_lab.analysis.tuning import edge_warnings, tuned_norms
 from normkit_lab.metrics import METRICS
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -198,3 +199,38 @@ def test_report_renders_in_headless_chromium(tmp_path):
     pixels = image.imread(str(shot))
     assert pixels.shape[:2] == (3000, 1400)
     assert pixels[..., :3].std() > 0.05  # text, tables and figures, not an empty page
+
+
+def test_tuning_of_your_own_code_names_its_field_and_a_failed_candidate():
+    table = [{"cell": {"batch_size": b}, "norm": "gn", "values": {"lr": lr}, "score_field": "val_f1",
+              "val_f1": None if lr == 0.3 else 0.5 + lr, "score": 0.0, "seeds": [9], "chosen": lr == 0.1}
+             for b in (2, 16) for lr in (0.01, 0.1, 0.3)]
+    tuned = tuned_norms(table)
+    assert [(t.cell, t.chosen, t.edges) for t in tuned] == [({"batch_size": 2}, {"lr": 0.1}, []),
+                                                             ({"batch_size": 16}, {"lr": 0.1}, [])]
+    assert [c.score for c in tuned[0].candidates] == [0.51, 0.6, None]
+    summary, _ = comparison(norm="gn")
+    section = page(summary, tuning=table).split("<h2>Tuning</h2>", 1)[1].split("<h2>", 1)[0]
+    assert "val_f1, mean over the tuning seeds" in section and "1 tuning seed (9)" in section
+    assert section.count("failed or diverged") == 2 and section.count("<td><b>0.6</b></td>") == 2
+    assert '<td class="l">batch_size=2</td>' in section  # one row per cell
+    assert edge_warnings(table) == []
+    assert "<h2>Tuning</h2>" not in page(summary)  # not tuned: no section
+
+
+def test_caption_names_no_path_of_the_source_tree_and_the_machine_is_named():
+    summary, _ = comparison(norm="gn")
+    from normkit_lab.analysis.caption import summary_caption
+    from normkit_lab.study.config import build_config
+
+    config = build_config({"norms": "bn,gn+pn"}).to_dict()  # the default recipe: its caption cites the ablation
+    assert "docs/experiments.md" in summary_caption(config, summary)
+    text = page(summary, config=config, environment={"device": "cpu", "cpu": "Intel(R) Xeon(R) Processor",
+                                                      "cpu_count": 2})
+    caption = text.split('<p class="caption">', 1)[1].split("</p>", 1)[0]
+    assert "docs/" not in caption and ".md" not in caption
+    assert ("<p>Machine: device cpu; cpu Intel(R) Xeon(R) Processor; cpu count 2; (the CPU name as the operating "
+            "system reports it") in text
+    isa = page(summary, environment={"device": "cpu", "cpu": "Intel(R) Xeon(R) Processor", "cpu_isa": "AVX-512",
+                                     "cpu_model_number": 143})
+    assert "cpu isa AVX-512; cpu model number 143</p>" in isa and "reports it" not in isa

@@ -54,23 +54,9 @@ def _given(ctx: typer.Context) -> dict[str, Any]:
 def grid_edge_warnings(table: list[dict[str, Any]]) -> list[str]:
     """One line per (cell, norm, key) whose chosen value is the smallest or largest value tried:
     the best value may lie beyond the grid, so the tuned arm may be handicapped."""
-    grids: dict[str, set[Any]] = {}
-    for row in table:
-        for key, value in row["values"].items():
-            grids.setdefault(key, set()).add(value)
-    warnings = []
-    for row in table:
-        if not row["chosen"]:
-            continue
-        cell = ", ".join(f"{k}={v}" for k, v in row["cell"].items())
-        for key, value in row["values"].items():
-            values = sorted(grids[key])
-            if len(values) > 1 and value in (values[0], values[-1]):
-                side = "smallest" if value == values[0] else "largest"
-                where = f"{row['norm']} [{cell}]" if cell else row["norm"]
-                warnings.append(f"warning: tuning chose {key}={value} for {where}, the {side} value tried; "
-                                f"the best may lie beyond the grid, so extend --tune {key}=... past it")
-    return warnings
+    from normkit_lab.analysis.tuning import edge_warnings
+
+    return edge_warnings(table)
 
 
 def print_tuning(table: list[dict[str, Any]], console: Any) -> None:

@@ -7,7 +7,7 @@ interval folded into the difference column, until it fits (summary.csv and repor
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich import box
@@ -16,9 +16,9 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from normkit_cli import text
 from normkit_cli.defaults import DEFAULT_METRIC, METRIC_NAMES, SELECTS
 from normkit_cli.errors import fail, one_line_errors
-from normkit_cli import text
 from normkit_cli.text import plural
 
 if TYPE_CHECKING:  # the lab (torch) is imported when a command runs, not for --help
@@ -38,7 +38,15 @@ def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def _cells(s: NormSummary, many: bool, any_failed: bool) -> dict[str, str]:
+def tuned_text(tuned: dict[str, Any], keys: list[str]) -> str:
+    """A row's tuned values: just the value when one key was tuned (the header names it), else k=v."""
+    if not tuned:
+        return "-"
+    return f"{tuned[keys[0]]}" if keys == list(tuned) and len(keys) == 1 else ", ".join(
+        f"{k}={v}" for k, v in tuned.items())
+
+
+def _cells(s: NormSummary, many: bool, any_failed: bool, tuned_keys: list[str]) -> dict[str, str]:
     """Every column's text for one row (keys are the column ids)."""
     from normkit_lab.analysis.summary import interval_text
 
@@ -55,6 +63,8 @@ def _cells(s: NormSummary, many: bool, any_failed: bool) -> dict[str, str]:
     row = {"norm": s.norm}
     if many:
         row["cell"] = cell_label(s.cell) or "-"
+    if tuned_keys:
+        row["tuned"] = tuned_text(s.tuned, tuned_keys)
     row |= {"n": str(s.primary.n), "metric": _mean(s.primary), "Δ": diff, "95% CI": interval,
             "Holm p": "" if v is None or v.p_holm is None else f"{v.p_holm:.3g}",
             "verdict": "baseline" if v is None else v.verdict,
@@ -86,17 +96,20 @@ def summary_table(results: Results, summary: Summary, drop: tuple[str, ...] = ()
                   box=box.SIMPLE_HEAD, title_justify="left", collapse_padding=True, pad_edge=False)
     many = len({cell_key(s.cell) for s in summary.rows}) > 1
     any_failed = any(s.failed for s in summary.rows)
-    rows = [_cells(s, many, any_failed) for s in summary.rows]
+    tuned_keys = list(dict.fromkeys(k for s in summary.rows for k in s.tuned))
+    rows = [_cells(s, many, any_failed, tuned_keys) for s in summary.rows]
     fold = FOLD in drop
     if fold:
         for row in rows:
             row["Δ"] = f"{row['Δ']} {row['95% CI']}".strip()
     names = [name for name in rows[0] if name not in drop and not (fold and name == "95% CI")] if rows else []
     headers = {"Δ": f"Δ vs {summary.baseline}" + (" [95% CI]" if fold else ""),
+               "tuned": f"tuned {tuned_keys[0]}" if len(tuned_keys) == 1 else "tuned",
                "metric": f"{metric.unit} ± s.e." if metric.unit == "%" else f"{metric.field} ± s.e."}
     for name in names:
-        left = name in ("norm", "cell", "verdict")
-        table.add_column(headers.get(name, name), justify="left" if left else "right", no_wrap=name != "cell")
+        left = name in ("norm", "cell", "tuned", "verdict")
+        table.add_column(headers.get(name, name), justify="left" if left else "right", no_wrap=name != "cell",
+                         overflow="fold")  # too narrow: a name goes on over lines, never cut
     for row in rows:
         table.add_row(*(Text(row[name]) for name in names))  # Text: no rich markup in specs or errors
     return table
@@ -124,10 +137,13 @@ def print_summary(results: Results, summary: Summary, console: Console) -> None:
     """The fitted table and, below it, the notes: fallbacks, failures, columns left out."""
     from normkit_lab.analysis.caption import summary_caption
     from normkit_lab.analysis.summary import cell_label
+    from normkit_lab.analysis.tuning import edge_warnings, read_tuning
 
     table, dropped = fitted_table(results, summary, console)
     console.print(table)
     console.print(summary_caption(results.config, summary), markup=False, highlight=False)
+    for line in edge_warnings(read_tuning(results.sources)):
+        console.print(line, markup=False, highlight=False)
     if summary.interactions:
         console.print(interaction_table(summary))
     if summary.diagnostics:

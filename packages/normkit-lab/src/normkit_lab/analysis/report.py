@@ -21,6 +21,7 @@ from normkit_lab import lm_baselines, safe_yaml
 from normkit_lab.analysis import plots
 from normkit_lab.analysis.report_html import render_html
 from normkit_lab.analysis.summary import Run, Summary, cell_key, runs_from_results, runs_from_rows, summarize
+from normkit_lab.analysis.tuning import read_tuning
 from normkit_lab.diagnostics.report import write_report as write_diagnostics_files
 from normkit_lab.errors import ConfigError
 from normkit_lab.metrics import DEFAULT_METRIC, margin_of, metric_named, metric_spec, select_of
@@ -189,7 +190,8 @@ def write_summary(store: ResultsDir, results: Results, figures: bool = False) ->
         note = "" if plots.available() else f"No figures: {plots.PLOTS_HINT}."
     page = render_html(summary, title=_title(results), figures=drawn, figures_note=note, config=results.config,
                        command=command_line(), environment=store.environment(),
-                       sources=[str(s) for s in results.sources if s != store.path])
+                       sources=[str(s) for s in results.sources if s != store.path],
+                       tuning=read_tuning([store.path, *results.sources]))
     atomic_write_text(store.path / REPORT_HTML, page)
     return summary
 
