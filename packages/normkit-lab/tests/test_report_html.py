@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import itertools
 import io
 import re
 from typing import Any
@@ -13,7 +14,7 @@ from normkit_lab.analysis import plots
 from normkit_lab.analysis.report_html import render_html
 from normkit_lab.analysis.summary import Summary, runs_from_rows, summarize
 from normkit_lab.analysis.tuning import edge_warnings, tuned_norms
-from normkit_lab.metrics import METRICS
+from normkit_lab.metrics import METRICS, metric_named
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -234,3 +235,80 @@ def test_caption_names_no_path_of_the_source_tree_and_the_machine_is_named():
     isa = page(summary, environment={"device": "cpu", "cpu": "Intel(R) Xeon(R) Processor", "cpu_isa": "AVX-512",
                                      "cpu_model_number": 143})
     assert "cpu isa AVX-512; cpu model number 143</p>" in isa and "reports it" not in isa
+
+
+def _axes_by_title(fig) -> dict[str, Any]:
+    return {ax.get_title().split("\n")[0]: ax for ax in fig.axes}
+
+
+def _cosine_logs(runs, steps_per_epoch: int, epochs: int, peak: float = 0.02) -> dict[str, list]:
+    """Step logs as the CSV logger writes them: a cosine schedule decaying to 0 over the run."""
+    import math
+
+    total = steps_per_epoch * epochs
+    def lr(s: int) -> float:
+        return peak * 0.5 * (1 + math.cos(math.pi * (s - 1) / total))
+
+    return {plots.run_key(r): [(s, (s - 1) // steps_per_epoch, 2.0 / s, lr(s)) for s in range(1, total + 1)]
+            for r in runs}
+
+
+def test_one_epoch_curves_show_every_step_and_a_point_per_seed(monkeypatch):
+    """One epoch: the loss and the schedule at every step over 0..1 epochs, and validation loss as a point
+    per seed and norm (not single dots on an axis labelled 0.95-1.05); the lr decays to 0 within the epoch."""
+    pytest.importorskip("matplotlib")
+    _figure(monkeypatch)
+    out = []
+    for seed in range(3):
+        out += rows("bn", seed, [0.80 + 0.01 * seed]) + rows("gn", seed, [0.86])
+    runs = runs_from_rows(out)
+    summary = summarize(runs, ["bn", "gn"], "bn", METRICS["test_acc"])
+    axes = _axes_by_title(plots.curves(summary, runs, _cosine_logs(runs, 50, 1)))
+    assert set(axes) == {"training loss per step", "validation loss", "learning rate at every step,"}
+    loss, lr, val = axes["training loss per step"], axes["learning rate at every step,"], axes["validation loss"]
+    assert loss.get_xlim() == (0.0, 1.0) and lr.get_xlim() == (0.0, 1.0)
+    assert [len(line.get_xdata()) for line in loss.lines] == [50, 50]  # one point per step, per norm
+    (schedule,) = lr.lines  # every norm ran the same schedule: one line, labelled so
+    assert schedule.get_label() == "every norm"
+    ys = schedule.get_ydata()
+    assert ys[0] == pytest.approx(0.02) and ys[-1] < 0.001 and all(a >= b for a, b in itertools.pairwise(ys))
+    assert [t.get_text() for t in val.get_xticklabels()] == ["bn", "gn"]
+    seeds = [line for line in val.lines if line.get_marker() == "o"]
+    assert [len(line.get_xdata()) for line in seeds] == [3, 3]
+
+
+def test_curves_of_several_epochs_without_step_logs(monkeypatch):
+    """Results written before step logs: per-epoch points from 0 epochs trained, the lr panel says it is
+    the rate at each epoch's first step; a one-epoch run of them gets no lr panel (a dot says nothing)."""
+    pytest.importorskip("matplotlib")
+    _figure(monkeypatch)
+    summary, runs = comparison(norm="gn")
+    axes = _axes_by_title(plots.curves(summary, runs))
+    assert set(axes) == {"training loss", "validation loss", "learning rate at each epoch's first step"}
+    val = axes["validation loss"]
+    assert val.get_xlim()[0] == 0
+    assert [list(line.get_xdata()) for line in val.lines if line.get_label() in ("bn", "gn")] == [[1, 2], [1, 2]]
+    out = [r for seed in range(3) for r in rows("bn", seed, [0.8]) + rows("gn", seed, [0.85])]
+    one = runs_from_rows(out)
+    assert set(_axes_by_title(plots.curves(summarize(one, ["bn", "gn"], "bn", METRICS["test_acc"]), one))) == {
+        "training loss", "validation loss"}
+
+
+def test_curves_of_your_own_code_use_its_epochs_and_metrics(monkeypatch):
+    """A program's own metrics, at its own epoch numbers (its epoch 0 stays 0), and no panel for a
+    learning rate it did not report."""
+    pytest.importorskip("matplotlib")
+    _figure(monkeypatch)
+    out = [{"norm": norm, "seed": seed, "status": "ok", "params": 10, "epoch": epoch, "cell": {}, "tuned": {},
+            "phase": "compare", "trainer": "command", "threads": 1, "host": "h",
+            "val_f1": 0.5 + 0.1 * epoch + 0.01 * seed, "test_f1": 0.4 + 0.1 * epoch}
+           for norm in ("bn", "gn") for seed in range(3) for epoch in range(3)]
+    runs = runs_from_rows(out)
+    summary = summarize(runs, ["bn", "gn"], "bn", metric_named("test_f1:max"), margin=0.01)
+    fig = plots.curves(summary, runs, own_code=True)
+    axes = _axes_by_title(fig)
+    assert set(axes) == {"val_f1", "test_f1"}
+    for ax in axes.values():
+        assert [list(line.get_xdata()) for line in ax.lines] == [[0, 1, 2], [0, 1, 2]]
+        assert ax.get_xlabel() == "epoch"
+    assert "at its epoch numbers" in fig._suptitle.get_text()

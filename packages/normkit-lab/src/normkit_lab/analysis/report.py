@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from normkit_lab import lm_baselines, safe_yaml
+from normkit_lab import lm_baselines, safe_yaml, step_log
 from normkit_lab.analysis import plots
 from normkit_lab.analysis.report_html import render_html
 from normkit_lab.analysis.summary import Run, Summary, cell_key, runs_from_results, runs_from_rows, summarize
@@ -26,7 +26,7 @@ from normkit_lab.diagnostics.report import write_report as write_diagnostics_fil
 from normkit_lab.errors import ConfigError
 from normkit_lab.metrics import DEFAULT_METRIC, margin_of, metric_named, metric_spec, select_of
 from normkit_lab.records import RUNTIME_KEYS, RunResult
-from normkit_lab.store.results import ResultsDir, atomic_write_text, rows_to_runs
+from normkit_lab.store.results import METRICS_DIR, ResultsDir, atomic_write_text, rows_to_runs
 
 REPORT_HTML = "report.html"
 
@@ -168,6 +168,20 @@ def _title(results: Results) -> str:
 
 
 
+def step_logs(runs: Sequence[Run], dirs: Sequence[Path]) -> dict[str, list[tuple[int, int, float, float]]]:
+    """The step logs of `runs` by `plots.run_key`, from the first of `dirs` that holds each (a merged
+    report's runs keep their logs in the directories they came from)."""
+    found = {}
+    for run in runs:
+        key = plots.run_key(run)
+        for directory in dirs:
+            log = step_log.read(step_log.path_in(Path(directory) / METRICS_DIR, key))
+            if log:
+                found[key] = log
+                break
+    return found
+
+
 def write_summary(store: ResultsDir, results: Results, figures: bool = False) -> Summary:
     """Rewrite summary.csv/json and report.html of `store` from `results`; with `figures`, also draw
     the PNG figures (about a second) and embed them. A comparison rewrites the summary after every
@@ -182,7 +196,9 @@ def write_summary(store: ResultsDir, results: Results, figures: bool = False) ->
         if line:
             summary.notes.append(line)
     store.write_summary(rows)
-    drawn = plots.render(summary, results.run_views()) if figures else {}
+    views = results.run_views()
+    own_code = bool(results.config.get("command") or results.config.get("train_function"))
+    drawn = plots.render(summary, views, step_logs(views, [store.path, *results.sources]), own_code) if figures else {}
     plots.write_figures(store.path, drawn)
     if not figures:
         note = "Figures are drawn when the comparison finishes (or by `normkit report DIR --out NEW`)."

@@ -27,7 +27,7 @@ body { font-family: system-ui, sans-serif; margin: 2em auto; padding: 0 1.5em; m
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; font-size: 0.85em; }
 th, td { padding: 3px 8px; text-align: right; } td { white-space: nowrap; }
-th { background: #f0f0f0; } td.l, th.l { text-align: left; }
+th { background: #f0f0f0; vertical-align: bottom; } td.l, th.l { text-align: left; } th.long { min-width: 7.5em; }
 td.wrap { white-space: normal; text-align: left; min-width: 14em; } tr:nth-child(even) td { background: #fafafa; }
 .v-better { color: #1a7f37; font-weight: bold; } .v-worse { color: #cf222e; font-weight: bold; }
 .v-equivalent { color: #0550ae; font-weight: bold; } .v-inconclusive, .v-no { color: #7a6a00; }
@@ -36,6 +36,7 @@ td.wrap { white-space: normal; text-align: left; min-width: 14em; } tr:nth-child
 pre { background: #f6f8fa; padding: 8px; overflow-x: auto; font-size: 0.8em; }
 img { max-width: 100%; display: block; margin: 1em 0; } .wide { overflow-x: auto; }
 """
+LONG_HEAD = 20  # characters: a header longer than this gets a column at least 7.5em wide
 
 
 def _e(value: Any) -> str:
@@ -61,8 +62,12 @@ def _name(s: NormSummary, many: bool) -> str:
 
 
 def _head(heads: Sequence[Any], left: Sequence[str]) -> str:
-    """A table's header row; the columns named in `left` are left-aligned."""
-    return "<tr>" + "".join(f'<th class="{"l" if h in left else ""}">{_e(h)}</th>' for h in heads) + "</tr>"
+    """A table's header row; the columns named in `left` are left-aligned, a long header (one that says
+    what its column counts) wraps in a column wide enough to read it."""
+    def cls(h: Any) -> str:
+        return " ".join(c for c in ("l" if h in left else "", "long" if len(str(h)) > LONG_HEAD else "") if c)
+
+    return "<tr>" + "".join(f'<th class="{cls(h)}">{_e(h)}</th>' for h in heads) + "</tr>"
 
 
 def _tuned_keys(summary: Summary) -> list[str]:
