@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import base64
-import itertools
 import io
+import itertools
 import re
 from typing import Any
 
