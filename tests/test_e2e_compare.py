@@ -60,6 +60,11 @@ def test_compare_writes_every_file(compared):
     env = json.loads((out / "environment.json").read_text())
     assert env["versions"]["torch"] and env["device"] == "cpu" and env["torch_threads"] >= 1
     assert {"lab", "standard"} <= {p["name"] for p in env["plugins"]}
+    logs = sorted((out / "metrics" / "steps").glob("*.csv"))  # every step's loss and lr, for curves.png
+    assert len(logs) == 2 * len(NORMS)
+    steps = [line.split(",") for line in logs[0].read_text().splitlines()[1:]]
+    assert [int(s[0]) for s in steps] == list(range(1, 9)) and {s[1] for s in steps} == {"0"}  # 1151 // 128 steps
+    assert float(steps[0][3]) > float(steps[-1][3]) > 0  # the cosine schedule decays within the one epoch
     pytest.importorskip("matplotlib")
     assert all((out / name).stat().st_size > 0 for name in ("forest.png", "primary_metric.png", "curves.png"))
     assert (out / "report.html").read_text().count("data:image/png;base64,") == 3
