@@ -222,3 +222,43 @@ def test_report_html_has_a_tuning_table_per_norm(tuned_dir, tmp_path):
     table = page.split("<h2>Table</h2>", 1)[1].split("</tr>", 1)[0]
     assert table.index("tuned lr (chosen on validation)") < table.index("seeds (n)")  # beside the norm
     assert "seeds to detect a Δ of the margin (±0.5 %)" in table
+
+
+def test_several_metrics_give_a_table_each_and_one_holm_family(results_dir, tmp_path):
+    one = invoke("report", results_dir, "--metric", "test_acc", columns=160)
+    both = invoke("report", results_dir, "--metric", "test_acc,test_loss", columns=160)
+    assert both.exit_code == 0, both.output
+    titles = [line for line in both.output.splitlines() if "over seeds, difference to bn" in line]
+    assert len(titles) == 2 and "test accuracy (test_acc" in titles[0] and "test loss (test_loss" in titles[1]
+    text = " ".join(both.output.split())
+    assert "Holm's adjustment is over all 4 comparisons of the 2 metrics read (test_acc, test_loss)" in text
+
+    def holm_p(output: str, norm: str) -> float:  # the first table's (test_acc): norm n mean ± se Δ [lo, hi] p
+        line = next(line for line in table_lines(output) if line.startswith(f" {norm} "))
+        return float(line.split()[8])
+
+    assert holm_p(both.output, "bnn") > holm_p(one.output, "bnn")  # twice the claims: a stricter family
+    out = tmp_path / "both"
+    assert invoke("report", results_dir, "--metric", "test_acc,test_loss", "--out", out).exit_code == 0
+    page = (out / "report.html").read_text()
+    assert "<h2>Also read: test loss</h2>" in page and page.count("Holm&#x27;s adjustment is over all 4") == 1
+    assert json.loads((out / "summary.json").read_text())[1]["metric"] == "test_acc"
+
+
+@pytest.mark.parametrize(("metric", "message"), [
+    ("test_acc,test_acc", "names test_acc twice"),
+    ("test_acc,f1:max", "f1 is your program's own, so normkit does not know its unit and its margin"),
+    ("test_acc,", "has an empty name"),
+    ("test_acc,nope", "unknown metric 'nope'"),
+])
+def test_bad_metric_lists_are_one_line_errors(results_dir, metric, message):
+    result = invoke("report", results_dir, "--metric", metric)
+    assert result.exit_code == 2 and message in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_compare_reads_further_metrics_from_its_metric_option():
+    from normkit_cli.report import further_metrics
+
+    given = {"metric": "test_acc,test_loss"}
+    assert further_metrics(given) == ["test_loss"] and given == {"metric": "test_acc"}
+    assert further_metrics({"metric": "f1:max"}) == [] and further_metrics({}) == []

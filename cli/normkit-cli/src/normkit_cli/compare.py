@@ -265,7 +265,7 @@ def compare_cmd(
     instead of normkit's loop, with everything else unchanged (docs/own-training.md).
     """
     from normkit_cli.report import console as make_console
-    from normkit_cli.report import show
+    from normkit_cli.report import further_metrics, show
     from normkit_lab.executors import make_executor
     from normkit_lab.runs.execute import RunOptions
     from normkit_lab.runs.loggers import check_log_kinds
@@ -275,6 +275,7 @@ def compare_cmd(
     from normkit_lab.study.progress import choose_progress
 
     given = _given(ctx)
+    also = further_metrics(given)  # --metric a,b: a table per metric, one Holm family (normkit_cli.report)
     if higher_is_better is not None:
         if "metric" not in given:
             raise fail("--higher-is-better/--lower-is-better say which way --metric is better; give --metric too")
@@ -328,6 +329,7 @@ def compare_cmd(
                    f"finished runs are kept; {resume_hint}", err=True)
         raise typer.Exit(1) from None
     results.all_pairs = all_pairs
+    results.also = also
     show(results, store, console)
     failed = [run for run in results.runs if run.status == "failed"]
     if failed:

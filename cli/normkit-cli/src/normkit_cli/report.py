@@ -6,6 +6,7 @@ interval folded into the difference column, until it fits (summary.csv and repor
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -127,20 +128,40 @@ def fitted_table(results: Results, summary: Summary, console: Console) -> tuple[
     return table, dropped
 
 
+def further_metrics(given: dict[str, Any]) -> list[str]:
+    """`normkit compare --metric a,b,...`: leaves the first in `given` (the comparison's metric, saved in
+    config.yaml, which tuning and selection use) and returns the others, read from the same runs in a
+    table each, with one Holm family across all (normkit_lab.analysis.metric_family)."""
+    from normkit_lab.analysis.metric_family import margin_for, split_metrics
+
+    if "," not in str(given.get("metric", "")):
+        return []
+    first, *others = split_metrics(given["metric"])
+    for name in others:
+        margin_for(name)
+    given["metric"] = first
+    return others
+
+
 def console() -> Console:
     """The terminal's console; COLUMNS when set, else 160 columns when writing to a file or pipe (the
     table is narrowed to fit, its names never cut, and the caption wraps at a readable width)."""
     return text.console(pipe_width=160)
 
 
-def print_summary(results: Results, summary: Summary, console: Console) -> None:
-    """The fitted table and, below it, the notes: fallbacks, failures, columns left out."""
+def print_summary(results: Results, summaries: Sequence[Summary], console: Console) -> None:
+    """The fitted table of each metric read (one with a single --metric) and, below them, the notes:
+    fallbacks, failures, columns left out."""
     from normkit_lab.analysis.caption import summary_caption
     from normkit_lab.analysis.summary import cell_label
     from normkit_lab.analysis.tuning import edge_warnings, read_tuning
 
-    table, dropped = fitted_table(results, summary, console)
-    console.print(table)
+    summary = summaries[0]
+    dropped: tuple[str, ...] = ()
+    for each in summaries:
+        table, narrowed = fitted_table(results, each, console)
+        dropped = max(dropped, narrowed, key=len)
+        console.print(table)
     console.print(summary_caption(results.config, summary), markup=False, highlight=False)
     for line in edge_warnings(read_tuning(results.sources)):
         console.print(line, markup=False, highlight=False)
@@ -255,10 +276,10 @@ def show(results: Results, store: ResultsDir, console: Console) -> None:
     from normkit_lab.analysis import plots
     from normkit_lab.analysis.report import write_diagnostics, write_summary
 
-    summary = write_summary(store, results, figures=True)
+    summaries = write_summary(store, results, figures=True)
     written = [store.path / name for name in plots.FIGURES if (store.path / name).is_file()]
     written += [p for p in write_diagnostics(store, results) if p.suffix == ".png"]
-    print_summary(results, summary, console)
+    print_summary(results, summaries, console)
     _print_files(store, written, console)
 
 
@@ -268,7 +289,9 @@ def report_cmd(
     baseline: Annotated[str | None, typer.Option(help="Norm to compare against (default: the saved "
                                                       "baseline).")] = None,
     metric: Annotated[str | None, typer.Option(help=f"Primary metric: {', '.join(METRIC_NAMES)} (default: the "
-                                                    f"comparison's, else {DEFAULT_METRIC}).")] = None,
+                                                    f"comparison's, else {DEFAULT_METRIC}); several, comma "
+                                                    f"separated (test_acc,test_loss), give a table each and one "
+                                                    f"Holm family.")] = None,
     margin: Annotated[float | None, typer.Option(help="Equivalence margin in the metric's unit (default: the "
                                                       "saved one, else 0.5 points of accuracy).")] = None,
     select: Annotated[str | None, typer.Option(help=f"Epoch of each run: {' or '.join(SELECTS)} (default: the "
@@ -292,10 +315,10 @@ def report_cmd(
     overrides = {k: v for k, v in (("margin", margin), ("select", select)) if v is not None}
     results.config = {**results.config, **overrides}
     results.all_pairs = all_pairs
-    summary = results.summary()  # checks select before anything is written
+    summaries = results.summaries()  # checks select and every metric before anything is written
     term = console()
     if out is None:
-        print_summary(results, summary, term)
+        print_summary(results, summaries, term)
         return
     store = merge_into(results, out)
     show(results, store, term)

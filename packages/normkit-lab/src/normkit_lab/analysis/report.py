@@ -19,6 +19,7 @@ import yaml
 
 from normkit_lab import lm_baselines, safe_yaml, step_log
 from normkit_lab.analysis import plots
+from normkit_lab.analysis.metric_family import across_metrics, margin_for, split_metrics
 from normkit_lab.analysis.report_html import render_html
 from normkit_lab.analysis.summary import Run, Summary, cell_key, runs_from_results, runs_from_rows, summarize
 from normkit_lab.analysis.tuning import read_tuning
@@ -48,6 +49,7 @@ class Results:
     metric: str = DEFAULT_METRIC  # the primary metric's name (see normkit_lab.metrics.METRICS)
     rows: list[dict[str, Any]] | None = None  # the runs.jsonl rows when read from disk (every key kept)
     all_pairs: bool = False  # also compare every pair of norms and rank them (--all-pairs)
+    also: list[str] = field(default_factory=list)  # further metrics read (`--metric a,b`): see metric_family
 
     def run_views(self) -> list[Run]:
         """The runs as the summary reads them: from the rows when known, else from the RunResults."""
@@ -58,6 +60,16 @@ class Results:
         metric = metric_named(self.metric)
         return summarize(self.run_views(), self.norms, self.baseline, metric,
                          select=select_of(self.config), margin=margin_of(self.config, metric), pairs=self.all_pairs)
+
+    def summaries(self) -> list[Summary]:
+        """The primary metric's summary, then one per further metric (`also`), their verdicts one Holm
+        family across all of them."""
+        if not self.also:
+            return [self.summary()]
+        views, select = self.run_views(), select_of(self.config)
+        others = [summarize(views, self.norms, self.baseline, metric_named(name), select=select,
+                            margin=margin_for(name)) for name in self.also]
+        return across_metrics([self.summary(), *others])
 
 
 def read_config(store: ResultsDir) -> dict[str, Any]:
@@ -102,10 +114,12 @@ def load_results(dirs: Sequence[str | Path], baseline: str | None = None,
     """Load and merge results directories; refuse different configs and duplicate (norm, seed) runs.
 
     `metric`: the primary metric (default: the one the comparison saved, else test accuracy); a
-    metric other than the saved one uses its own default margin, not the saved one's.
+    metric other than the saved one uses its own default margin, not the saved one's. Several, comma
+    separated (`test_acc,test_loss`): the first is primary, the others are `Results.also`.
     """
-    if metric is not None:
-        metric_named(metric)
+    metric, *also = split_metrics(metric) if metric is not None else [None]
+    for name in also:
+        margin_for(name)
     if not dirs:
         raise ConfigError("give at least one results directory")
     stores = [ResultsDir.open(d) for d in dirs]
@@ -145,7 +159,7 @@ def load_results(dirs: Sequence[str | Path], baseline: str | None = None,
     saved = first.get("metric") if isinstance(first.get("metric"), str) else DEFAULT_METRIC
     config = first if metric in (None, saved) else {**first, "metric": metric, "margin": None}
     return Results(config=config, runs=runs, norms=norms, baseline=chosen, sources=[s.path for s in stores],
-                   metric=metric_spec(metric or saved), rows=rows)
+                   metric=metric_spec(metric or saved), rows=rows, also=also)
 
 
 def command_line() -> str:
@@ -182,11 +196,13 @@ def step_logs(runs: Sequence[Run], dirs: Sequence[Path]) -> dict[str, list[tuple
     return found
 
 
-def write_summary(store: ResultsDir, results: Results, figures: bool = False) -> Summary:
+def write_summary(store: ResultsDir, results: Results, figures: bool = False) -> list[Summary]:
     """Rewrite summary.csv/json and report.html of `store` from `results`; with `figures`, also draw
     the PNG figures (about a second) and embed them. A comparison rewrites the summary after every
-    run without figures and draws them once at the end."""
-    summary = results.summary()
+    run without figures and draws them once at the end. Returns the summaries (`Results.summaries`):
+    summary.csv/json hold the first metric's, report.html all of them."""
+    summaries = results.summaries()
+    summary = summaries[0]
     rows = summary.as_rows()
     baselines = lm_baselines.baselines_of(results.rows if results.rows is not None else results.runs)
     if baselines is not None:  # language models: unigram and bigram tables beside the results
@@ -207,9 +223,9 @@ def write_summary(store: ResultsDir, results: Results, figures: bool = False) ->
     page = render_html(summary, title=_title(results), figures=drawn, figures_note=note, config=results.config,
                        command=command_line(), environment=store.environment(),
                        sources=[str(s) for s in results.sources if s != store.path],
-                       tuning=read_tuning([store.path, *results.sources]))
+                       tuning=read_tuning([store.path, *results.sources]), more=summaries[1:])
     atomic_write_text(store.path / REPORT_HTML, page)
-    return summary
+    return summaries
 
 
 def write_diagnostics(store: ResultsDir, results: Results) -> list[Path]:

@@ -302,6 +302,19 @@ def _ranking(summary: Summary) -> str:
     return "\n".join(out)
 
 
+def _metric_section(summary: Summary, many: bool) -> str:
+    """A further metric of the same runs: its verdicts and table (its own unit, margin and direction)."""
+    m = summary.metric
+    return "\n".join([
+        f"<h2>Also read: {_e(summary.label)}</h2>",
+        f"<p>{_e(summary.label.capitalize())} ({_e(m.unit or 'as reported')}, "
+        f"{'higher' if m.higher_is_better else 'lower'} is better), from the <code>{_e(summary.source)}</code> "
+        f"field at the {_e(summary.select)} epoch of the same runs, paired by seed against {_e(summary.baseline)}, "
+        f"equivalence margin ±{summary.margin:g} {_e(m.unit)}; verdicts by the rule above, in one Holm family "
+        f"with the first metric's.</p>",
+        _readings(summary, many), _table(summary, many)])
+
+
 def _without_paths(text: str) -> str:
     """A caption as a reader of a shared page needs it: a pointer into normkit's source tree
     (`docs/experiments.md`) named as the guide it is, since the page travels without the docs."""
@@ -328,8 +341,9 @@ def _machine(environment: Any) -> str:
 
 def render_html(summary: Summary, *, title: str, figures: Mapping[str, bytes], config: Mapping[str, Any],
                 command: str, environment: Any, sources: Sequence[str] = (), figures_note: str = "",
-                tuning: Sequence[Mapping[str, Any]] = ()) -> str:
-    """The whole page as a string (every interpolated text escaped)."""
+                tuning: Sequence[Mapping[str, Any]] = (), more: Sequence[Summary] = ()) -> str:
+    """The whole page as a string (every interpolated text escaped). `more`: the summaries of further
+    metrics read (`--metric a,b`), each with its verdicts and table after the first metric's."""
     many = len({cell_key(s.cell) for s in summary.rows}) > 1
     notes = list(summary.notes)
     for s in summary.rows:
@@ -342,6 +356,7 @@ def render_html(summary: Summary, *, title: str, figures: Mapping[str, bytes], c
         "<h2>Verdicts</h2>", _readings(summary, many), _how_to_read(summary),
         "<h2>Table</h2>", _table(summary, many),
         f'<p class="caption">{_e(_without_paths(summary_caption(config, summary)))}</p>',
+        *(_metric_section(other, many) for other in more),
         _tuning(tuning),
         _per_seed(summary, many),
         _interactions(summary),

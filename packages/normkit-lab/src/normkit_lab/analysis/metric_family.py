@@ -1,0 +1,69 @@
+"""Several metrics at once (`--metric test_acc,test_loss`): one verdict table per metric, and one Holm
+family across them.
+
+Reading two metrics of the same runs makes twice the claims; if each metric kept its own Holm family,
+the chance of a false "better" somewhere would grow with every metric added. So the verdicts of every
+(metric, cell, norm) comparison are adjusted together, each with its own metric's margin (TOST in its
+own unit) and direction; the per-metric summaries keep everything else (means, intervals, planning
+numbers at the family's strictest Holm step). Interaction, diagnostic and all-pairs families stay
+per metric: only the first metric's are reported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from normkit_lab.analysis.summary import Summary, cell_key
+from normkit_lab.analysis.verdicts import decide
+from normkit_lab.errors import ConfigError
+from normkit_lab.metrics import metric_named, metric_spec, needs_margin
+
+
+def split_metrics(value: str) -> list[str]:
+    """`test_acc,test_loss` -> the metrics' specs in order, each checked (ConfigError, one line, for an
+    unknown one or one named twice)."""
+    names = [part.strip() for part in str(value).split(",")]
+    if not all(names):
+        raise ConfigError(f"--metric {value!r} has an empty name; write metrics separated by commas, e.g. "
+                          f"test_acc,test_loss")
+    specs = [metric_spec(name) for name in names]
+    fields = [metric_named(spec).field for spec in specs]
+    repeated = sorted({f for f in fields if fields.count(f) > 1})
+    if repeated:
+        raise ConfigError(f"--metric {value!r} names {', '.join(repeated)} twice; name each metric once")
+    return specs
+
+
+def across_metrics(summaries: Sequence[Summary]) -> list[Summary]:
+    """The summaries with every verdict Holm-adjusted over all comparisons of all of them (one family),
+    each comparison's equivalence test at its own metric's margin. One summary is returned as it is."""
+    if len(summaries) < 2:
+        return list(summaries)
+    found = []  # (summary index, row index, oriented paired differences, margin)
+    for i, summary in enumerate(summaries):
+        base = {cell_key(r.cell): r.values for r in summary.rows if r.norm == summary.baseline}
+        for j, row in enumerate(summary.rows):
+            if row.verdict is None:
+                continue
+            paired = base.get(cell_key(row.cell), {})
+            seeds = sorted(set(row.values) & set(paired))
+            found.append((i, j, [summary.metric.sign * (row.values[s] - paired[s]) for s in seeds], summary.margin))
+    verdicts = decide([f[2] for f in found], [f[3] for f in found])
+    names = ", ".join(s.metric.field for s in summaries)
+    note = (f"Holm's adjustment is over all {len(found)} comparisons of the {len(summaries)} metrics read "
+            f"({names}), one family: the verdicts of each metric count the others' claims too")
+    out = [dataclasses.replace(s, rows=list(s.rows), notes=[*s.notes, note]) for s in summaries]
+    for (i, j, _, _), verdict in zip(found, verdicts, strict=True):
+        out[i].rows[j] = dataclasses.replace(out[i].rows[j], verdict=verdict)
+    return out
+
+
+def margin_for(name: str) -> float:
+    """A further metric's margin: its own default (a program's own metric has none, so it can only be
+    read as the first metric, whose margin --margin gives)."""
+    metric = metric_named(name)
+    if needs_margin(metric):
+        raise ConfigError(f"metric {metric.field} is your program's own, so normkit does not know its unit and "
+                          f"its margin: read it as the first --metric, with --margin in its unit")
+    return metric.default_margin
