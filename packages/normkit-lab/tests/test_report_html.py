@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from normkit_lab.analysis import plots
+from normkit_lab.analysis.metric_family import across_metrics
 from normkit_lab.analysis.report_html import render_html
 from normkit_lab.analysis.summary import Summary, runs_from_rows, summarize
 from normkit_lab.analysis.tuning import edge_warnings, tuned_norms
@@ -181,7 +182,8 @@ def test_per_seed_table_holds_every_value_and_its_paired_difference():
 
 @pytest.mark.slow
 def test_report_renders_in_headless_chromium(tmp_path):
-    """What a person sees: the page rendered by Debian's Chromium, screenshotted, not blank."""
+    """What a person sees: the whole page (tuning table, a second metric, the figures) rendered by Debian's
+    Chromium and screenshotted; every part of it drawn, the tables not wider than the window."""
     import shutil
     import subprocess
 
@@ -190,16 +192,22 @@ def test_report_renders_in_headless_chromium(tmp_path):
     if chromium is None:
         pytest.skip("needs Debian's chromium package (apt-get install chromium)")
     summary, runs = comparison(norm="gn", cells=({"batch_size": 2}, {"batch_size": 16}))
+    loss = summarize(runs, ["bn", "gn"], "bn", METRICS["test_loss"])
+    tuning = [{"cell": {"batch_size": b}, "norm": n, "values": {"lr": lr}, "val_acc": 0.9 - abs(lr - 0.1),
+               "seeds": [8, 9], "chosen": lr == 0.1} for b in (2, 16) for n in ("bn", "gn") for lr in (0.03, 0.1, 0.3)]
     html_path, shot = tmp_path / "report.html", tmp_path / "report.png"
-    html_path.write_text(page(summary, figures=plots.render(summary, runs)), encoding="utf-8")
+    html_path.write_text(page(summary, figures=plots.render(summary, runs, _cosine_logs(runs, 40, 2)), tuning=tuning,
+                              more=across_metrics([summary, loss])[1:]), encoding="utf-8")
     subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                    "--window-size=1400,3000", f"--screenshot={shot}", html_path.as_uri()],
+                    "--window-size=1400,6000", f"--screenshot={shot}", html_path.as_uri()],
                    capture_output=True, timeout=120, check=True)
     from matplotlib import image
 
-    pixels = image.imread(str(shot))
-    assert pixels.shape[:2] == (3000, 1400)
-    assert pixels[..., :3].std() > 0.05  # text, tables and figures, not an empty page
+    pixels = image.imread(str(shot))[..., :3]
+    assert pixels.shape[:2] == (6000, 1400)
+    ink = (pixels < 0.6).any(axis=2)  # text, rules and plot lines
+    bands = [ink[y:y + 500].mean() for y in range(0, 4000, 500)]  # the page is long: every band holds something
+    assert all(b > 0.002 for b in bands), bands
 
 
 def test_tuning_of_your_own_code_names_its_field_and_a_failed_candidate():
