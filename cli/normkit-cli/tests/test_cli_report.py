@@ -232,6 +232,7 @@ def test_several_metrics_give_a_table_each_and_one_holm_family(results_dir, tmp_
     assert len(titles) == 2 and "test accuracy (test_acc" in titles[0] and "test loss (test_loss" in titles[1]
     text = " ".join(both.output.split())
     assert "Holm's adjustment is over all 4 comparisons of the 2 metrics read (test_acc, test_loss)" in text
+    assert "each norm against bn with Holm's adjustment over 4 comparisons" in text  # the caption counts them all
 
     def holm_p(output: str, norm: str) -> float:  # the first table's (test_acc): norm n mean ± se Δ [lo, hi] p
         line = next(line for line in table_lines(output) if line.startswith(f" {norm} "))

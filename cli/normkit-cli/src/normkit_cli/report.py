@@ -152,7 +152,7 @@ def console() -> Console:
 def print_summary(results: Results, summaries: Sequence[Summary], console: Console) -> None:
     """The fitted table of each metric read (one with a single --metric) and, below them, the notes:
     fallbacks, failures, columns left out."""
-    from normkit_lab.analysis.caption import summary_caption
+    from normkit_lab.analysis.metric_family import family_caption
     from normkit_lab.analysis.summary import cell_label
     from normkit_lab.analysis.tuning import edge_warnings, read_tuning
 
@@ -162,7 +162,7 @@ def print_summary(results: Results, summaries: Sequence[Summary], console: Conso
         table, narrowed = fitted_table(results, each, console)
         dropped = max(dropped, narrowed, key=len)
         console.print(table)
-    console.print(summary_caption(results.config, summary), markup=False, highlight=False)
+    console.print(family_caption(results.config, summaries), markup=False, highlight=False)
     for line in edge_warnings(read_tuning(results.sources)):
         console.print(line, markup=False, highlight=False)
     if summary.interactions:

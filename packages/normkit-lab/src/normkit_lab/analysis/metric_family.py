@@ -12,8 +12,10 @@ per metric: only the first metric's are reported.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+from normkit_lab.analysis.caption import caption, summary_caption
 from normkit_lab.analysis.summary import Summary, cell_key
 from normkit_lab.analysis.verdicts import decide
 from normkit_lab.errors import ConfigError
@@ -67,3 +69,13 @@ def margin_for(name: str) -> float:
         raise ConfigError(f"metric {metric.field} is your program's own, so normkit does not know its unit and "
                           f"its margin: read it as the first --metric, with --margin in its unit")
     return metric.default_margin
+
+
+def family_caption(config: Mapping[str, Any], summaries: Sequence[Summary]) -> str:
+    """The caption under the tables: the first metric's, with Holm's family counted over every metric read."""
+    first = summaries[0]
+    if len(summaries) == 1:
+        return summary_caption(config, first)
+    seeds = len({seed for s in first.rows for seed in s.values}) or len(config.get("seeds") or ())
+    comparisons = sum(1 for summary in summaries for s in summary.rows if s.verdict is not None)
+    return caption(config, seeds=seeds, comparisons=comparisons, baseline=first.baseline)

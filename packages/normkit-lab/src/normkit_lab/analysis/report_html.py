@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from normkit_lab.analysis.caption import summary_caption
+from normkit_lab.analysis.metric_family import family_caption
 from normkit_lab.analysis.summary import NormSummary, Summary, cell_key, cell_label, interval_text
 from normkit_lab.analysis.tuning import score_label, tuned_norms
 from normkit_lab.analysis.verdicts import BASELINE, reading
@@ -355,7 +355,7 @@ def render_html(summary: Summary, *, title: str, figures: Mapping[str, bytes], c
         *(f'<p class="note">{_e(n)}</p>' for n in notes),
         "<h2>Verdicts</h2>", _readings(summary, many), _how_to_read(summary),
         "<h2>Table</h2>", _table(summary, many),
-        f'<p class="caption">{_e(_without_paths(summary_caption(config, summary)))}</p>',
+        f'<p class="caption">{_e(_without_paths(family_caption(config, [summary, *more])))}</p>',
         *(_metric_section(other, many) for other in more),
         _tuning(tuning),
         _per_seed(summary, many),
