@@ -164,7 +164,7 @@ def print_summary(results: Results, summaries: Sequence[Summary], console: Conso
         console.print(table)
     console.print(family_caption(results.config, summaries), markup=False, highlight=False)
     for line in edge_warnings(read_tuning(results.sources)):
-        console.print(line, markup=False, highlight=False)
+        console.print(line, markup=False, highlight=False, soft_wrap=True)  # one line, whatever the width
     if summary.interactions:
         console.print(interaction_table(summary))
     if summary.diagnostics:
