@@ -320,3 +320,14 @@ def test_curves_of_your_own_code_use_its_epochs_and_metrics(monkeypatch):
         assert [list(line.get_xdata()) for line in ax.lines] == [[0, 1, 2], [0, 1, 2]]
         assert ax.get_xlabel() == "epoch"
     assert "at its epoch numbers" in fig._suptitle.get_text()
+
+
+def test_a_last_epoch_cut_short_by_a_step_budget_ends_early_on_the_step_axis(monkeypatch):
+    pytest.importorskip("matplotlib")
+    _figure(monkeypatch)
+    out = [r for seed in range(3) for r in rows("bn", seed, [0.7, 0.8]) + rows("gn", seed, [0.75, 0.85])]
+    runs = runs_from_rows(out)
+    logs = {plots.run_key(r): [(s, 0 if s <= 50 else 1, 1.0 / s, 0.1) for s in range(1, 71)] for r in runs}
+    axes = _axes_by_title(plots.curves(summarize(runs, ["bn", "gn"], "bn", METRICS["test_acc"]), runs, logs))
+    loss = axes["training loss per step"]
+    assert loss.get_xlim() == (0.0, pytest.approx(1.4))  # 50 steps an epoch: 70 steps are 1.4 epochs

@@ -231,16 +231,18 @@ def _epoch_means(runs: Sequence[Run], key: str, shift: int) -> tuple[list[int], 
 
 
 def _step_means(logs: Sequence[StepLog], column: int) -> tuple[list[float], list[float]]:
-    """Mean over runs of a step-log column at each step; x in epochs trained (step j of the k steps of
-    epoch e at e + j/k), so steps line up with the per-epoch points."""
+    """Mean over runs of a step-log column at each step; x in epochs trained (step j of an epoch of k
+    steps at e + j/k, k the steps of a full epoch, so a last epoch cut short by a step budget ends
+    early), so steps line up with the per-epoch points."""
     per_epoch: dict[int, int] = {}
     for _, epoch, _, _ in logs[0]:
         per_epoch[epoch] = per_epoch.get(epoch, 0) + 1
+    full = max(per_epoch.values())
     seen: dict[int, int] = {}
     where: dict[int, float] = {}
     for step, epoch, _, _ in logs[0]:
         seen[epoch] = seen.get(epoch, 0) + 1
-        where[step] = epoch + seen[epoch] / per_epoch[epoch]
+        where[step] = epoch + seen[epoch] / full
     values: dict[int, list[float]] = {}
     for log in logs:
         for row in log:
