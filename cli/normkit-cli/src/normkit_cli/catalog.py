@@ -6,13 +6,11 @@ import json
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from normkit_cli import catalog_cache
 from normkit_cli.ascii_ints import ascii_int
 from normkit_cli.errors import one_line_errors
-from normkit_cli.text import PIPE_WIDTH
 from normkit_cli.text import console as _console
 
 if TYPE_CHECKING:
@@ -22,35 +20,18 @@ if TYPE_CHECKING:
 # `normkit --help` never loads it, `list`/`plugins`/`show` only after a plugin changed.
 
 
-def _print(console: Console, table: Table) -> None:
-    """Print `table` whole: on a terminal too narrow for its names it is drawn at the width they need
-    and the terminal wraps the rows, instead of rich cutting the names or squeezing a column away."""
-    from rich.measure import Measurement
-
-    need = Measurement.get(console, console.options.update(max_width=PIPE_WIDTH), table).minimum
-    width = console.width
-    console.width = max(width, need)
-    try:
-        console.print(table, crop=False)
-    finally:
-        console.width = width
-
-
-WRAPPED_MIN = 24  # the narrowest a summary column gets
-
-
-def _columns(table: Table, names: tuple[str, ...], rows: list[list[str]], wrapped: tuple[str, ...],
-             right: tuple[str, ...] = ()) -> None:
-    """Add `names` as columns: every column not in `wrapped` as wide as its longest value (a name is
-    never cut or broken, at any terminal width); the `wrapped` ones (summaries, lists of names) wrap
-    between words in the room left, a word longer than that folded onto the next line, never cut."""
+def _columns(table: Table, names: tuple[str, ...], rows: list[list[str]], right: tuple[str, ...] = ()) -> None:
+    """Add `names` as columns. The first (the name a command takes) is as wide as its longest value, never
+    broken; the others wrap between words in the room the terminal leaves, a word longer than that
+    folded onto the next line: nothing is cut ("…"), at any width. Written to a file or a pipe the
+    console is wide enough that every row stays on one line (normkit_cli.text.console)."""
     for i, name in enumerate(names):
         justify = "right" if name in right else "left"
-        longest = max([len(name), *(len(line) for row in rows for line in str(row[i]).splitlines())])
-        if name in wrapped:  # readable even when the terminal is too narrow (the terminal wraps the rows)
-            table.add_column(name, min_width=min(longest, WRAPPED_MIN), overflow="fold", justify=justify)
+        if i == 0:
+            longest = max([len(name), *(len(str(row[0])) for row in rows)])
+            table.add_column(name, min_width=longest, no_wrap=True, justify=justify)
         else:
-            table.add_column(name, min_width=longest, no_wrap=True, overflow="fold", justify=justify)
+            table.add_column(name, overflow="fold", justify=justify)
 
 
 SHOW_DEFAULTS = (64, False, None)  # show_cmd's --channels, --tokens, --activation
@@ -102,18 +83,18 @@ def list_cmd(
     table = Table(title="Norms and stages (compose with '+')")
     rows = [[e["name"], e["kind"] + (f" = {e['expands_to']}" if e.get("expands_to") else ""),
              ", ".join(e["aliases"]), e["plugin"], e["summary"]] for e in norms]
-    _columns(table, ("name", "kind", "aliases", "plugin", "summary"), rows, wrapped=("summary",))
+    _columns(table, ("name", "kind", "aliases", "plugin", "summary"), rows)
     for row in rows:
         table.add_row(*row)
-    _print(console, table)
+    console.print(table)
     for kind, title in (("model", "Models"), ("dataset", "Datasets")):
         rows = [[e["name"], ", ".join(e["aliases"]), e["plugin"], e["summary"]] for e in items if e["kind"] == kind]
         t = Table(title=title)
-        _columns(t, ("name", "aliases", "plugin", "summary"), rows, wrapped=("summary",))
+        _columns(t, ("name", "aliases", "plugin", "summary"), rows)
         for row in rows:
             t.add_row(*row)
         if rows:
-            _print(console, t)
+            console.print(t)
         else:
             console.print(f"{title}: none installed (pip install normkit-lab)")
 
@@ -139,11 +120,10 @@ def plugins_cmd(
             status += f" [yellow](warning: {'; '.join(i['warnings'])})[/yellow]"
         load = "-" if i["disabled"] else f"{i['load_seconds'] * 1000:.0f} ms"
         rows.append([i["name"], i["distribution"], i["version"], ", ".join(i["registered"]), load, status])
-    _columns(table, ("plugin", "distribution", "version", "registers", "load", "status"), rows,
-             wrapped=("registers", "status"), right=("load",))
+    _columns(table, ("plugin", "distribution", "version", "registers", "load", "status"), rows, right=("load",))
     for row in rows:
         table.add_row(*row)
-    _print(_console(), table)
+    _console().print(table)
 
 
 def _fmt(value: Any) -> str:

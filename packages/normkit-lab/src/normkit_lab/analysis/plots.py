@@ -209,7 +209,6 @@ def primary_metric(summary: Summary) -> bytes:
 
 StepLog = list[tuple[int, int, float, float]]  # (step, epoch, loss, lr) rows: normkit_lab.step_log
 NOT_METRICS = {"seed", "params", "threads", "epoch", "step"}  # numeric columns of a row that are no metric
-CURVE_PANELS = (("train_loss", "training loss"), ("val_loss", "validation loss"), ("lr", "learning rate"))
 MAX_OWN_PANELS = 9
 
 
@@ -381,9 +380,9 @@ def curves(summary: Summary, runs: Sequence[Run], logs: Mapping[str, StepLog] | 
     logs = logs or {}
     stepped = any(logs.get(run_key(r)) for r in runs if r.status == "ok")
     shift = 0 if own_code else 1
+    reported = _own_metrics(runs) if own_code else []
     if own_code:
-        panels = [(lambda ax, k=k: _epoch_panel(ax, summary, runs, k, k, shift)) for k in _own_metrics(runs)]
-        panels = panels[:MAX_OWN_PANELS]
+        panels = [(lambda ax, k=k: _epoch_panel(ax, summary, runs, k, k, shift)) for k in reported[:MAX_OWN_PANELS]]
     else:
         panels = []
         if stepped:
@@ -416,6 +415,8 @@ def curves(summary: Summary, runs: Sequence[Run], logs: Mapping[str, StepLog] | 
     if first.get_legend_handles_labels()[0] and not first.get_legend():
         first.legend(fontsize=8)
     what = "as your program reported them, at its epoch numbers" if own_code else "mean over finished seeds"
+    if len(reported) > MAX_OWN_PANELS:
+        what += f"; the first {MAX_OWN_PANELS} of its {len(reported)} metrics, all in runs.jsonl"
     diverged = "; dashed: diverged runs" if any(r.status == "diverged" for r in runs) else ""
     fig.suptitle(f"How the runs trained ({what}{diverged})", fontsize=10)
     return _png(fig)

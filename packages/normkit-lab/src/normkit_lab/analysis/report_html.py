@@ -144,7 +144,7 @@ def _tuning(table: Sequence[Mapping[str, Any]]) -> str:
             text = "" if c is None else ("failed or diverged" if c.score is None else f"{c.score:.4g}")
             tds.append(f"<td><b>{_e(text)}</b></td>" if c is not None and c.chosen else f"<td>{_e(text)}</td>")
         tds.append(f'<td class="l">{_e(", ".join(f"{k}={v}" for k, v in t.chosen.items()))}</td>')
-        edge = "; ".join(t.edges)
+        edge = t.edge_text()
         tds.append(f'<td class="l v-inconclusive">{_e(edge)}</td>' if edge else '<td class="l">no</td>')
         out.append("<tr>" + "".join(tds) + "</tr>")
     out.append("</table></div>")

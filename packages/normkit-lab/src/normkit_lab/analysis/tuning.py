@@ -35,11 +35,15 @@ class TunedNorm:
     norm: str
     cell: dict[str, Any]
     candidates: list[Candidate]
-    edges: list[str]  # "lr=0.3 is the largest value tried", one per key whose choice is at an edge
+    edges: list[tuple[str, Any, str]]  # (key, chosen value, "smallest" or "largest") per key chosen at an edge
 
     @property
     def chosen(self) -> dict[str, Any]:
         return next((c.values for c in self.candidates if c.chosen), {})
+
+    def edge_text(self) -> str:
+        """`lr=0.3 is the largest value tried` (several joined by "; "), "" when no choice is at an edge."""
+        return "; ".join(f"{key}={value} is the {side} value tried" for key, value, side in self.edges)
 
 
 def score_label(table: Sequence[Mapping[str, Any]]) -> str:
@@ -74,11 +78,8 @@ def tuned_norms(table: Sequence[Mapping[str, Any]]) -> list[TunedNorm]:
     for rows in groups.values():
         candidates = [Candidate(dict(r["values"]), _score(r), bool(r["chosen"])) for r in rows]
         chosen = next((c.values for c in candidates if c.chosen), {})
-        edges = []
-        for key, value in chosen.items():
-            values = grids[key]
-            if len(values) > 1 and value in (values[0], values[-1]):
-                edges.append(f"{key}={value} is the {'smallest' if value == values[0] else 'largest'} value tried")
+        edges = [(key, value, "smallest" if value == grids[key][0] else "largest") for key, value in chosen.items()
+                 if len(grids[key]) > 1 and value in (grids[key][0], grids[key][-1])]
         out.append(TunedNorm(rows[0]["norm"], dict(rows[0]["cell"]), candidates, edges))
     return out
 
@@ -88,12 +89,8 @@ def edge_warnings(table: Sequence[Mapping[str, Any]]) -> list[str]:
     lines = []
     for t in tuned_norms(table):
         where = f"{t.norm} [{', '.join(f'{k}={v}' for k, v in t.cell.items())}]" if t.cell else t.norm
-        for key, value in t.chosen.items():
-            edge = next((e for e in t.edges if e.startswith(f"{key}=")), None)
-            if edge is not None:
-                side = "smallest" if "smallest" in edge else "largest"
-                lines.append(f"warning: tuning chose {key}={value} for {where}, the {side} value tried; "
-                             f"the best may lie beyond the grid, so extend --tune {key}=... past it")
+        lines += [f"warning: tuning chose {key}={value} for {where}, the {side} value tried; the best may lie "
+                  f"beyond the grid, so extend --tune {key}=... past it" for key, value, side in t.edges]
     return lines
 
 
