@@ -93,6 +93,9 @@ def test_report_prints_and_merges_without_touching_its_inputs(compared, tmp_path
     assert {(r["norm"], r["seed"]) for r in rows if r["norm"] == NORMS[0]} == {(NORMS[0], s) for s in (0, 1, 2)}
     summary = json.loads((merged / "summary.json").read_text())
     assert [r["runs"] for r in summary] == [3] + [2] * (len(NORMS) - 1)
+    steps = sorted(p.name for p in (merged / "metrics" / "steps").iterdir())  # every run's step log came along
+    assert steps == sorted([p.name for p in (out / "metrics" / "steps").iterdir()]
+                           + [p.name for p in (extra / "metrics" / "steps").iterdir()])
 
 
 def test_report_refuses_different_configs_and_duplicate_runs(compared, tmp_path):

@@ -219,6 +219,8 @@ def test_report_html_has_a_tuning_table_per_norm(tuned_dir, tmp_path):
     assert "<td><b>90</b></td>" in bn and "lr=0.1 is the largest value tried" in bn  # 0.9 -> 90 %, chosen
     ln = next(row for row in section.split("<tr>") if row.startswith('<td class="l">ln</td>'))
     assert "<td><b>90.2</b></td>" in ln and '<td class="l">no</td>' in ln
+    assert json.loads((tmp_path / "again" / "tuning.json").read_text()) == tuning_rows(
+        {"bn": 0.1, "bnn": 0.05, "ln": 0.05})  # kept, so reading the new directory shows it again
     table = page.split("<h2>Table</h2>", 1)[1].split("</tr>", 1)[0]
     assert table.index("tuned lr (chosen on validation)") < table.index("seeds (n)")  # beside the norm
     assert "seeds to detect a Δ of the margin (±0.5 %)" in table

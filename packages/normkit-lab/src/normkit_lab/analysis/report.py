@@ -28,6 +28,7 @@ from normkit_lab.errors import ConfigError
 from normkit_lab.metrics import DEFAULT_METRIC, margin_of, metric_named, metric_spec, select_of
 from normkit_lab.records import RUNTIME_KEYS, RunResult
 from normkit_lab.store.results import METRICS_DIR, ResultsDir, atomic_write_text, rows_to_runs
+from normkit_lab.store.safe_paths import make_dirs
 
 REPORT_HTML = "report.html"
 
@@ -246,7 +247,8 @@ def refuse_out_inside_inputs(out: str | Path | None, sources: list[Path] | list[
 
 
 def merge_into(results: Results, out: str | Path | None) -> ResultsDir:
-    """A new results directory holding the merged config and runs, and each source's environment."""
+    """A new results directory holding the merged config and runs, each source's environment, the
+    tuning table and the runs' step logs (so reading it again draws and shows the same)."""
     refuse_out_inside_inputs(out, results.sources)
     environments = {str(source): ResultsDir.open(source).environment() for source in results.sources}
     config = {**results.config, "norms": results.norms, "baseline": results.baseline,
@@ -255,4 +257,12 @@ def merge_into(results: Results, out: str | Path | None) -> ResultsDir:
                               kind="report")
     for source in results.sources:
         store.append_rows(ResultsDir.open(source).rows())
+    tuning = read_tuning(results.sources)
+    if tuning:
+        store.write_tuning(tuning)
+    logs = step_logs(results.run_views(), results.sources)
+    if logs:
+        steps_dir = make_dirs(store.path, step_log.path_in(store.path / METRICS_DIR, "run").parent)
+        for key, rows in logs.items():
+            atomic_write_text(steps_dir / f"{key}.csv", step_log.rows_text(rows, header=True))
     return store
