@@ -302,3 +302,16 @@ def test_make_loggers_layout(tmp_path):
     for bad in ("", ".", "..", "../escape", "a/b"):
         with pytest.raises(ConfigError, match="plain file name"):
             make_loggers([], store, bad)
+
+
+def test_step_log_reads_losses_back_in_batches_and_keeps_every_step(tmp_path):
+    logger = CSVLogger(tmp_path / "run.csv")
+    logger.on_resume([], 0)
+    n = loggers.LOSS_SYNC_EVERY
+    train(logger, range(1, 2 * n + 8), epoch_every=2 * n, first_epoch=0)  # an epoch of 2n steps, then 7 more
+    assert len(logger._pending) == 7  # at most LOSS_SYNC_EVERY tensors held; the rest are numbers already
+    logger.close()
+    got = step_log.read(logger.steps_path)
+    assert [row[0] for row in got] == list(range(1, 2 * n + 8))
+    assert {row[1] for row in got[: 2 * n]} == {0} and {row[1] for row in got[2 * n:]} == {1}
+    assert [row[2] for row in got] == [float(s) for s in range(1, 2 * n + 8)]

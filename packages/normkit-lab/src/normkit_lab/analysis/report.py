@@ -262,7 +262,7 @@ def merge_into(results: Results, out: str | Path | None) -> ResultsDir:
         store.write_tuning(tuning)
     logs = step_logs(results.run_views(), results.sources)
     if logs:
-        steps_dir = make_dirs(store.path, step_log.path_in(store.path / METRICS_DIR, "run").parent)
+        steps_dir = make_dirs(store.path, store.path / METRICS_DIR / step_log.STEPS_DIR)
         for key, rows in logs.items():
             atomic_write_text(steps_dir / f"{key}.csv", step_log.rows_text(rows, header=True))
     return store

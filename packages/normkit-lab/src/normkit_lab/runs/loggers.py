@@ -91,9 +91,10 @@ class CSVLogger:
     damaged checkpoint leaves its metrics as they were, and a run that restarts from scratch never shows
     an earlier attempt's rows.
 
-    The step log gets each epoch's steps appended when the epoch ends (losses on an accelerator read
-    back in one transfer then), and a diverged or failed run's last steps on close(); `on_resume`
-    rewrites it to the checkpoint's steps. A run that reports its own metrics has no step log.
+    The step log gets each epoch's steps appended when the epoch ends, and a diverged or failed run's
+    last steps on close(); `on_resume` rewrites it to the checkpoint's steps. Losses are read back to
+    the host in one transfer every LOSS_SYNC_EVERY steps (on an accelerator no more synchronization
+    than the training loop's own checks). A run that reports its own metrics has no step log.
     """
 
     def __init__(self, path: Path, steps_path: Path | None = None) -> None:
@@ -103,13 +104,14 @@ class CSVLogger:
         self._fields: list[str] = list(epoch_fields())
         self._rows: list[dict[str, Any]] = []
         self._reported = False
-        self._pending: list[tuple[int, Tensor, float]] = []
+        self._pending: list[tuple[int, Tensor, float]] = []  # steps whose loss is not read back yet
+        self._steps: list[tuple[int, float, float]] = []  # this epoch's (step, loss, lr), not written yet
         self._epoch = 0  # the epoch the pending steps belong to
 
     def on_resume(self, records: list[EpochRecord], step: int) -> None:
         self._rows = [r.as_dict() for r in records]
         self._epoch = records[-1].epoch + 1 if records else 0
-        self._pending = []
+        self._pending, self._steps = [], []
         self._write()
         kept = [row for row in step_log.read(self.steps_path) if row[0] <= step]
         if kept:
@@ -119,6 +121,8 @@ class CSVLogger:
 
     def on_step(self, step: int, loss: Tensor, lr: float) -> None:
         self._pending.append((int(step), loss.detach(), float(lr)))
+        if len(self._pending) >= LOSS_SYNC_EVERY:
+            self._read_back()
 
     def on_epoch(self, record: EpochRecord) -> None:
         self._rows.append(record.as_dict())
@@ -145,14 +149,21 @@ class CSVLogger:
         writer.writerows(self._rows)
         atomic_write_text(self.path, buf.getvalue())
 
-    def _flush_steps(self) -> None:
+    def _read_back(self) -> None:
         if not self._pending:
             return
         import torch
 
         pending, self._pending = self._pending, []
         losses = torch.stack([loss.reshape(()).float() for _, loss, _ in pending]).tolist()  # one transfer
-        rows = [(step, self._epoch, loss, lr) for (step, _, lr), loss in zip(pending, losses, strict=True)]
+        self._steps += [(step, loss, lr) for (step, _, lr), loss in zip(pending, losses, strict=True)]
+
+    def _flush_steps(self) -> None:
+        self._read_back()
+        if not self._steps:
+            return
+        rows = [(step, self._epoch, loss, lr) for step, loss, lr in self._steps]
+        self._steps = []
         self.steps_path.parent.mkdir(exist_ok=True)
         new = not self.steps_path.exists()
         with open(self.steps_path, "a", encoding="utf-8", newline="") as f:
