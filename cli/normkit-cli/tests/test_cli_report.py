@@ -253,6 +253,8 @@ def test_several_metrics_give_a_table_each_and_one_holm_family(results_dir, tmp_
     ("test_acc,f1:max", "f1 is your program's own, so normkit does not know its unit and its margin"),
     ("test_acc,", "has an empty name"),
     ("test_acc,nope", "unknown metric 'nope'"),
+    ("test_acc,test_bpb", "no finished run has test_bpb, so it cannot be read; the runs record train_loss, "
+                          "train_acc, val_loss, val_acc, test_loss, test_acc, lr"),
 ])
 def test_bad_metric_lists_are_one_line_errors(results_dir, metric, message):
     result = invoke("report", results_dir, "--metric", metric)

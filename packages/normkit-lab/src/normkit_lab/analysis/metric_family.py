@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from normkit_lab.analysis.caption import caption, summary_caption
-from normkit_lab.analysis.summary import Summary, cell_key
+from normkit_lab.analysis.summary import Run, Summary, cell_key
 from normkit_lab.analysis.verdicts import decide
 from normkit_lab.errors import ConfigError
 from normkit_lab.metrics import metric_named, metric_spec, needs_margin
@@ -35,6 +35,22 @@ def split_metrics(value: str) -> list[str]:
     if repeated:
         raise ConfigError(f"--metric {value!r} names {', '.join(repeated)} twice; name each metric once")
     return specs
+
+
+# numeric columns of a runs.jsonl row that are no metric of the training: identity, and what normkit measures
+NOT_METRICS = {"seed", "params", "threads", "epoch", "step", "steps", "epoch_time_s", "cpu_time_s", "wall_time_s",
+               "throughput", "peak_mem_mb"}
+
+
+def recorded_metrics(runs: Sequence[Run]) -> list[str]:
+    """Every numeric field the finished runs' epochs record, in the order first seen (what can be read)."""
+    names: dict[str, None] = {}
+    for run in runs:
+        for epoch in run.epochs:
+            for key, value in epoch.items():
+                if key not in NOT_METRICS and isinstance(value, (int, float)) and not isinstance(value, bool):
+                    names.setdefault(key, None)
+    return list(names)
 
 
 def across_metrics(summaries: Sequence[Summary]) -> list[Summary]:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from normkit_lab.analysis.diagnostic_verdicts import FAMILIES, MEANING
+from normkit_lab.analysis.metric_family import recorded_metrics
 from normkit_lab.analysis.summary import NormSummary, Run, Summary, cell_key, cell_label
 from normkit_lab.records import RunId
 from normkit_lab.stats import mean_sem, t_interval
@@ -208,7 +209,6 @@ def primary_metric(summary: Summary) -> bytes:
 
 
 StepLog = list[tuple[int, int, float, float]]  # (step, epoch, loss, lr) rows: normkit_lab.step_log
-NOT_METRICS = {"seed", "params", "threads", "epoch", "step"}  # numeric columns of a row that are no metric
 MAX_OWN_PANELS = 9
 
 
@@ -359,14 +359,8 @@ def run_key(run: Run) -> str:
 
 
 def _own_metrics(runs: Sequence[Run]) -> list[str]:
-    """Every numeric metric your program reported, in the order it first reported them."""
-    names: dict[str, None] = {}
-    for r in runs:
-        for e in r.epochs:
-            for k, v in e.items():
-                if k not in NOT_METRICS and _finite_number(v):
-                    names.setdefault(k, None)
-    return list(names)
+    """Every metric your program reported (finite values), in the order it first reported them."""
+    return [name for name in recorded_metrics(runs) if _has_values(runs, name)]
 
 
 def curves(summary: Summary, runs: Sequence[Run], logs: Mapping[str, StepLog] | None = None,

@@ -19,7 +19,7 @@ import yaml
 
 from normkit_lab import lm_baselines, safe_yaml, step_log
 from normkit_lab.analysis import plots
-from normkit_lab.analysis.metric_family import across_metrics, margin_for, split_metrics
+from normkit_lab.analysis.metric_family import across_metrics, margin_for, recorded_metrics, split_metrics
 from normkit_lab.analysis.report_html import render_html
 from normkit_lab.analysis.summary import Run, Summary, cell_key, runs_from_results, runs_from_rows, summarize
 from normkit_lab.analysis.tuning import read_tuning
@@ -70,7 +70,12 @@ class Results:
         views, select = self.run_views(), select_of(self.config)
         others = [summarize(views, self.norms, self.baseline, metric_named(name), select=select,
                             margin=margin_for(name)) for name in self.also]
-        return across_metrics([self.summary(), *others])
+        first = self.summary()
+        for other in others:
+            if any(s.values for s in first.rows) and not any(s.values for s in other.rows):
+                raise ConfigError(f"no finished run has {other.metric.field}, so it cannot be read; the runs "
+                                  f"record {', '.join(recorded_metrics(views))}")
+        return across_metrics([first, *others])
 
 
 def read_config(store: ResultsDir) -> dict[str, Any]:
