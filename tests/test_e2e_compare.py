@@ -60,6 +60,11 @@ def test_compare_writes_every_file(compared):
     env = json.loads((out / "environment.json").read_text())
     assert env["versions"]["torch"] and env["device"] == "cpu" and env["torch_threads"] >= 1
     assert {"lab", "standard"} <= {p["name"] for p in env["plugins"]}
+    logs = sorted((out / "metrics" / "steps").glob("*.csv"))  # every step's loss and lr, for curves.png
+    assert len(logs) == 2 * len(NORMS)
+    steps = [line.split(",") for line in logs[0].read_text().splitlines()[1:]]
+    assert [int(s[0]) for s in steps] == list(range(1, 9)) and {s[1] for s in steps} == {"0"}  # 1151 // 128 steps
+    assert float(steps[0][3]) > float(steps[-1][3]) > 0  # the cosine schedule decays within the one epoch
     pytest.importorskip("matplotlib")
     assert all((out / name).stat().st_size > 0 for name in ("forest.png", "primary_metric.png", "curves.png"))
     assert (out / "report.html").read_text().count("data:image/png;base64,") == 3
@@ -88,6 +93,9 @@ def test_report_prints_and_merges_without_touching_its_inputs(compared, tmp_path
     assert {(r["norm"], r["seed"]) for r in rows if r["norm"] == NORMS[0]} == {(NORMS[0], s) for s in (0, 1, 2)}
     summary = json.loads((merged / "summary.json").read_text())
     assert [r["runs"] for r in summary] == [3] + [2] * (len(NORMS) - 1)
+    steps = sorted(p.name for p in (merged / "metrics" / "steps").iterdir())  # every run's step log came along
+    assert steps == sorted([p.name for p in (out / "metrics" / "steps").iterdir()]
+                           + [p.name for p in (extra / "metrics" / "steps").iterdir()])
 
 
 def test_report_refuses_different_configs_and_duplicate_runs(compared, tmp_path):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -90,3 +93,54 @@ def test_no_arguments_prints_help_and_succeeds() -> None:
     proc = subprocess.run([sys.executable, "-c", "from normkit_cli.app import main; main()"],
                           capture_output=True, text=True)
     assert proc.returncode == 0 and "compare" in proc.stdout and "show" in proc.stdout
+
+
+NORMKIT = [sys.executable, "-c", "from normkit_cli.app import main; main()"]
+
+
+def _piped(*args: str, columns: str | None = None) -> str:
+    """The command's stdout read through a real pipe, as `normkit list | less` sees it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    if columns is not None:
+        env["COLUMNS"] = columns
+    proc = subprocess.run([*NORMKIT, *args], capture_output=True, text=True, env=env,
+                          timeout=120, check=True)
+    return proc.stdout
+
+
+def _cells(out: str) -> set[str]:
+    return {cell.strip() for line in out.splitlines() for cell in line.split("│")}
+
+
+def test_list_piped_has_one_whole_row_per_entry() -> None:
+    """Through a real pipe (rich would assume 80 columns and cut names): every name, its aliases and its
+    plugin whole in their cells, each row on one line."""
+    listing = json.loads(invoke("list", "--json").output)
+    out = _piped("list")
+    assert "…" not in out
+    cells = _cells(out)
+    for entry in listing["norms"] + listing["items"]:
+        assert {entry["name"], entry["plugin"], ", ".join(entry["aliases"]), entry["summary"]} <= cells
+    assert len(out.splitlines()) == len(listing["norms"]) + len(listing["items"]) + 3 * 5  # 5 frame lines a table
+
+
+@pytest.mark.parametrize("columns", ["40", "100"])
+def test_list_on_a_narrow_terminal_fits_and_cuts_no_name(columns) -> None:
+    listing = json.loads(invoke("list", "--json").output)
+    out = _piped("list", columns=columns)
+    assert "…" not in out and max(len(line) for line in out.splitlines()) <= int(columns)
+    cells = _cells(out)
+    assert all(entry["name"] in cells for entry in listing["norms"] + listing["items"])  # never broken
+
+
+@pytest.mark.parametrize("columns", [None, "60"])
+def test_plugins_piped_names_every_registered_item(columns) -> None:
+    infos = json.loads(invoke("plugins", "--json").output)
+    out = _piped("plugins", columns=columns)
+    assert "…" not in out
+    if columns is None:  # one line per plugin: every registered name whole
+        words = {w.strip(" ,") for line in out.splitlines() for cell in line.split("│") for w in cell.split()}
+        for info in infos:
+            assert {info["name"], info["distribution"], info["version"], *info["registered"]} <= words
+    else:
+        assert {info["name"] for info in infos} <= _cells(out)

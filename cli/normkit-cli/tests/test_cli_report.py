@@ -175,3 +175,95 @@ def test_failed_runs_and_cells_are_shown_literally(results_dir):
     assert "failed: bnn [lr=1.0] seed 0: RuntimeError: out of memory [bold]x[/bold]" in result.output
     header = next(line for line in result.output.splitlines() if line.startswith(" norm "))
     assert header.rstrip().endswith("failed") and " lr=1.0 " in result.output
+
+
+def tuning_rows(chosen: dict[str, float]) -> list[dict[str, Any]]:
+    """tuning.json as `--tune lr=0.01,0.05,0.1` writes it: mean val accuracy per (norm, value), the choice."""
+    return [{"cell": {}, "norm": norm, "values": {"lr": lr}, "val_acc": 0.9 - abs(lr - best) + 0.001 * i,
+             "seeds": [4, 5], "chosen": lr == best}
+            for i, (norm, best) in enumerate(chosen.items()) for lr in (0.01, 0.05, 0.1)]
+
+
+@pytest.fixture
+def tuned_dir(tmp_path) -> Path:
+    chosen = {"bn": 0.1, "bnn": 0.05, "ln": 0.05}
+    cfg = config.build_config({"norms": "bn,bnn,ln", "seeds": "4", "epochs": 2, "batch_size": 128,
+                               "tune": "lr=0.01,0.05,0.1", "tune_seeds": "4,5"})
+    store = ResultsDir.create(tmp_path / "tuned", config.save_yaml(cfg), {"host": "h"})
+    for seed in range(4):
+        for norm, finals in (("bn", BN), ("bnn", GAIN), ("ln", SAME)):
+            store.append_rows([{**row, "tuned": {"lr": chosen[norm]}} for row in run_rows(norm, seed, finals[seed])])
+    store.write_tuning(tuning_rows(chosen))
+    return store.path
+
+
+def test_the_table_says_which_value_tuning_chose_and_warns_at_the_grids_edge(tuned_dir):
+    result = invoke("report", tuned_dir, columns=120)
+    assert result.exit_code == 0, result.output
+    assert "tuned lr" in result.output
+    lines = {line.split()[0]: line.split() for line in table_lines(result.output)}
+    assert lines["bn"][1] == "0.1" and lines["bnn"][1] == "0.05" and lines["ln"][1] == "0.05"
+    assert ("warning: tuning chose lr=0.1 for bn, the largest value tried; the best may lie beyond the grid"
+            in " ".join(result.output.split()))
+    assert "for bnn" not in result.output and "for ln," not in result.output
+
+
+def test_report_html_has_a_tuning_table_per_norm(tuned_dir, tmp_path):
+    result = invoke("report", tuned_dir, "--out", tmp_path / "again")
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "again" / "report.html").read_text()
+    section = page.split("<h2>Tuning</h2>", 1)[1].split("<h2>", 1)[0]
+    assert "validation accuracy (%), mean over the tuning seeds" in section and "2 tuning seeds (4, 5)" in section
+    assert "<th class=\"\">lr=0.01</th><th class=\"\">lr=0.05</th><th class=\"\">lr=0.1</th>" in section
+    bn = next(row for row in section.split("<tr>") if row.startswith('<td class="l">bn</td>'))
+    assert "<td><b>90</b></td>" in bn and "lr=0.1 is the largest value tried" in bn  # 0.9 -> 90 %, chosen
+    ln = next(row for row in section.split("<tr>") if row.startswith('<td class="l">ln</td>'))
+    assert "<td><b>90.2</b></td>" in ln and '<td class="l">no</td>' in ln
+    assert json.loads((tmp_path / "again" / "tuning.json").read_text()) == tuning_rows(
+        {"bn": 0.1, "bnn": 0.05, "ln": 0.05})  # kept, so reading the new directory shows it again
+    table = page.split("<h2>Table</h2>", 1)[1].split("</tr>", 1)[0]
+    assert table.index("tuned lr (chosen on validation)") < table.index("seeds (n)")  # beside the norm
+    assert "seeds to detect a Δ of the margin (±0.5 %)" in table
+
+
+def test_several_metrics_give_a_table_each_and_one_holm_family(results_dir, tmp_path):
+    one = invoke("report", results_dir, "--metric", "test_acc", columns=160)
+    both = invoke("report", results_dir, "--metric", "test_acc,test_loss", columns=160)
+    assert both.exit_code == 0, both.output
+    titles = [line for line in both.output.splitlines() if "over seeds, difference to bn" in line]
+    assert len(titles) == 2 and "test accuracy (test_acc" in titles[0] and "test loss (test_loss" in titles[1]
+    text = " ".join(both.output.split())
+    assert "Holm's adjustment is over all 4 comparisons of the 2 metrics read (test_acc, test_loss)" in text
+    assert "each norm against bn with Holm's adjustment over 4 comparisons" in text  # the caption counts them all
+
+    def holm_p(output: str, norm: str) -> float:  # the first table's (test_acc): norm n mean ± se Δ [lo, hi] p
+        line = next(line for line in table_lines(output) if line.startswith(f" {norm} "))
+        return float(line.split()[8])
+
+    assert holm_p(both.output, "bnn") > holm_p(one.output, "bnn")  # twice the claims: a stricter family
+    out = tmp_path / "both"
+    assert invoke("report", results_dir, "--metric", "test_acc,test_loss", "--out", out).exit_code == 0
+    page = (out / "report.html").read_text()
+    assert "<h2>Also read: test loss</h2>" in page and page.count("Holm&#x27;s adjustment is over all 4") == 1
+    assert json.loads((out / "summary.json").read_text())[1]["metric"] == "test_acc"
+
+
+@pytest.mark.parametrize(("metric", "message"), [
+    ("test_acc,test_acc", "names test_acc twice"),
+    ("test_acc,f1:max", "f1 is your program's own, so normkit does not know its unit and its margin"),
+    ("test_acc,", "has an empty name"),
+    ("test_acc,nope", "unknown metric 'nope'"),
+    ("test_acc,test_bpb", "no finished run has test_bpb, so it cannot be read; the runs record train_loss, "
+                          "train_acc, val_loss, val_acc, test_loss, test_acc, lr"),
+])
+def test_bad_metric_lists_are_one_line_errors(results_dir, metric, message):
+    result = invoke("report", results_dir, "--metric", metric)
+    assert result.exit_code == 2 and message in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_compare_reads_further_metrics_from_its_metric_option():
+    from normkit_cli.report import further_metrics
+
+    given = {"metric": "test_acc,test_loss"}
+    assert further_metrics(given) == ["test_loss"] and given == {"metric": "test_acc"}
+    assert further_metrics({"metric": "f1:max"}) == [] and further_metrics({}) == []

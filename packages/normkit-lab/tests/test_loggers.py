@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from normkit_lab import step_log
 from normkit_lab.errors import ConfigError
 from normkit_lab.records import EpochRecord
 from normkit_lab.runs import loggers
@@ -56,7 +57,8 @@ def age_event_files(log_dir: Path, seconds: int = 10) -> None:
         path.rename(path.with_name(f"{m[1]}{int(m[2]) - seconds:010d}{m[3]}"))
 
 
-def train(logger: TensorBoardLogger, steps: range, epoch_every: int, first_epoch: int, offset: float = 0.0) -> None:
+def train(logger: TensorBoardLogger | CSVLogger, steps: range, epoch_every: int, first_epoch: int,
+          offset: float = 0.0) -> None:
     """Feed `logger` as the training loop does: loss = step + offset, lr = step / 100, an epoch every
     `epoch_every` steps (epoch numbers from `first_epoch`, val_acc = epoch / 10)."""
     epoch = first_epoch
@@ -91,7 +93,8 @@ def test_csv_written_per_epoch(tmp_path):
     _, rows = read_csv(path)
     assert [r["epoch"] for r in rows] == ["0", "1"]
     assert float(rows[1]["train_loss"]) == 0.5 and float(rows[1]["val_acc"]) == 0.625
-    assert not [p for p in tmp_path.iterdir() if p.name != "run.csv"]  # no temporary file left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.csv", "steps"]  # no temporary file left behind
+    assert [p.name for p in (tmp_path / "steps").iterdir()] == ["run.csv"]
 
 
 def test_csv_after_resume_holds_exactly_the_checkpoint_epochs(tmp_path):
@@ -118,6 +121,59 @@ def test_csv_fresh_restart_drops_an_earlier_attempts_rows(tmp_path):
     assert len(read_csv(path)[1]) == 1  # kept until the run knows it has no (valid) checkpoint
     restarted.on_resume([], 0)  # the run starts again from scratch
     assert read_csv(path)[1] == []
+
+
+def test_step_log_holds_every_step_with_its_epoch_loss_and_lr(tmp_path):
+    """The per-step log curves.png draws: each step's own loss and learning rate, not the epoch's first."""
+    logger = CSVLogger(tmp_path / "run.csv")
+    logger.on_resume([], 0)
+    assert not logger.steps_path.exists()
+    train(logger, range(1, 7), epoch_every=3, first_epoch=0)
+    assert step_log.read(logger.steps_path) == [(s, (s - 1) // 3, float(s), s / 100) for s in range(1, 7)]
+    logger.on_step(7, torch.tensor(float("nan")), 0.07)  # diverged in epoch 2: its step is kept on close
+    logger.close()
+    assert step_log.read(logger.steps_path)[-1][:2] == (7, 2)
+    assert logger.steps_path.read_text().splitlines()[0] == "step,epoch,loss,lr"
+    assert logger.steps_path == tmp_path / "steps" / "run.csv"
+
+
+def test_step_log_after_resume_holds_exactly_the_checkpoint_steps(tmp_path):
+    first = CSVLogger(tmp_path / "run.csv")
+    first.on_resume([], 0)
+    train(first, range(1, 11), epoch_every=5, first_epoch=0)  # crashed after step 10, checkpoint at step 5
+    with open(first.steps_path, "a", encoding="utf-8") as f:
+        f.write("11,2,0.")  # a row cut short by the crash
+    second = CSVLogger(tmp_path / "run.csv")
+    second.on_resume([record(0)], step=5)
+    assert [row[0] for row in step_log.read(second.steps_path)] == [1, 2, 3, 4, 5]
+    train(second, range(6, 9), epoch_every=8, first_epoch=1, offset=100)
+    assert step_log.read(second.steps_path)[5:] == [(s, 1, 100.0 + s, s / 100) for s in range(6, 9)]
+    CSVLogger(tmp_path / "run.csv").on_resume([], 0)  # started again from scratch
+    assert step_log.read(second.steps_path) == [] and not second.steps_path.exists()
+
+
+def test_reported_metrics_go_to_the_csv_and_tensorboard(tmp_path):
+    """Your own code's metrics, at its own epoch numbers; an epoch reported again replaces what follows."""
+    csv_logger, tb = CSVLogger(tmp_path / "run.csv"), TensorBoardLogger(tmp_path / "tb")
+    for lg in (csv_logger, tb):
+        lg.on_resume([], 0)
+        for epoch in (1, 2, 3):
+            lg.on_reported(epoch, {"val_f1": epoch / 10, "test_f1": epoch / 20})
+        lg.on_reported(2, {"val_f1": 0.9, "test_f1": 0.8})  # the program restarted from its epoch 2
+        lg.close()
+    header, rows = read_csv(csv_logger.path)
+    assert header == ["epoch", "val_f1", "test_f1"]
+    assert [(r["epoch"], float(r["val_f1"])) for r in rows] == [("1", 0.1), ("2", 0.9)]
+    assert not csv_logger.steps_path.exists()
+    got = scalars(tmp_path / "tb")
+    assert got["epoch/val_f1"] == [(1, pytest.approx(0.1)), (2, pytest.approx(0.9))]
+    assert got["epoch/epoch"] == [(1, 1.0), (2, 2.0)]
+
+    at_steps = TensorBoardLogger(tmp_path / "tb2")
+    at_steps.on_reported(0, {"loss": 2.0}, step=100)
+    at_steps.on_reported(1, {"loss": 1.0}, step=200)
+    at_steps.close()
+    assert scalars(tmp_path / "tb2")["epoch/loss"] == [(100, 2.0), (200, 1.0)]
 
 
 # --- TensorBoard -----------------------------------------------------------------------------------------
@@ -230,6 +286,7 @@ def test_make_loggers_layout(tmp_path):
     only_csv = make_loggers([], store, "compare-bn-s0-abc")
     assert [type(lg) for lg in only_csv] == [CSVLogger]
     assert only_csv[0].path == store / "metrics" / "compare-bn-s0-abc.csv" and only_csv[0].path.parent.is_dir()
+    assert only_csv[0].steps_path == store / "metrics" / "steps" / "compare-bn-s0-abc.csv"
     assert not (store / "tensorboard").exists()
 
     both = make_loggers(["tensorboard"], store, "compare-gn-s1-def")
@@ -245,3 +302,16 @@ def test_make_loggers_layout(tmp_path):
     for bad in ("", ".", "..", "../escape", "a/b"):
         with pytest.raises(ConfigError, match="plain file name"):
             make_loggers([], store, bad)
+
+
+def test_step_log_reads_losses_back_in_batches_and_keeps_every_step(tmp_path):
+    logger = CSVLogger(tmp_path / "run.csv")
+    logger.on_resume([], 0)
+    n = loggers.LOSS_SYNC_EVERY
+    train(logger, range(1, 2 * n + 8), epoch_every=2 * n, first_epoch=0)  # an epoch of 2n steps, then 7 more
+    assert len(logger._pending) == 7  # at most LOSS_SYNC_EVERY tensors held; the rest are numbers already
+    logger.close()
+    got = step_log.read(logger.steps_path)
+    assert [row[0] for row in got] == list(range(1, 2 * n + 8))
+    assert {row[1] for row in got[: 2 * n]} == {0} and {row[1] for row in got[2 * n:]} == {1}
+    assert [row[2] for row in got] == [float(s) for s in range(1, 2 * n + 8)]

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import base64
 import io
+import itertools
 import re
 from typing import Any
 
 import pytest
 
 from normkit_lab.analysis import plots
+from normkit_lab.analysis.metric_family import across_metrics
 from normkit_lab.analysis.report_html import render_html
 from normkit_lab.analysis.summary import Summary, runs_from_rows, summarize
-from normkit_lab.metrics import METRICS
+from normkit_lab.analysis.tuning import edge_warnings, tuned_norms
+from normkit_lab.metrics import METRICS, metric_named
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -179,7 +182,8 @@ def test_per_seed_table_holds_every_value_and_its_paired_difference():
 
 @pytest.mark.slow
 def test_report_renders_in_headless_chromium(tmp_path):
-    """What a person sees: the page rendered by Debian's Chromium, screenshotted, not blank."""
+    """What a person sees: the whole page (tuning table, a second metric, the figures) rendered by Debian's
+    Chromium and screenshotted; every part of it drawn, the tables not wider than the window."""
     import shutil
     import subprocess
 
@@ -188,13 +192,142 @@ def test_report_renders_in_headless_chromium(tmp_path):
     if chromium is None:
         pytest.skip("needs Debian's chromium package (apt-get install chromium)")
     summary, runs = comparison(norm="gn", cells=({"batch_size": 2}, {"batch_size": 16}))
+    loss = summarize(runs, ["bn", "gn"], "bn", METRICS["test_loss"])
+    tuning = [{"cell": {"batch_size": b}, "norm": n, "values": {"lr": lr}, "val_acc": 0.9 - abs(lr - 0.1),
+               "seeds": [8, 9], "chosen": lr == 0.1} for b in (2, 16) for n in ("bn", "gn") for lr in (0.03, 0.1, 0.3)]
     html_path, shot = tmp_path / "report.html", tmp_path / "report.png"
-    html_path.write_text(page(summary, figures=plots.render(summary, runs)), encoding="utf-8")
+    html_path.write_text(page(summary, figures=plots.render(summary, runs, _cosine_logs(runs, 40, 2)), tuning=tuning,
+                              more=across_metrics([summary, loss])[1:]), encoding="utf-8")
     subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                    "--window-size=1400,3000", f"--screenshot={shot}", html_path.as_uri()],
+                    "--window-size=1400,6000", f"--screenshot={shot}", html_path.as_uri()],
                    capture_output=True, timeout=120, check=True)
     from matplotlib import image
 
-    pixels = image.imread(str(shot))
-    assert pixels.shape[:2] == (3000, 1400)
-    assert pixels[..., :3].std() > 0.05  # text, tables and figures, not an empty page
+    pixels = image.imread(str(shot))[..., :3]
+    assert pixels.shape[:2] == (6000, 1400)
+    ink = (pixels < 0.6).any(axis=2)  # text, rules and plot lines
+    bands = [ink[y:y + 500].mean() for y in range(0, 4000, 500)]  # the page is long: every band holds something
+    assert all(b > 0.002 for b in bands), bands
+
+
+def test_tuning_of_your_own_code_names_its_field_and_a_failed_candidate():
+    table = [{"cell": {"batch_size": b}, "norm": "gn", "values": {"lr": lr}, "score_field": "val_f1",
+              "val_f1": None if lr == 0.3 else 0.5 + lr, "score": 0.0, "seeds": [9], "chosen": lr == 0.1}
+             for b in (2, 16) for lr in (0.01, 0.1, 0.3)]
+    tuned = tuned_norms(table)
+    assert [(t.cell, t.chosen, t.edges) for t in tuned] == [({"batch_size": 2}, {"lr": 0.1}, []),
+                                                             ({"batch_size": 16}, {"lr": 0.1}, [])]
+    assert [c.score for c in tuned[0].candidates] == [0.51, 0.6, None]
+    summary, _ = comparison(norm="gn")
+    section = page(summary, tuning=table).split("<h2>Tuning</h2>", 1)[1].split("<h2>", 1)[0]
+    assert "val_f1, mean over the tuning seeds" in section and "1 tuning seed (9)" in section
+    assert section.count("failed or diverged") == 2 and section.count("<td><b>0.6</b></td>") == 2
+    assert '<td class="l">batch_size=2</td>' in section  # one row per cell
+    assert edge_warnings(table) == []
+    assert "<h2>Tuning</h2>" not in page(summary)  # not tuned: no section
+
+
+def test_caption_names_no_path_of_the_source_tree_and_the_machine_is_named():
+    summary, _ = comparison(norm="gn")
+    from normkit_lab.analysis.caption import summary_caption
+    from normkit_lab.study.config import build_config
+
+    config = build_config({"norms": "bn,gn+pn"}).to_dict()  # the default recipe: its caption cites the ablation
+    assert "docs/experiments.md" in summary_caption(config, summary)
+    text = page(summary, config=config, environment={"device": "cpu", "cpu": "Intel(R) Xeon(R) Processor",
+                                                      "cpu_count": 2})
+    caption = text.split('<p class="caption">', 1)[1].split("</p>", 1)[0]
+    assert "docs/" not in caption and ".md" not in caption
+    assert ("<p>Machine: device cpu; cpu Intel(R) Xeon(R) Processor; cpu count 2; (the CPU name as the operating "
+            "system reports it") in text
+    isa = page(summary, environment={"device": "cpu", "cpu": "Intel(R) Xeon(R) Processor", "cpu_isa": "AVX-512",
+                                     "cpu_model_number": 143})
+    assert "cpu isa AVX-512; cpu model number 143</p>" in isa and "reports it" not in isa
+
+
+def _axes_by_title(fig) -> dict[str, Any]:
+    return {ax.get_title().split("\n")[0]: ax for ax in fig.axes}
+
+
+def _cosine_logs(runs, steps_per_epoch: int, epochs: int, peak: float = 0.02) -> dict[str, list]:
+    """Step logs as the CSV logger writes them: a cosine schedule decaying to 0 over the run."""
+    import math
+
+    total = steps_per_epoch * epochs
+    def lr(s: int) -> float:
+        return peak * 0.5 * (1 + math.cos(math.pi * (s - 1) / total))
+
+    return {plots.run_key(r): [(s, (s - 1) // steps_per_epoch, 2.0 / s, lr(s)) for s in range(1, total + 1)]
+            for r in runs}
+
+
+def test_one_epoch_curves_show_every_step_and_a_point_per_seed(monkeypatch):
+    """One epoch: the loss and the schedule at every step over 0..1 epochs, and validation loss as a point
+    per seed and norm (not single dots on an axis labelled 0.95-1.05); the lr decays to 0 within the epoch."""
+    pytest.importorskip("matplotlib")
+    _figure(monkeypatch)
+    out = []
+    for seed in range(3):
+        out += rows("bn", seed, [0.80 + 0.01 * seed]) + rows("gn", seed, [0.86])
+    runs = runs_from_rows(out)
+    summary = summarize(runs, ["bn", "gn"], "bn", METRICS["test_acc"])
+    axes = _axes_by_title(plots.curves(summary, runs, _cosine_logs(runs, 50, 1)))
+    assert set(axes) == {"training loss per step", "validation loss", "learning rate at every step,"}
+    loss, lr, val = axes["training loss per step"], axes["learning rate at every step,"], axes["validation loss"]
+    assert loss.get_xlim() == (0.0, 1.0) and lr.get_xlim() == (0.0, 1.0)
+    assert [len(line.get_xdata()) for line in loss.lines] == [50, 50]  # one point per step, per norm
+    (schedule,) = lr.lines  # every norm ran the same schedule: one line, labelled so
+    assert schedule.get_label() == "every norm"
+    ys = schedule.get_ydata()
+    assert ys[0] == pytest.approx(0.02) and ys[-1] < 0.001 and all(a >= b for a, b in itertools.pairwise(ys))
+    assert [t.get_text() for t in val.get_xticklabels()] == ["bn", "gn"]
+    seeds = [line for line in val.lines if line.get_marker() == "o"]
+    assert [len(line.get_xdata()) for line in seeds] == [3, 3]
+
+
+def test_curves_of_several_epochs_without_step_logs(monkeypatch):
+    """Results written before step logs: per-epoch points from 0 epochs trained, the lr panel says it is
+    the rate at each epoch's first step; a one-epoch run of them gets no lr panel (a dot says nothing)."""
+    pytest.importorskip("matplotlib")
+    _figure(monkeypatch)
+    summary, runs = comparison(norm="gn")
+    axes = _axes_by_title(plots.curves(summary, runs))
+    assert set(axes) == {"training loss", "validation loss", "learning rate at each epoch's first step"}
+    val = axes["validation loss"]
+    assert val.get_xlim()[0] == 0
+    assert [list(line.get_xdata()) for line in val.lines if line.get_label() in ("bn", "gn")] == [[1, 2], [1, 2]]
+    out = [r for seed in range(3) for r in rows("bn", seed, [0.8]) + rows("gn", seed, [0.85])]
+    one = runs_from_rows(out)
+    assert set(_axes_by_title(plots.curves(summarize(one, ["bn", "gn"], "bn", METRICS["test_acc"]), one))) == {
+        "training loss", "validation loss"}
+
+
+def test_curves_of_your_own_code_use_its_epochs_and_metrics(monkeypatch):
+    """A program's own metrics, at its own epoch numbers (its epoch 0 stays 0), and no panel for a
+    learning rate it did not report."""
+    pytest.importorskip("matplotlib")
+    _figure(monkeypatch)
+    out = [{"norm": norm, "seed": seed, "status": "ok", "params": 10, "epoch": epoch, "cell": {}, "tuned": {},
+            "phase": "compare", "trainer": "command", "threads": 1, "host": "h",
+            "val_f1": 0.5 + 0.1 * epoch + 0.01 * seed, "test_f1": 0.4 + 0.1 * epoch}
+           for norm in ("bn", "gn") for seed in range(3) for epoch in range(3)]
+    runs = runs_from_rows(out)
+    summary = summarize(runs, ["bn", "gn"], "bn", metric_named("test_f1:max"), margin=0.01)
+    fig = plots.curves(summary, runs, own_code=True)
+    axes = _axes_by_title(fig)
+    assert set(axes) == {"val_f1", "test_f1"}
+    for ax in axes.values():
+        assert [list(line.get_xdata()) for line in ax.lines] == [[0, 1, 2], [0, 1, 2]]
+        assert ax.get_xlabel() == "epoch"
+    assert "at its epoch numbers" in fig._suptitle.get_text()
+
+
+def test_a_last_epoch_cut_short_by_a_step_budget_ends_early_on_the_step_axis(monkeypatch):
+    pytest.importorskip("matplotlib")
+    _figure(monkeypatch)
+    out = [r for seed in range(3) for r in rows("bn", seed, [0.7, 0.8]) + rows("gn", seed, [0.75, 0.85])]
+    runs = runs_from_rows(out)
+    logs = {plots.run_key(r): [(s, 0 if s <= 50 else 1, 1.0 / s, 0.1) for s in range(1, 71)] for r in runs}
+    axes = _axes_by_title(plots.curves(summarize(runs, ["bn", "gn"], "bn", METRICS["test_acc"]), runs, logs))
+    loss = axes["training loss per step"]
+    assert loss.get_xlim() == (0.0, pytest.approx(1.4))  # 50 steps an epoch: 70 steps are 1.4 epochs

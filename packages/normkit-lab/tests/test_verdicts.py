@@ -79,3 +79,12 @@ def test_reading_when_the_run_already_has_the_power_for_the_margin():
     (v,) = decide([[0.6, -0.2, 0.5, -0.1, 0.55, -0.15, 0.45, 0.0, 0.3, 0.05]], margin=0.35)
     assert v.verdict == INCONCLUSIVE and v.seeds_needed <= v.n
     assert "already below the margin" in reading(v, "gn", "bn", "test accuracy", "%")
+
+
+def test_one_family_with_a_margin_per_comparison():
+    """Metrics in different units share one Holm family, each equivalence test at its own margin."""
+    tiny = [0.001, -0.002, 0.0015, -0.001, 0.0005]  # a loss difference (nats): well inside 0.01
+    same_in_points = [0.1, -0.2, 0.15, -0.1, 0.05]  # an accuracy difference (points): inside 0.5, not 0.01
+    loss, acc = decide([tiny, same_in_points], [0.01, 0.5])
+    assert loss.verdict == acc.verdict == "equivalent" and (loss.margin, acc.margin) == (0.01, 0.5)
+    assert decide([tiny, same_in_points], 0.01)[1].verdict == "inconclusive"  # one margin for both: wrong unit

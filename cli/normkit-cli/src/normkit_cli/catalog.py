@@ -6,12 +6,12 @@ import json
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from normkit_cli import catalog_cache
 from normkit_cli.ascii_ints import ascii_int
 from normkit_cli.errors import one_line_errors
+from normkit_cli.text import console as _console
 
 if TYPE_CHECKING:
     import normkit
@@ -20,8 +20,18 @@ if TYPE_CHECKING:
 # `normkit --help` never loads it, `list`/`plugins`/`show` only after a plugin changed.
 
 
-def _console() -> Console:
-    return Console(soft_wrap=False, width=None)
+def _columns(table: Table, names: tuple[str, ...], rows: list[list[str]], right: tuple[str, ...] = ()) -> None:
+    """Add `names` as columns. The first (the name a command takes) is as wide as its longest value, never
+    broken; the others wrap between words in the room the terminal leaves, a word longer than that
+    folded onto the next line: nothing is cut ("…"), at any width. Written to a file or a pipe the
+    console is wide enough that every row stays on one line (normkit_cli.text.console)."""
+    for i, name in enumerate(names):
+        justify = "right" if name in right else "left"
+        if i == 0:
+            longest = max([len(name), *(len(str(row[0])) for row in rows)])
+            table.add_column(name, min_width=longest, no_wrap=True, justify=justify)
+        else:
+            table.add_column(name, overflow="fold", justify=justify)
 
 
 SHOW_DEFAULTS = (64, False, None)  # show_cmd's --channels, --tokens, --activation
@@ -71,19 +81,18 @@ def list_cmd(
         return
     console = _console()
     table = Table(title="Norms and stages (compose with '+')")
-    for col in ("name", "kind", "aliases", "plugin", "summary"):
-        table.add_column(col)
-    for e in norms:
-        kind = e["kind"] + (f" = {e['expands_to']}" if e.get("expands_to") else "")
-        table.add_row(e["name"], kind, ", ".join(e["aliases"]), e["plugin"], e["summary"])
+    rows = [[e["name"], e["kind"] + (f" = {e['expands_to']}" if e.get("expands_to") else ""),
+             ", ".join(e["aliases"]), e["plugin"], e["summary"]] for e in norms]
+    _columns(table, ("name", "kind", "aliases", "plugin", "summary"), rows)
+    for row in rows:
+        table.add_row(*row)
     console.print(table)
     for kind, title in (("model", "Models"), ("dataset", "Datasets")):
-        rows = [e for e in items if e["kind"] == kind]
+        rows = [[e["name"], ", ".join(e["aliases"]), e["plugin"], e["summary"]] for e in items if e["kind"] == kind]
         t = Table(title=title)
-        for col in ("name", "aliases", "plugin", "summary"):
-            t.add_column(col)
-        for e in rows:
-            t.add_row(e["name"], ", ".join(e["aliases"]), e["plugin"], e["summary"])
+        _columns(t, ("name", "aliases", "plugin", "summary"), rows)
+        for row in rows:
+            t.add_row(*row)
         if rows:
             console.print(t)
         else:
@@ -103,15 +112,17 @@ def plugins_cmd(
     caption = (f"load times measured {catalog['created']}, when the installed plugins were last loaded "
                f"({catalog_cache.OFF_ENV}=1 loads them now)" if "created" in catalog else None)
     table = Table(title="normkit plugins", caption=caption)
-    for col in ("plugin", "distribution", "version", "registers", "load", "status"):
-        table.add_column(col, justify="right" if col == "load" else "left")
+    rows = []
     for i in infos:
         status = ("[yellow]disabled (NORMKIT_DISABLED_PLUGINS)[/yellow]" if i["disabled"]
                   else f"[red]failed: {i['error']}[/red]" if i["error"] else "[green]ok[/green]")
         if i["warnings"] and not i["error"]:
             status += f" [yellow](warning: {'; '.join(i['warnings'])})[/yellow]"
         load = "-" if i["disabled"] else f"{i['load_seconds'] * 1000:.0f} ms"
-        table.add_row(i["name"], i["distribution"], i["version"], ", ".join(i["registered"]), load, status)
+        rows.append([i["name"], i["distribution"], i["version"], ", ".join(i["registered"]), load, status])
+    _columns(table, ("plugin", "distribution", "version", "registers", "load", "status"), rows, right=("load",))
+    for row in rows:
+        table.add_row(*row)
     _console().print(table)
 
 

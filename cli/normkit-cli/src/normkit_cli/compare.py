@@ -55,23 +55,9 @@ def _given(ctx: typer.Context) -> dict[str, Any]:
 def grid_edge_warnings(table: list[dict[str, Any]]) -> list[str]:
     """One line per (cell, norm, key) whose chosen value is the smallest or largest value tried:
     the best value may lie beyond the grid, so the tuned arm may be handicapped."""
-    grids: dict[str, set[Any]] = {}
-    for row in table:
-        for key, value in row["values"].items():
-            grids.setdefault(key, set()).add(value)
-    warnings = []
-    for row in table:
-        if not row["chosen"]:
-            continue
-        cell = ", ".join(f"{k}={v}" for k, v in row["cell"].items())
-        for key, value in row["values"].items():
-            values = sorted(grids[key])
-            if len(values) > 1 and value in (values[0], values[-1]):
-                side = "smallest" if value == values[0] else "largest"
-                where = f"{row['norm']} [{cell}]" if cell else row["norm"]
-                warnings.append(f"warning: tuning chose {key}={value} for {where}, the {side} value tried; "
-                                f"the best may lie beyond the grid, so extend --tune {key}=... past it")
-    return warnings
+    from normkit_lab.analysis.tuning import edge_warnings
+
+    return edge_warnings(table)
 
 
 def print_tuning(table: list[dict[str, Any]], console: Any) -> None:
@@ -281,7 +267,7 @@ def compare_cmd(
     (docs/own-training.md).
     """
     from normkit_cli.report import console as make_console
-    from normkit_cli.report import show
+    from normkit_cli.report import further_metrics, show
     from normkit_lab.executors import make_executor
     from normkit_lab.runs.execute import RunOptions
     from normkit_lab.runs.loggers import check_log_kinds
@@ -291,6 +277,7 @@ def compare_cmd(
     from normkit_lab.study.progress import choose_progress
 
     given = _given(ctx)
+    also = further_metrics(given)  # --metric a,b: a table per metric, one Holm family (normkit_cli.report)
     if higher_is_better is not None:
         if "metric" not in given:
             raise fail("--higher-is-better/--lower-is-better say which way --metric is better; give --metric too")
@@ -344,6 +331,7 @@ def compare_cmd(
                    f"finished runs are kept; {resume_hint}", err=True)
         raise typer.Exit(1) from None
     results.all_pairs = all_pairs
+    results.also = also
     show(results, store, console)
     failed = [run for run in results.runs if run.status == "failed"]
     if failed:

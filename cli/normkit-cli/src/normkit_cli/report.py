@@ -6,9 +6,9 @@ interval folded into the difference column, until it fits (summary.csv and repor
 
 from __future__ import annotations
 
-import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich import box
@@ -17,6 +17,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from normkit_cli import text
 from normkit_cli.defaults import DEFAULT_METRIC, METRIC_NAMES, SELECTS
 from normkit_cli.errors import fail, one_line_errors
 from normkit_cli.text import plural
@@ -38,7 +39,15 @@ def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def _cells(s: NormSummary, many: bool, any_failed: bool) -> dict[str, str]:
+def tuned_text(tuned: dict[str, Any], keys: list[str]) -> str:
+    """A row's tuned values: just the value when one key was tuned (the header names it), else k=v."""
+    if not tuned:
+        return "-"
+    return f"{tuned[keys[0]]}" if keys == list(tuned) and len(keys) == 1 else ", ".join(
+        f"{k}={v}" for k, v in tuned.items())
+
+
+def _cells(s: NormSummary, many: bool, any_failed: bool, tuned_keys: list[str]) -> dict[str, str]:
     """Every column's text for one row (keys are the column ids)."""
     from normkit_lab.analysis.summary import interval_text
 
@@ -55,6 +64,8 @@ def _cells(s: NormSummary, many: bool, any_failed: bool) -> dict[str, str]:
     row = {"norm": s.norm}
     if many:
         row["cell"] = cell_label(s.cell) or "-"
+    if tuned_keys:
+        row["tuned"] = tuned_text(s.tuned, tuned_keys)
     row |= {"n": str(s.primary.n), "metric": _mean(s.primary), "Δ": diff, "95% CI": interval,
             "Holm p": "" if v is None or v.p_holm is None else f"{v.p_holm:.3g}",
             "verdict": "baseline" if v is None else v.verdict,
@@ -86,17 +97,20 @@ def summary_table(results: Results, summary: Summary, drop: tuple[str, ...] = ()
                   box=box.SIMPLE_HEAD, title_justify="left", collapse_padding=True, pad_edge=False)
     many = len({cell_key(s.cell) for s in summary.rows}) > 1
     any_failed = any(s.failed for s in summary.rows)
-    rows = [_cells(s, many, any_failed) for s in summary.rows]
+    tuned_keys = list(dict.fromkeys(k for s in summary.rows for k in s.tuned))
+    rows = [_cells(s, many, any_failed, tuned_keys) for s in summary.rows]
     fold = FOLD in drop
     if fold:
         for row in rows:
             row["Δ"] = f"{row['Δ']} {row['95% CI']}".strip()
     names = [name for name in rows[0] if name not in drop and not (fold and name == "95% CI")] if rows else []
     headers = {"Δ": f"Δ vs {summary.baseline}" + (" [95% CI]" if fold else ""),
+               "tuned": f"tuned {tuned_keys[0]}" if len(tuned_keys) == 1 else "tuned",
                "metric": f"{metric.unit} ± s.e." if metric.unit == "%" else f"{metric.field} ± s.e."}
     for name in names:
-        left = name in ("norm", "cell", "verdict")
-        table.add_column(headers.get(name, name), justify="left" if left else "right", no_wrap=name != "cell")
+        left = name in ("norm", "cell", "tuned", "verdict")
+        table.add_column(headers.get(name, name), justify="left" if left else "right", no_wrap=name != "cell",
+                         overflow="fold")  # too narrow: a name goes on over lines, never cut
     for row in rows:
         table.add_row(*(Text(row[name]) for name in names))  # Text: no rich markup in specs or errors
     return table
@@ -114,22 +128,43 @@ def fitted_table(results: Results, summary: Summary, console: Console) -> tuple[
     return table, dropped
 
 
+def further_metrics(given: dict[str, Any]) -> list[str]:
+    """`normkit compare --metric a,b,...`: leaves the first in `given` (the comparison's metric, saved in
+    config.yaml, which tuning and selection use) and returns the others, read from the same runs in a
+    table each, with one Holm family across all (normkit_lab.analysis.metric_family)."""
+    from normkit_lab.analysis.metric_family import margin_for, split_metrics
+
+    if "," not in str(given.get("metric", "")):
+        return []
+    first, *others = split_metrics(given["metric"])
+    for name in others:
+        margin_for(name)
+    given["metric"] = first
+    return others
+
+
 def console() -> Console:
-    """The terminal's console; COLUMNS when set, else 160 columns when writing to a file or pipe."""
-    term = Console()
-    if term.is_terminal or os.environ.get("COLUMNS", "").strip().isdigit():
-        return term
-    return Console(width=160)
+    """The terminal's console; COLUMNS when set, else 160 columns when writing to a file or pipe (the
+    table is narrowed to fit, its names never cut, and the caption wraps at a readable width)."""
+    return text.console(pipe_width=160)
 
 
-def print_summary(results: Results, summary: Summary, console: Console) -> None:
-    """The fitted table and, below it, the notes: fallbacks, failures, columns left out."""
-    from normkit_lab.analysis.caption import summary_caption
+def print_summary(results: Results, summaries: Sequence[Summary], console: Console) -> None:
+    """The fitted table of each metric read (one with a single --metric) and, below them, the notes:
+    fallbacks, failures, columns left out."""
+    from normkit_lab.analysis.metric_family import family_caption
     from normkit_lab.analysis.summary import cell_label
+    from normkit_lab.analysis.tuning import edge_warnings, read_tuning
 
-    table, dropped = fitted_table(results, summary, console)
-    console.print(table)
-    console.print(summary_caption(results.config, summary), markup=False, highlight=False)
+    summary = summaries[0]
+    dropped: tuple[str, ...] = ()
+    for each in summaries:
+        table, narrowed = fitted_table(results, each, console)
+        dropped = max(dropped, narrowed, key=len)
+        console.print(table)
+    console.print(family_caption(results.config, summaries), markup=False, highlight=False)
+    for line in edge_warnings(read_tuning(results.sources)):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)  # one line, whatever the width
     if summary.interactions:
         console.print(interaction_table(summary))
     if summary.diagnostics:
@@ -241,10 +276,10 @@ def show(results: Results, store: ResultsDir, console: Console) -> None:
     from normkit_lab.analysis import plots
     from normkit_lab.analysis.report import write_diagnostics, write_summary
 
-    summary = write_summary(store, results, figures=True)
+    summaries = write_summary(store, results, figures=True)
     written = [store.path / name for name in plots.FIGURES if (store.path / name).is_file()]
     written += [p for p in write_diagnostics(store, results) if p.suffix == ".png"]
-    print_summary(results, summary, console)
+    print_summary(results, summaries, console)
     _print_files(store, written, console)
 
 
@@ -254,7 +289,9 @@ def report_cmd(
     baseline: Annotated[str | None, typer.Option(help="Norm to compare against (default: the saved "
                                                       "baseline).")] = None,
     metric: Annotated[str | None, typer.Option(help=f"Primary metric: {', '.join(METRIC_NAMES)} (default: the "
-                                                    f"comparison's, else {DEFAULT_METRIC}).")] = None,
+                                                    f"comparison's, else {DEFAULT_METRIC}); several, comma "
+                                                    f"separated (test_acc,test_loss), give a table each and one "
+                                                    f"Holm family.")] = None,
     margin: Annotated[float | None, typer.Option(help="Equivalence margin in the metric's unit (default: the "
                                                       "saved one, else 0.5 points of accuracy).")] = None,
     select: Annotated[str | None, typer.Option(help=f"Epoch of each run: {' or '.join(SELECTS)} (default: the "
@@ -278,10 +315,10 @@ def report_cmd(
     overrides = {k: v for k, v in (("margin", margin), ("select", select)) if v is not None}
     results.config = {**results.config, **overrides}
     results.all_pairs = all_pairs
-    summary = results.summary()  # checks select before anything is written
+    summaries = results.summaries()  # checks select and every metric before anything is written
     term = console()
     if out is None:
-        print_summary(results, summary, term)
+        print_summary(results, summaries, term)
         return
     store = merge_into(results, out)
     show(results, store, term)

@@ -4,8 +4,11 @@
                         the equivalence band (-margin, +margin) shaded, the verdict beside it; with
                         --diagnostics one more panel per family of representation measures
     primary_metric.png  the primary metric per (cell, norm): mean, 95% t interval, every seed a dot
-    curves.png          train loss, validation loss and learning rate per epoch (mean over finished
-                        seeds); diverged runs drawn dashed and ended with an x
+    curves.png          how the runs trained: the training loss and learning rate at every step
+                        (from the step logs) and the validation loss per epoch, mean over finished
+                        seeds; for your own code every metric it reported at its own epoch numbers;
+                        one epoch drawn as a point per seed and norm; diverged runs dashed, ended
+                        with an x
     sweep.png           (sweeps only) the primary metric against the swept value, one line per norm
 
 Figures are rendered to PNG bytes once; the same bytes are written as files and embedded in
@@ -20,12 +23,14 @@ import io
 import itertools
 import math
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from normkit_lab.analysis.diagnostic_verdicts import FAMILIES, MEANING
+from normkit_lab.analysis.metric_family import recorded_metrics
 from normkit_lab.analysis.summary import NormSummary, Run, Summary, cell_key, cell_label
+from normkit_lab.records import RunId
 from normkit_lab.stats import mean_sem, t_interval
 from normkit_lab.store.atomic import atomic_replace_from
 
@@ -203,56 +208,211 @@ def primary_metric(summary: Summary) -> bytes:
     return _png(fig)
 
 
-def _epoch_means(runs: Sequence[Run], key: str) -> tuple[list[int], list[float]]:
+StepLog = list[tuple[int, int, float, float]]  # (step, epoch, loss, lr) rows: normkit_lab.step_log
+MAX_OWN_PANELS = 9
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _epoch_means(runs: Sequence[Run], key: str, shift: int) -> tuple[list[int], list[float]]:
+    """Mean over `runs` of `key` at each epoch; x = the epoch number + `shift` (1 for normkit's own runs,
+    whose epoch 0 ends after one epoch of training; 0 for your own code, whose numbers are kept)."""
     epochs = sorted({e["epoch"] for r in runs for e in r.epochs})
     xs, ys = [], []
     for epoch in epochs:
-        ms = mean_sem([e[key] for r in runs for e in r.epochs
-                       if e["epoch"] == epoch and isinstance(e.get(key), (int, float))])
+        ms = mean_sem([e[key] for r in runs for e in r.epochs if e["epoch"] == epoch and _finite_number(e.get(key))])
         if ms.mean is not None:
-            xs.append(epoch + 1)
+            xs.append(epoch + shift)
             ys.append(ms.mean)
     return xs, ys
 
 
-def curves(summary: Summary, runs: Sequence[Run]) -> bytes:
-    """Train and validation loss and the learning rate per epoch; diverged runs marked."""
-    plt = _pyplot()
-    from matplotlib.ticker import MaxNLocator
+def _step_means(logs: Sequence[StepLog], column: int) -> tuple[list[float], list[float]]:
+    """Mean over runs of a step-log column at each step; x in epochs trained (step j of an epoch of k
+    steps at e + j/k, k the steps of a full epoch, so a last epoch cut short by a step budget ends
+    early), so steps line up with the per-epoch points."""
+    per_epoch: dict[int, int] = {}
+    for _, epoch, _, _ in logs[0]:
+        per_epoch[epoch] = per_epoch.get(epoch, 0) + 1
+    full = max(per_epoch.values())
+    seen: dict[int, int] = {}
+    where: dict[int, float] = {}
+    for step, epoch, _, _ in logs[0]:
+        seen[epoch] = seen.get(epoch, 0) + 1
+        where[step] = epoch + seen[epoch] / full
+    values: dict[int, list[float]] = {}
+    for log in logs:
+        for row in log:
+            if row[0] in where and math.isfinite(row[column]):
+                values.setdefault(row[0], []).append(row[column])
+    steps = sorted(values)
+    return [where[s] for s in steps], [sum(values[s]) / len(values[s]) for s in steps]
 
+
+def _moving_average(ys: list[float], window: int) -> list[float]:
+    """The mean of each value and the `window - 1` before it (fewer at the start)."""
+    out, total = [], 0.0
+    for i, y in enumerate(ys):
+        total += y
+        if i >= window:
+            total -= ys[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def _rows_of(summary: Summary, runs: Sequence[Run]) -> list[tuple[NormSummary, list[Run]]]:
+    return [(s, [r for r in runs if r.norm == s.norm and cell_key(r.cell) == cell_key(s.cell)]) for s in summary.rows]
+
+
+def _by_norm_points(ax: Any, summary: Summary, runs: Sequence[Run], key: str, shift: int) -> None:
+    """One epoch: per norm its seeds' values (dots) and their mean (square), norms side by side."""
     many = _many_cells(summary)
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    panels = (("train_loss", "train loss"), ("val_loss", "validation loss"), ("lr", "learning rate"))
-    if not any(r.epochs for r in runs):
-        for ax, (_, title) in zip(axes, panels, strict=True):
-            ax.set_title(title)
-            _note(ax, "no epoch finished (every run diverged\nor failed in its first epoch)")
-        return _png(fig)
-    for ax, (key, title) in zip(axes, panels, strict=True):
-        for s in summary.rows:
-            mine = [r for r in runs if r.norm == s.norm and cell_key(r.cell) == cell_key(s.cell)]
-            ok = [r for r in mine if r.status == "ok"]
-            color = None
-            if ok:
-                xs, ys = _epoch_means(ok, key)
+    rows = _rows_of(summary, runs)
+    for i, (_, mine) in enumerate(rows):
+        values = [e[key] for r in mine if r.status == "ok" for e in r.epochs if _finite_number(e.get(key))]
+        if values:
+            ax.plot([i - 0.15] * len(values), values, "o", color="tab:blue", alpha=0.6, markersize=4)
+            ax.plot([i + 0.15], [sum(values) / len(values)], "s", color="black", markersize=6)
+    epoch = next((e["epoch"] for _, mine in rows for r in mine for e in r.epochs), 0) + shift
+    ax.set_xticks(range(len(rows)), [_name(s, many) for s, _ in rows], rotation=20 if many else 0)
+    ax.set_xlim(-0.6, len(rows) - 0.4)
+    ax.set_xlabel(f"after epoch {epoch}, the only one: seeds (dots) and their mean (square)")
+
+
+def _epoch_lines(ax: Any, summary: Summary, runs: Sequence[Run], key: str, shift: int) -> None:
+    """Several epochs: per norm the mean over finished seeds at each epoch; diverged runs dashed, ended
+    with a red x."""
+    many = _many_cells(summary)
+    for s, mine in _rows_of(summary, runs):
+        ok = [r for r in mine if r.status == "ok"]
+        color = None
+        if ok:
+            xs, ys = _epoch_means(ok, key, shift)
+            if xs:
                 (line,) = ax.plot(xs, ys, marker="o", markersize=3, label=_name(s, many))
                 color = line.get_color()
-            for r in mine:
-                if r.status != "diverged" or not r.epochs:
-                    continue
-                xs, ys = _epoch_means([r], key)
-                if xs:
-                    (line,) = ax.plot(xs, ys, linestyle="--", linewidth=0.9, color=color, alpha=0.8)
-                    color = line.get_color()
-                    ax.plot(xs[-1:], ys[-1:], "x", color="red", markersize=8)
-        if key == "train_loss" and any(r.status == "diverged" for r in runs):
-            ax.plot([], [], "x", color="red", label="diverged run (last epoch)")
-        ax.set(title=title, xlabel="epoch")
+        for r in mine:
+            if r.status != "diverged" or not r.epochs:
+                continue
+            xs, ys = _epoch_means([r], key, shift)
+            if xs:
+                (line,) = ax.plot(xs, ys, linestyle="--", linewidth=0.9, color=color, alpha=0.8)
+                color = line.get_color()
+                ax.plot(xs[-1:], ys[-1:], "x", color="red", markersize=8)
+    ax.set_xlabel("epoch" if shift == 0 else "epochs trained")
+
+
+def _has_values(runs: Sequence[Run], key: str) -> bool:
+    return any(_finite_number(e.get(key)) for r in runs for e in r.epochs)
+
+
+def _one_epoch(runs: Sequence[Run]) -> bool:
+    return len({e["epoch"] for r in runs for e in r.epochs}) == 1
+
+
+def _epoch_panel(ax: Any, summary: Summary, runs: Sequence[Run], key: str, title: str, shift: int) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    if _one_epoch(runs):
+        _by_norm_points(ax, summary, runs, key, shift)
+    else:
+        _epoch_lines(ax, summary, runs, key, shift)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.grid(alpha=0.3)
-    if axes[0].lines:
-        axes[0].legend(fontsize=8)
-    fig.suptitle("Mean over finished seeds; dashed: diverged runs", fontsize=10)
+        if shift:  # epochs trained, from 0 as the step panels beside it
+            ax.set_xlim(left=0)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+
+
+def _step_panel(ax: Any, summary: Summary, runs: Sequence[Run], logs: Mapping[str, StepLog], column: int) -> None:
+    """Per norm, a step-log column (2: loss, 3: lr) averaged over its finished seeds; the loss also over
+    a moving window (its per-step values are noisy). Learning rates shared by every norm: one line."""
+    many = _many_cells(summary)
+    curves_of = []
+    for s, mine in _rows_of(summary, runs):
+        mine_logs = [logs[run_key(r)] for r in mine if r.status == "ok" and logs.get(run_key(r))]
+        if mine_logs:
+            curves_of.append((_name(s, many), *_step_means(mine_logs, column)))
+    steps = max((len(xs) for _, xs, _ in curves_of), default=0)
+    window = max(1, steps // 60) if column == 2 else 1
+    shared = column == 3 and len(curves_of) > 1 and all(
+        ys == curves_of[0][2] and xs == curves_of[0][1] for _, xs, ys in curves_of)
+    for name, xs, ys in curves_of[:1] if shared else curves_of:
+        ax.plot(xs, _moving_average(ys, window), linewidth=1.1, label="every norm" if shared else name)
+    if column == 2:
+        smoothed = f", moving average of {window} steps" if window > 1 else ""
+        ax.set_title(f"training loss per step\n(mean over seeds{smoothed})", fontsize=10)
+    else:
+        ax.set_title("learning rate at every step,\nas the schedule ran", fontsize=10)
+        if shared:
+            ax.legend(fontsize=8)
+    ax.set_xlabel("epochs trained")
+    ax.set_xlim(0, max((xs[-1] for _, xs, _ in curves_of if xs), default=1))
+    ax.grid(alpha=0.3)
+
+
+def run_key(run: Run) -> str:
+    """The key of a run's step log: its file slug (normkit_lab.records.RunId.slug)."""
+    return RunId.of(run.norm, run.seed, run.phase, run.cell, run.tuned).slug()
+
+
+def _own_metrics(runs: Sequence[Run]) -> list[str]:
+    """Every metric your program reported (finite values), in the order it first reported them."""
+    return [name for name in recorded_metrics(runs) if _has_values(runs, name)]
+
+
+def curves(summary: Summary, runs: Sequence[Run], logs: Mapping[str, StepLog] | None = None,
+           own_code: bool = False) -> bytes:
+    """How the runs trained. normkit's own runs: the training loss and learning rate at every step (from
+    the step logs; per epoch for results written before them) and the validation loss per epoch. Your
+    own code: every metric it reported, at its own epoch numbers. One epoch: a point per seed and norm
+    instead of single dots on a line. Panels with nothing to show are left out."""
+    plt = _pyplot()
+    runs = [r for r in runs if r.phase == "compare"]
+    logs = logs or {}
+    stepped = any(logs.get(run_key(r)) for r in runs if r.status == "ok")
+    shift = 0 if own_code else 1
+    reported = _own_metrics(runs) if own_code else []
+    if own_code:
+        panels = [(lambda ax, k=k: _epoch_panel(ax, summary, runs, k, k, shift)) for k in reported[:MAX_OWN_PANELS]]
+    else:
+        panels = []
+        if stepped:
+            panels.append(lambda ax: _step_panel(ax, summary, runs, logs, 2))
+        elif _has_values(runs, "train_loss"):
+            panels.append(lambda ax: _epoch_panel(ax, summary, runs, "train_loss", "training loss", shift))
+        if _has_values(runs, "val_loss"):
+            panels.append(lambda ax: _epoch_panel(ax, summary, runs, "val_loss", "validation loss", shift))
+        if stepped:
+            panels.append(lambda ax: _step_panel(ax, summary, runs, logs, 3))
+        elif _has_values(runs, "lr") and not _one_epoch(runs):
+            panels.append(lambda ax: _epoch_panel(ax, summary, runs, "lr", "learning rate at each epoch's first "
+                                                  "step", shift))
+    if not panels:
+        fig, ax = plt.subplots(figsize=(7, 3.2))
+        _note(ax, "no epoch finished (every run diverged or failed in its first epoch)" if not any(
+            r.epochs for r in runs) else "the runs recorded no curve to draw")
+        return _png(fig)
+    ncols = min(3, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.4 * ncols, 3.8 * nrows), squeeze=False)
+    flat = [ax for row in axes for ax in row]
+    for ax, draw in zip(flat, panels, strict=False):
+        draw(ax)
+    for ax in flat[len(panels):]:
+        ax.remove()
+    first = flat[0]
+    if any(r.status == "diverged" for r in runs) and not _one_epoch(runs):
+        first.plot([], [], "x", color="red", label="diverged run (last epoch)")
+    if first.get_legend_handles_labels()[0] and not first.get_legend():
+        first.legend(fontsize=8)
+    what = "as your program reported them, at its epoch numbers" if own_code else "mean over finished seeds"
+    if len(reported) > MAX_OWN_PANELS:
+        what += f"; the first {MAX_OWN_PANELS} of its {len(reported)} metrics, all in runs.jsonl"
+    diverged = "; dashed: diverged runs" if any(r.status == "diverged" for r in runs) else ""
+    fig.suptitle(f"How the runs trained ({what}{diverged})", fontsize=10)
     return _png(fig)
 
 
@@ -316,12 +476,14 @@ def sweep(summary: Summary) -> bytes | None:
     return _png(fig)
 
 
-def render(summary: Summary, runs: Sequence[Run]) -> dict[str, bytes]:
-    """Every figure that applies, by file name, as PNG bytes (empty without matplotlib)."""
+def render(summary: Summary, runs: Sequence[Run], logs: Mapping[str, StepLog] | None = None,
+           own_code: bool = False) -> dict[str, bytes]:
+    """Every figure that applies, by file name, as PNG bytes (empty without matplotlib). `logs`: the
+    runs' step logs by `run_key`; `own_code`: the runs are your program's (curves of its own metrics)."""
     if not available():
         return {}
     figures = {"forest.png": forest(summary), "primary_metric.png": primary_metric(summary),
-               "curves.png": curves(summary, runs)}
+               "curves.png": curves(summary, runs, logs, own_code)}
     swept = sweep(summary)
     if swept is not None:
         figures["sweep.png"] = swept

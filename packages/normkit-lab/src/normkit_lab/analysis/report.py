@@ -17,15 +17,18 @@ from typing import Any
 
 import yaml
 
-from normkit_lab import lm_baselines, safe_yaml
+from normkit_lab import lm_baselines, safe_yaml, step_log
 from normkit_lab.analysis import plots
+from normkit_lab.analysis.metric_family import across_metrics, margin_for, recorded_metrics, split_metrics
 from normkit_lab.analysis.report_html import render_html
 from normkit_lab.analysis.summary import Run, Summary, cell_key, runs_from_results, runs_from_rows, summarize
+from normkit_lab.analysis.tuning import read_tuning
 from normkit_lab.diagnostics.report import write_report as write_diagnostics_files
 from normkit_lab.errors import ConfigError
 from normkit_lab.metrics import DEFAULT_METRIC, margin_of, metric_named, metric_spec, select_of
 from normkit_lab.records import RUNTIME_KEYS, RunResult
-from normkit_lab.store.results import ResultsDir, atomic_write_text, rows_to_runs
+from normkit_lab.store.results import METRICS_DIR, ResultsDir, atomic_write_text, rows_to_runs
+from normkit_lab.store.safe_paths import make_dirs
 
 REPORT_HTML = "report.html"
 
@@ -47,6 +50,7 @@ class Results:
     metric: str = DEFAULT_METRIC  # the primary metric's name (see normkit_lab.metrics.METRICS)
     rows: list[dict[str, Any]] | None = None  # the runs.jsonl rows when read from disk (every key kept)
     all_pairs: bool = False  # also compare every pair of norms and rank them (--all-pairs)
+    also: list[str] = field(default_factory=list)  # further metrics read (`--metric a,b`): see metric_family
 
     def run_views(self) -> list[Run]:
         """The runs as the summary reads them: from the rows when known, else from the RunResults."""
@@ -57,6 +61,21 @@ class Results:
         metric = metric_named(self.metric)
         return summarize(self.run_views(), self.norms, self.baseline, metric,
                          select=select_of(self.config), margin=margin_of(self.config, metric), pairs=self.all_pairs)
+
+    def summaries(self) -> list[Summary]:
+        """The primary metric's summary, then one per further metric (`also`), their verdicts one Holm
+        family across all of them."""
+        if not self.also:
+            return [self.summary()]
+        views, select = self.run_views(), select_of(self.config)
+        others = [summarize(views, self.norms, self.baseline, metric_named(name), select=select,
+                            margin=margin_for(name)) for name in self.also]
+        first = self.summary()
+        for other in others:
+            if any(s.values for s in first.rows) and not any(s.values for s in other.rows):
+                raise ConfigError(f"no finished run has {other.metric.field}, so it cannot be read; the runs "
+                                  f"record {', '.join(recorded_metrics(views))}")
+        return across_metrics([first, *others])
 
 
 def read_config(store: ResultsDir) -> dict[str, Any]:
@@ -101,10 +120,12 @@ def load_results(dirs: Sequence[str | Path], baseline: str | None = None,
     """Load and merge results directories; refuse different configs and duplicate (norm, seed) runs.
 
     `metric`: the primary metric (default: the one the comparison saved, else test accuracy); a
-    metric other than the saved one uses its own default margin, not the saved one's.
+    metric other than the saved one uses its own default margin, not the saved one's. Several, comma
+    separated (`test_acc,test_loss`): the first is primary, the others are `Results.also`.
     """
-    if metric is not None:
-        metric_named(metric)
+    metric, *also = split_metrics(metric) if metric is not None else [None]
+    for name in also:
+        margin_for(name)
     if not dirs:
         raise ConfigError("give at least one results directory")
     stores = [ResultsDir.open(d) for d in dirs]
@@ -144,7 +165,7 @@ def load_results(dirs: Sequence[str | Path], baseline: str | None = None,
     saved = first.get("metric") if isinstance(first.get("metric"), str) else DEFAULT_METRIC
     config = first if metric in (None, saved) else {**first, "metric": metric, "margin": None}
     return Results(config=config, runs=runs, norms=norms, baseline=chosen, sources=[s.path for s in stores],
-                   metric=metric_spec(metric or saved), rows=rows)
+                   metric=metric_spec(metric or saved), rows=rows, also=also)
 
 
 def command_line() -> str:
@@ -167,11 +188,27 @@ def _title(results: Results) -> str:
 
 
 
-def write_summary(store: ResultsDir, results: Results, figures: bool = False) -> Summary:
+def step_logs(runs: Sequence[Run], dirs: Sequence[Path]) -> dict[str, list[tuple[int, int, float, float]]]:
+    """The step logs of `runs` by `plots.run_key`, from the first of `dirs` that holds each (a merged
+    report's runs keep their logs in the directories they came from)."""
+    found = {}
+    for run in runs:
+        key = plots.run_key(run)
+        for directory in dirs:
+            log = step_log.read(step_log.path_in(Path(directory) / METRICS_DIR, key))
+            if log:
+                found[key] = log
+                break
+    return found
+
+
+def write_summary(store: ResultsDir, results: Results, figures: bool = False) -> list[Summary]:
     """Rewrite summary.csv/json and report.html of `store` from `results`; with `figures`, also draw
     the PNG figures (about a second) and embed them. A comparison rewrites the summary after every
-    run without figures and draws them once at the end."""
-    summary = results.summary()
+    run without figures and draws them once at the end. Returns the summaries (`Results.summaries`):
+    summary.csv/json hold the first metric's, report.html all of them."""
+    summaries = results.summaries()
+    summary = summaries[0]
     rows = summary.as_rows()
     baselines = lm_baselines.baselines_of(results.rows if results.rows is not None else results.runs)
     if baselines is not None:  # language models: unigram and bigram tables beside the results
@@ -181,7 +218,9 @@ def write_summary(store: ResultsDir, results: Results, figures: bool = False) ->
         if line:
             summary.notes.append(line)
     store.write_summary(rows)
-    drawn = plots.render(summary, results.run_views()) if figures else {}
+    views = results.run_views()
+    own_code = bool(results.config.get("command") or results.config.get("train_function"))
+    drawn = plots.render(summary, views, step_logs(views, [store.path, *results.sources]), own_code) if figures else {}
     plots.write_figures(store.path, drawn)
     if not figures:
         note = "Figures are drawn when the comparison finishes (or by `normkit report DIR --out NEW`)."
@@ -189,9 +228,10 @@ def write_summary(store: ResultsDir, results: Results, figures: bool = False) ->
         note = "" if plots.available() else f"No figures: {plots.PLOTS_HINT}."
     page = render_html(summary, title=_title(results), figures=drawn, figures_note=note, config=results.config,
                        command=command_line(), environment=store.environment(),
-                       sources=[str(s) for s in results.sources if s != store.path])
+                       sources=[str(s) for s in results.sources if s != store.path],
+                       tuning=read_tuning([store.path, *results.sources]), more=summaries[1:])
     atomic_write_text(store.path / REPORT_HTML, page)
-    return summary
+    return summaries
 
 
 def write_diagnostics(store: ResultsDir, results: Results) -> list[Path]:
@@ -212,7 +252,8 @@ def refuse_out_inside_inputs(out: str | Path | None, sources: list[Path] | list[
 
 
 def merge_into(results: Results, out: str | Path | None) -> ResultsDir:
-    """A new results directory holding the merged config and runs, and each source's environment."""
+    """A new results directory holding the merged config and runs, each source's environment, the
+    tuning table and the runs' step logs (so reading it again draws and shows the same)."""
     refuse_out_inside_inputs(out, results.sources)
     environments = {str(source): ResultsDir.open(source).environment() for source in results.sources}
     config = {**results.config, "norms": results.norms, "baseline": results.baseline,
@@ -221,4 +262,12 @@ def merge_into(results: Results, out: str | Path | None) -> ResultsDir:
                               kind="report")
     for source in results.sources:
         store.append_rows(ResultsDir.open(source).rows())
+    tuning = read_tuning(results.sources)
+    if tuning:
+        store.write_tuning(tuning)
+    logs = step_logs(results.run_views(), results.sources)
+    if logs:
+        steps_dir = make_dirs(store.path, store.path / METRICS_DIR / step_log.STEPS_DIR)
+        for key, rows in logs.items():
+            atomic_write_text(steps_dir / f"{key}.csv", step_log.rows_text(rows, header=True))
     return store

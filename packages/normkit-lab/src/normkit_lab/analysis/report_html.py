@@ -10,13 +10,15 @@ from __future__ import annotations
 import base64
 import html
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
 
-from normkit_lab.analysis.caption import summary_caption
+from normkit_lab.analysis.metric_family import family_caption
 from normkit_lab.analysis.summary import NormSummary, Summary, cell_key, cell_label, interval_text
+from normkit_lab.analysis.tuning import score_label, tuned_norms
 from normkit_lab.analysis.verdicts import BASELINE, reading
 
 # Shared by every normkit page (report.html, the random-net reproduction page).
@@ -25,7 +27,7 @@ body { font-family: system-ui, sans-serif; margin: 2em auto; padding: 0 1.5em; m
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; font-size: 0.85em; }
 th, td { padding: 3px 8px; text-align: right; } td { white-space: nowrap; }
-th { background: #f0f0f0; } td.l, th.l { text-align: left; }
+th { background: #f0f0f0; vertical-align: bottom; } td.l, th.l { text-align: left; } th.long { min-width: 7.5em; }
 td.wrap { white-space: normal; text-align: left; min-width: 14em; } tr:nth-child(even) td { background: #fafafa; }
 .v-better { color: #1a7f37; font-weight: bold; } .v-worse { color: #cf222e; font-weight: bold; }
 .v-equivalent { color: #0550ae; font-weight: bold; } .v-inconclusive, .v-no { color: #7a6a00; }
@@ -34,6 +36,7 @@ td.wrap { white-space: normal; text-align: left; min-width: 14em; } tr:nth-child
 pre { background: #f6f8fa; padding: 8px; overflow-x: auto; font-size: 0.8em; }
 img { max-width: 100%; display: block; margin: 1em 0; } .wide { overflow-x: auto; }
 """
+LONG_HEAD = 20  # characters: a header longer than this gets a column at least 7.5em wide
 
 
 def _e(value: Any) -> str:
@@ -59,19 +62,35 @@ def _name(s: NormSummary, many: bool) -> str:
 
 
 def _head(heads: Sequence[Any], left: Sequence[str]) -> str:
-    """A table's header row; the columns named in `left` are left-aligned."""
-    return "<tr>" + "".join(f'<th class="{"l" if h in left else ""}">{_e(h)}</th>' for h in heads) + "</tr>"
+    """A table's header row; the columns named in `left` are left-aligned, a long header (one that says
+    what its column counts) wraps in a column wide enough to read it."""
+    def cls(h: Any) -> str:
+        return " ".join(c for c in ("l" if h in left else "", "long" if len(str(h)) > LONG_HEAD else "") if c)
+
+    return "<tr>" + "".join(f'<th class="{cls(h)}">{_e(h)}</th>' for h in heads) + "</tr>"
+
+
+def _tuned_keys(summary: Summary) -> list[str]:
+    return list(dict.fromkeys(k for s in summary.rows for k in s.tuned))
+
+
+def _tuned_text(tuned: Mapping[str, Any], keys: list[str]) -> str:
+    if not tuned:
+        return "-"
+    return str(tuned[keys[0]]) if len(keys) == 1 else ", ".join(f"{k}={v}" for k, v in tuned.items())
 
 
 def _table(summary: Summary, many: bool) -> str:
-    unit = summary.metric.unit
-    heads = ["norm", "n", f"{summary.label} ({unit}) ± s.e.", f"Δ vs {summary.baseline}", "95% CI",
-             "p", "Holm p", "TOST Holm p", "verdict", f"MDE ({unit})", "seeds to detect", "seeds for equivalence",
-             "s/epoch", "samples/s",
-             "peak MB", "params", "diverged", "failed", "tuned"]
-    tuned = any(s.tuned for s in summary.rows)
-    shown = heads if tuned else heads[:-1]
-    out = ['<div class="wide"><table>' + _head(shown, ("norm", "verdict", "tuned"))]
+    unit, m = summary.metric.unit, f"±{summary.margin:g} {summary.metric.unit}".rstrip()
+    keys = _tuned_keys(summary)
+    tuned_head = ([f"tuned {keys[0]} (chosen on validation)" if len(keys) == 1 else "tuned (chosen on validation)"]
+                  if keys else [])
+    heads = ["norm", *tuned_head, "seeds (n)", f"{summary.label} ({unit}) ± s.e.", f"Δ vs {summary.baseline}",
+             "95% CI of Δ", "p", "Holm p", "TOST Holm p (equivalence)", "verdict",
+             f"MDE ({unit}): smallest Δ these seeds detect", f"seeds to detect a Δ of the margin ({m})",
+             f"seeds to show equivalence within {m}", "s/epoch", "samples/s", "peak MB", "params", "diverged",
+             "failed"]
+    out = ['<div class="wide"><table>' + _head(heads, ("norm", *tuned_head, "verdict"))]
     for s in summary.rows:
         d, v = s.vs_baseline, s.verdict
         mean = "-" if s.primary.mean is None else (
@@ -79,19 +98,54 @@ def _table(summary: Summary, many: bool) -> str:
         ci = "" if d is None else interval_text(d.low, d.high, missing=d.note)
         verdict = v.verdict if v else BASELINE
         needed = "" if v is None else (str(v.seeds_needed) if v.seeds_needed is not None else v.seeds_note)
-        cells = [_name(s, many), str(s.primary.n), mean, "baseline" if d is None else _num(d.mean, ".2f", True),
+        cells = [_name(s, many), *([_tuned_text(s.tuned, keys)] if keys else []), str(s.primary.n), mean,
+                 "baseline" if d is None else _num(d.mean, ".2f", True),
                  ci, _p(d.p_value if d else None), _p(v.p_holm if v else None),
                  _p(v.p_tost_holm if v else None), verdict, _num(v.mde if v else None, ".3g"), needed,
                  "" if v is None or v.seeds_equivalence is None else str(v.seeds_equivalence),
                  _num(s.time_per_epoch_s, ".2f"), _num(s.throughput, ",.0f"), _num(s.peak_mem_mb, ",.0f"),
-                 _num(s.params, ","), str(s.diverged), str(s.failed),
-                 ", ".join(f"{k}={val}" for k, val in s.tuned.items())]
+                 _num(s.params, ","), str(s.diverged), str(s.failed)]
         tds = []
-        for head, cell in zip(shown, cells[:len(shown)], strict=True):
-            cls = "l" if head in ("norm", "tuned") else ""
+        for head, cell in zip(heads, cells, strict=True):
+            cls = "l" if head == "norm" or head in tuned_head else ""
             if head == "verdict":
                 cls = f"l {_verdict_class(cell)}"
             tds.append(f'<td class="{cls}">{_e(cell)}</td>')
+        out.append("<tr>" + "".join(tds) + "</tr>")
+    out.append("</table></div>")
+    return "\n".join(out)
+
+
+def _tuning(table: Sequence[Mapping[str, Any]]) -> str:
+    """--tune: per (cell, norm) every value tried with its validation score, the choice in bold, and a
+    warning where the choice is the smallest or largest value of its grid."""
+    if not table:
+        return ""
+    tuned = tuned_norms(table)
+    many = len({cell_key(t.cell) for t in tuned}) > 1
+    candidates = list(dict.fromkeys(json.dumps(c.values, sort_keys=True, default=str) for t in tuned
+                                    for c in t.candidates))
+    labels = [", ".join(f"{k}={v}" for k, v in json.loads(c).items()) for c in candidates]
+    seeds = table[0].get("seeds") or []
+    out = ["<h2>Tuning</h2>",
+           f"<p>Before the comparison, each norm ran every value below on {len(seeds)} tuning seed"
+           f"{'' if len(seeds) == 1 else 's'} ({_e(', '.join(map(str, seeds)))}), disjoint from the comparison "
+           f"seeds; the value with the best {_e(score_label(table))} (bold) is the one its comparison runs used. "
+           f"Only the validation split is read here, never test. A choice at the smallest or largest value tried "
+           f"may be limited by the grid, not by the norm: the best value may lie beyond it.</p>",
+           '<div class="wide"><table>' + _head([*(["cell"] if many else []), "norm", *labels, "chosen",
+                                                 "edge of the grid?"], ("cell", "norm", "chosen", "edge of the grid?"))]
+    for t in tuned:
+        by_label = {json.dumps(c.values, sort_keys=True, default=str): c for c in t.candidates}
+        tds = [*([f'<td class="l">{_e(cell_label(t.cell) or "-")}</td>'] if many else []),
+               f'<td class="l">{_e(t.norm)}</td>']
+        for key in candidates:
+            c = by_label.get(key)
+            text = "" if c is None else ("failed or diverged" if c.score is None else f"{c.score:.4g}")
+            tds.append(f"<td><b>{_e(text)}</b></td>" if c is not None and c.chosen else f"<td>{_e(text)}</td>")
+        tds.append(f'<td class="l">{_e(", ".join(f"{k}={v}" for k, v in t.chosen.items()))}</td>')
+        edge = t.edge_text()
+        tds.append(f'<td class="l v-inconclusive">{_e(edge)}</td>' if edge else '<td class="l">no</td>')
         out.append("<tr>" + "".join(tds) + "</tr>")
     out.append("</table></div>")
     return "\n".join(out)
@@ -248,9 +302,48 @@ def _ranking(summary: Summary) -> str:
     return "\n".join(out)
 
 
+def _metric_section(summary: Summary, many: bool) -> str:
+    """A further metric of the same runs: its verdicts and table (its own unit, margin and direction)."""
+    m = summary.metric
+    return "\n".join([
+        f"<h2>Also read: {_e(summary.label)}</h2>",
+        f"<p>{_e(summary.label.capitalize())} ({_e(m.unit or 'as reported')}, "
+        f"{'higher' if m.higher_is_better else 'lower'} is better), from the <code>{_e(summary.source)}</code> "
+        f"field at the {_e(summary.select)} epoch of the same runs, paired by seed against {_e(summary.baseline)}, "
+        f"equivalence margin ±{summary.margin:g} {_e(m.unit)}; verdicts by the rule above, in one Holm family "
+        f"with the first metric's.</p>",
+        _readings(summary, many), _table(summary, many)])
+
+
+def _without_paths(text: str) -> str:
+    """A caption as a reader of a shared page needs it: a pointer into normkit's source tree
+    (`docs/experiments.md`) named as the guide it is, since the page travels without the docs."""
+    return re.sub(r"\bdocs/([\w-]+)\.md\b", lambda m: f"normkit's {m[1]} guide", text)
+
+
+def _machine(environment: Any) -> str:
+    """One line naming the machine: the device, and every CPU field environment.json records (model,
+    family, instruction set, cores), so two CPUs with the same marketing name are told apart; older
+    directories record only the model name, and the line says so."""
+    env = environment if isinstance(environment, Mapping) else {}
+    if "merged_from" in env and isinstance(env["merged_from"], Mapping):
+        return "".join(_machine(e) for e in env["merged_from"].values())
+    cpu = {k: v for k, v in env.items() if k.startswith("cpu") and v not in (None, "", [], {})}
+    if not cpu and "device" not in env:
+        return ""
+    parts = [f"device {env['device']}"] if env.get("device") else []
+    parts += [f"{k.replace('_', ' ')} {', '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in cpu.items()]
+    if cpu and set(cpu) <= {"cpu", "cpu_count"}:
+        parts.append("(the CPU name as the operating system reports it; these results record no model number or "
+                     "instruction set)")
+    return f"<p>Machine: {_e('; '.join(parts))}</p>"
+
+
 def render_html(summary: Summary, *, title: str, figures: Mapping[str, bytes], config: Mapping[str, Any],
-                command: str, environment: Any, sources: Sequence[str] = (), figures_note: str = "") -> str:
-    """The whole page as a string (every interpolated text escaped)."""
+                command: str, environment: Any, sources: Sequence[str] = (), figures_note: str = "",
+                tuning: Sequence[Mapping[str, Any]] = (), more: Sequence[Summary] = ()) -> str:
+    """The whole page as a string (every interpolated text escaped). `more`: the summaries of further
+    metrics read (`--metric a,b`), each with its verdicts and table after the first metric's."""
     many = len({cell_key(s.cell) for s in summary.rows}) > 1
     notes = list(summary.notes)
     for s in summary.rows:
@@ -262,7 +355,9 @@ def render_html(summary: Summary, *, title: str, figures: Mapping[str, bytes], c
         *(f'<p class="note">{_e(n)}</p>' for n in notes),
         "<h2>Verdicts</h2>", _readings(summary, many), _how_to_read(summary),
         "<h2>Table</h2>", _table(summary, many),
-        f'<p class="caption">{_e(summary_caption(config, summary))}</p>',
+        f'<p class="caption">{_e(_without_paths(family_caption(config, [summary, *more])))}</p>',
+        *(_metric_section(other, many) for other in more),
+        _tuning(tuning),
         _per_seed(summary, many),
         _interactions(summary),
         _diagnostics(summary),
@@ -280,6 +375,7 @@ def render_html(summary: Summary, *, title: str, figures: Mapping[str, bytes], c
     ]
     if sources:
         parts.append("<p>Results read from: " + ", ".join(f"<code>{_e(s)}</code>" for s in sources) + "</p>")
-    parts += ["<h2>Environment</h2>", f"<pre>{_e(json.dumps(environment, indent=2, default=str))}</pre>",
+    parts += ["<h2>Environment</h2>", _machine(environment),
+              f"<pre>{_e(json.dumps(environment, indent=2, default=str))}</pre>",
               "</body></html>", ""]
     return "\n".join(parts)

@@ -82,17 +82,21 @@ def interval95(d: np.ndarray) -> tuple[float | None, float | None]:
     return mean - half, mean + half
 
 
-def decide(differences: Sequence[Sequence[float]], margin: float, alpha: float = ALPHA) -> list[Verdict]:
-    """The verdict of every comparison, Holm-adjusted over those with at least three pairs."""
+def decide(differences: Sequence[Sequence[float]], margin: float | Sequence[float],
+           alpha: float = ALPHA) -> list[Verdict]:
+    """The verdict of every comparison, Holm-adjusted over those with at least three pairs. `margin`: one
+    for all, or one per comparison (a family across metrics, each in its own unit)."""
     ds = [np.asarray(d, dtype=np.float64) for d in differences]
+    margins = [float(margin)] * len(ds) if isinstance(margin, (int, float)) else [float(m) for m in margin]
     eligible = [d.size >= MIN_PAIRS for d in ds]
     raw = [paired_p(d) for d in ds]
-    tost = [tost_p(d, margin) for d in ds]
+    tost = [tost_p(d, m) for d, m in zip(ds, margins, strict=True)]
     p_holm = holm([p if ok else None for p, ok in zip(raw, eligible, strict=True)])
     tost_holm = holm([p if ok else None for p, ok in zip(tost, eligible, strict=True)])
     level = alpha / max(1, sum(eligible))  # the strictest Holm step (Bonferroni)
     out = []
     for i, d in enumerate(ds):
+        margin = margins[i]
         n = int(d.size)
         sd = float(d.std(ddof=1)) if n >= 2 else None
         mde = minimum_detectable_effect(sd, n, alpha=level)

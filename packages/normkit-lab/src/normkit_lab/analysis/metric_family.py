@@ -1,0 +1,97 @@
+"""Several metrics at once (`--metric test_acc,test_loss`): one verdict table per metric, and one Holm
+family across them.
+
+Reading two metrics of the same runs makes twice the claims; if each metric kept its own Holm family,
+the chance of a false "better" somewhere would grow with every metric added. So the verdicts of every
+(metric, cell, norm) comparison are adjusted together, each with its own metric's margin (TOST in its
+own unit) and direction; the per-metric summaries keep everything else (means, intervals, planning
+numbers at the family's strictest Holm step). Interaction, diagnostic and all-pairs families stay
+per metric: only the first metric's are reported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from normkit_lab.analysis.caption import caption, summary_caption
+from normkit_lab.analysis.summary import Run, Summary, cell_key
+from normkit_lab.analysis.verdicts import decide
+from normkit_lab.errors import ConfigError
+from normkit_lab.metrics import metric_named, metric_spec, needs_margin
+
+
+def split_metrics(value: str) -> list[str]:
+    """`test_acc,test_loss` -> the metrics' specs in order, each checked (ConfigError, one line, for an
+    unknown one or one named twice)."""
+    names = [part.strip() for part in str(value).split(",")]
+    if not all(names):
+        raise ConfigError(f"--metric {value!r} has an empty name; write metrics separated by commas, e.g. "
+                          f"test_acc,test_loss")
+    specs = [metric_spec(name) for name in names]
+    fields = [metric_named(spec).field for spec in specs]
+    repeated = sorted({f for f in fields if fields.count(f) > 1})
+    if repeated:
+        raise ConfigError(f"--metric {value!r} names {', '.join(repeated)} twice; name each metric once")
+    return specs
+
+
+# numeric columns of a runs.jsonl row that are no metric of the training: identity, and what normkit measures
+NOT_METRICS = {"seed", "params", "threads", "epoch", "step", "steps", "epoch_time_s", "cpu_time_s", "wall_time_s",
+               "throughput", "peak_mem_mb"}
+
+
+def recorded_metrics(runs: Sequence[Run]) -> list[str]:
+    """Every numeric field the finished runs' epochs record, in the order first seen (what can be read)."""
+    names: dict[str, None] = {}
+    for run in runs:
+        for epoch in run.epochs:
+            for key, value in epoch.items():
+                if key not in NOT_METRICS and isinstance(value, (int, float)) and not isinstance(value, bool):
+                    names.setdefault(key, None)
+    return list(names)
+
+
+def across_metrics(summaries: Sequence[Summary]) -> list[Summary]:
+    """The summaries with every verdict Holm-adjusted over all comparisons of all of them (one family),
+    each comparison's equivalence test at its own metric's margin. One summary is returned as it is."""
+    if len(summaries) < 2:
+        return list(summaries)
+    found = []  # (summary index, row index, oriented paired differences, margin)
+    for i, summary in enumerate(summaries):
+        base = {cell_key(r.cell): r.values for r in summary.rows if r.norm == summary.baseline}
+        for j, row in enumerate(summary.rows):
+            if row.verdict is None:
+                continue
+            paired = base.get(cell_key(row.cell), {})
+            seeds = sorted(set(row.values) & set(paired))
+            found.append((i, j, [summary.metric.sign * (row.values[s] - paired[s]) for s in seeds], summary.margin))
+    verdicts = decide([f[2] for f in found], [f[3] for f in found])
+    names = ", ".join(s.metric.field for s in summaries)
+    note = (f"Holm's adjustment is over all {len(found)} comparisons of the {len(summaries)} metrics read "
+            f"({names}), one family: the verdicts of each metric count the others' claims too")
+    out = [dataclasses.replace(s, rows=list(s.rows), notes=[*s.notes, note]) for s in summaries]
+    for (i, j, _, _), verdict in zip(found, verdicts, strict=True):
+        out[i].rows[j] = dataclasses.replace(out[i].rows[j], verdict=verdict)
+    return out
+
+
+def margin_for(name: str) -> float:
+    """A further metric's margin: its own default (a program's own metric has none, so it can only be
+    read as the first metric, whose margin --margin gives)."""
+    metric = metric_named(name)
+    if needs_margin(metric):
+        raise ConfigError(f"metric {metric.field} is your program's own, so normkit does not know its unit and "
+                          f"its margin: read it as the first --metric, with --margin in its unit")
+    return metric.default_margin
+
+
+def family_caption(config: Mapping[str, Any], summaries: Sequence[Summary]) -> str:
+    """The caption under the tables: the first metric's, with Holm's family counted over every metric read."""
+    first = summaries[0]
+    if len(summaries) == 1:
+        return summary_caption(config, first)
+    seeds = len({seed for s in first.rows for seed in s.values}) or len(config.get("seeds") or ())
+    comparisons = sum(1 for summary in summaries for s in summary.rows if s.verdict is not None)
+    return caption(config, seeds=seeds, comparisons=comparisons, baseline=first.baseline)
