@@ -60,12 +60,19 @@ def _score(row: Mapping[str, Any]) -> float | None:
     return float(value) if field else 100.0 * float(value)
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _grids(table: Iterable[Mapping[str, Any]]) -> dict[str, list[Any]]:
-    grids: dict[str, set[Any]] = {}
+    """Each tuned key's values in increasing order; only numeric grids have an order (a program's own
+    key may be tuned over text such as "010" or "adam", which has no edge), so others are left out."""
+    grids: dict[str, list[Any]] = {}
     for row in table:
         for key, value in row["values"].items():
-            grids.setdefault(key, set()).add(value)
-    return {key: sorted(values) for key, values in grids.items()}
+            if value not in grids.setdefault(key, []):
+                grids[key].append(value)
+    return {key: sorted(values) for key, values in grids.items() if all(_is_number(v) for v in values)}
 
 
 def tuned_norms(table: Sequence[Mapping[str, Any]]) -> list[TunedNorm]:
@@ -79,7 +86,7 @@ def tuned_norms(table: Sequence[Mapping[str, Any]]) -> list[TunedNorm]:
         candidates = [Candidate(dict(r["values"]), _score(r), bool(r["chosen"])) for r in rows]
         chosen = next((c.values for c in candidates if c.chosen), {})
         edges = [(key, value, "smallest" if value == grids[key][0] else "largest") for key, value in chosen.items()
-                 if len(grids[key]) > 1 and value in (grids[key][0], grids[key][-1])]
+                 if key in grids and len(grids[key]) > 1 and value in (grids[key][0], grids[key][-1])]
         out.append(TunedNorm(rows[0]["norm"], dict(rows[0]["cell"]), candidates, edges))
     return out
 

@@ -76,8 +76,9 @@ class Records:
             f.write(json.dumps(record.as_dict()) + "\n")
             f.flush()
             os.fsync(f.fileno())
+        step = record.metrics.get("step")
         for logger in self.loggers:
-            logger.on_epoch(record, step=record.epoch)
+            logger.on_reported(record.epoch, record.metrics, step=None if step is None else int(step))
         if self.on_epoch is not None:
             self.on_epoch(record)
         return record

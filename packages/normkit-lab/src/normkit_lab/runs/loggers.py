@@ -63,10 +63,9 @@ class RunLogger(Protocol):
         tensor (possibly on CUDA: a logger that does not need its value must not call .item())."""
         ...
 
-    def on_epoch(self, record: EpochRecord, step: int | None = None) -> None:
-        """After each finished epoch (`record.as_dict()`; values may be None). `step`: where a run that has
-        no optimizer steps of normkit's own (a `--command` program, a `train=` function) puts the epoch on
-        the step axis (its epoch number); None: at the last step seen."""
+    def on_epoch(self, record: EpochRecord) -> None:
+        """After each finished epoch of normkit's own loop (`record.as_dict()`; values may be None), at the
+        last step seen. Your own code's epochs come through `on_reported`."""
         ...
 
     def on_reported(self, epoch: int, metrics: Mapping[str, float], step: int | None = None) -> None:
@@ -126,7 +125,7 @@ class CSVLogger:
         if len(self._pending) >= LOSS_SYNC_EVERY:
             self._read_back()
 
-    def on_epoch(self, record: EpochRecord, step: int | None = None) -> None:
+    def on_epoch(self, record: EpochRecord) -> None:
         self._rows.append(record.as_dict())
         self._write()
         self._epoch = record.epoch
@@ -220,13 +219,12 @@ class TensorBoardLogger:
         if loss.device.type == "cpu" or len(self._pending) >= LOSS_SYNC_EVERY:
             self._flush_losses()
 
-    def on_epoch(self, record: EpochRecord, step: int | None = None) -> None:
+    def on_epoch(self, record: EpochRecord) -> None:
         self._flush_losses()
         writer = self._open()
-        at = self._step if step is None else int(step)
         for name, value in record.as_dict().items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                writer.add_scalar(f"epoch/{name}", float(value), global_step=at)
+                writer.add_scalar(f"epoch/{name}", float(value), global_step=self._step)
         writer.flush()
 
     def on_reported(self, epoch: int, metrics: Mapping[str, float], step: int | None = None) -> None:
