@@ -318,6 +318,11 @@ def test_paper_dry_run_names_a_missing_dataset(tmp_path) -> None:
     assert "\n" not in str(info.value)
 
 
+def test_a_budget_preset_plans_the_same_steps_in_every_cell() -> None:
+    plan = runner.plan(load_preset("proxynorm-small-batch"))
+    assert plan.config.train.budget == "steps=576" and "576 steps in every cell" in plan.lines[3]
+
+
 def test_unknown_scale_is_named() -> None:
     with pytest.raises(ConfigError, match="has no --scale paper; it has: cpu"):
         runner.plan(load_preset("proxynorm-small-batch"), "paper")

@@ -68,7 +68,7 @@ def plan(preset: Preset, scale_name: str = "cpu", seeds: str | int | None = None
         n_seeds = len(cfg.seeds)
         runs = n_tune + n_compare
         what = (f"{cfg.train.model} on {cfg.train.dataset}, norms {', '.join(cfg.norms)}, {n_seeds} seeds, "
-                f"{cfg.train.epochs} epochs" + (f", tune {_grid(cfg.tune)}" if cfg.tune else "")
+                f"{_length(cfg.train)}" + (f", tune {_grid(cfg.tune)}" if cfg.tune else "")
                 + (f", sweep {_grid(cfg.sweep)}" if cfg.sweep else "")
                 + (f": {n_tune} tuning + {n_compare} comparison runs" if n_tune else f": {n_compare} runs"))
         config: Any = cfg
@@ -94,6 +94,12 @@ def plan(preset: Preset, scale_name: str = "cpu", seeds: str | int | None = None
              "hypotheses (fixed before the run):"]
     lines += [f"  {h.name} [{h.test}, {h.label}]: {h.describe()}" for h in preset.hypotheses]
     return Plan(preset, scale, config, runs, n_seeds, expected, lines, cost)
+
+
+def _length(train: Any) -> str:
+    """How long each run trains: `3 epochs`, or a budget's `576 steps` (the same in every cell)."""
+    unit, amount = train.budget_unit
+    return f"{amount} {unit}" + (" in every cell" if train.budget is not None else "")
 
 
 def _grid(grid: dict[str, list[Any]]) -> str:
@@ -154,7 +160,7 @@ def dry_run(p: Plan, emit: Callable[[str], None] | None = None) -> list[str]:
         f"{len(data.test) if data.test is not None else 0:,} test items ({time.perf_counter() - start:.1f} s to read)")
     check_config(train, list(p.config.norms))
     say(f"  model: {train.model} builds with every norm ({', '.join(p.config.norms)})")
-    say(f"  cost: {p.runs} runs x {train.epochs} epochs; {p.cost}")
+    say(f"  cost: {p.runs} runs x {_length(train).removesuffix(' in every cell')}; {p.cost}")
     return lines
 
 
