@@ -199,4 +199,5 @@ def test_gpt_tiny_recipe_streams_the_train_split_under_a_steps_budget() -> None:
     cfg = lab_config.build_config({"model": "gpt-tiny", "norms": "ln"})
     assert cfg.train.budget == "steps=4000" and cfg.train.warmup_epochs == 0
     assert cfg.train.dataset_params == {"seq_len": 32, "stream": True, "test_windows": 512}
-    assert lab_config.build_config({"model": "gpt-tiny", "norms": "ln", "budget": "steps=50"}).train.budget == "steps=50"
+    mine = lab_config.build_config({"model": "gpt-tiny", "norms": "ln", "budget": "steps=50"})
+    assert mine.train.budget == "steps=50"
