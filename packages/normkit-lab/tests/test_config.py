@@ -96,8 +96,8 @@ def test_key_values():
 
 def test_a_model_brings_its_training_defaults_and_typed_values_win(tmp_path):
     gpt = config.resolve({"norms": "ln", "model": "gpt-tiny"}).train  # gpt-tiny's CPU recipe
-    assert (gpt.dataset, gpt.optimizer, gpt.lr, gpt.weight_decay, gpt.batch_size) == ("pysrc", "adamw", 5e-3, 0.1, 16)
-    assert (gpt.epochs, gpt.warmup_epochs, gpt.dataset_params["seq_len"]) == (5, 2, 32)
+    assert (gpt.dataset, gpt.optimizer, gpt.lr, gpt.weight_decay, gpt.batch_size) == ("pysrc", "adamw", 3e-3, 0.1, 16)
+    assert (gpt.budget, gpt.warmup_epochs, gpt.dataset_params["seq_len"]) == ("steps=4000", 0, 32)
     gpt2 = config.resolve({"norms": "ln", "model": "gpt"}).train
     assert (gpt2.lr, gpt2.batch_size, gpt2.epochs, gpt2.dataset_params) == (3e-3, 32, 5, {})
     typed = config.resolve({"norms": "ln", "model": "gpt-tiny", "lr": 0.01, "batch-size": 8}).train
