@@ -136,6 +136,10 @@ def print_summary(results: Results, summary: Summary, console: Console) -> None:
         console.print(diagnostics_table(summary))
     if summary.ranks:
         console.print(ranking_table(summary))
+    if summary.ablations:
+        from normkit_cli.ablation_table import print_ablations
+
+        print_ablations(summary, console)
     left_out = [d for d in dropped if d != FOLD]
     if left_out:
         console.print(f"(too narrow for {', '.join(left_out)}: see summary.csv or report.html)")

@@ -32,7 +32,7 @@ SELECTIONS = ("final", "best-val")
 RUNTIME_KEYS = frozenset({"device", "data_dir", "download", "num_workers", "diagnostics", "timeout"})
 # Keys that choose which runs exist and how they are summarized; each run's own identity (norm, seed,
 # cell, tuned) says where it belongs, so they are not part of the config hash either.
-PLAN_KEYS = frozenset({"norms", "seeds", "baseline", "select", "metric", "margin"})
+PLAN_KEYS = frozenset({"norms", "seeds", "baseline", "select", "metric", "margin", "ablate"})
 # cpu_threads is resolved per machine and split between parallel jobs; it changes speed, not results
 # beyond float rounding, and is recorded in every row (`threads`).
 # command_dir: where a --command runs (an absolute path, so a copied store still compares equal).

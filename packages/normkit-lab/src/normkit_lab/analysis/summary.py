@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from normkit_lab.analysis.ablations import StageTest, declared_ablations, stage_tests
 from normkit_lab.analysis.diagnostic_verdicts import DiagnosticVerdict, diagnostic_verdicts, measures_of
 from normkit_lab.analysis.interactions import Interaction, interactions
 from normkit_lab.analysis.pairs import PairVerdict, Rank, all_pairs, ranking
@@ -122,6 +123,7 @@ class Summary:
     diagnostics: list[DiagnosticVerdict] = field(default_factory=list)  # --diagnostics runs only
     pairs: list[PairVerdict] = field(default_factory=list)  # --all-pairs only: see pairs.py
     ranks: list[Rank] = field(default_factory=list)
+    ablations: list[StageTest] = field(default_factory=list)  # --ablate only: see ablations.py
 
     @property
     def label(self) -> str:
@@ -162,6 +164,8 @@ class Summary:
             "interactions": self.interactions_of(s),
             "diagnostic_verdicts": [d.as_dict() for d in self.diagnostics
                                     if d.norm == s.norm and cell_key(d.cell) == cell_key(s.cell)],
+            "ablations": [t.as_dict() for t in self.ablations
+                          if t.ablation.norm == s.norm and cell_key(t.cell) == cell_key(s.cell)],
             **self._rank_of(s),
         }
 
@@ -217,16 +221,24 @@ def summarize(runs: Sequence[Run], norms: Sequence[str], baseline: str, metric: 
     source, notes = source_field(runs, metric, select)
     partial: list[dict[str, Any]] = []
     per_cell: list[tuple[dict[str, Any], dict[str, dict[int, float]]]] = []
+    ablations = declared_ablations(norms, {r.norm for r in runs})
+    arm_values: list[tuple[dict[str, Any], dict[str, dict[int, float]]]] = []
     for cell in _cells(runs):
         ck = cell_key(cell)
         # in seed order, so every mean is the same whatever order the runs finished in (parallel executors)
         in_cell = sorted((r for r in runs if cell_key(r.cell) == ck), key=lambda r: r.seed)
         values: dict[str, dict[int, float]] = {norm: {} for norm in norms}
+        arms: dict[str, dict[int, float]] = {a.arm: {} for a in ablations}
         for run in in_cell:
+            if run.norm in arms and run.status == "ok":
+                value = run_value(run.epochs, metric, select, source)
+                if value is not None:
+                    arms[run.norm][run.seed] = value
             value = run_value(run.epochs, metric, select, source) if run.status == "ok" else None
             if value is not None and run.norm in values:
                 values[run.norm][run.seed] = value
         per_cell.append((cell, values))
+        arm_values.append((cell, {**values, **arms}))
         for norm in norms:
             mine = [r for r in in_cell if r.norm == norm]
             seeds = sorted(set(values[norm]) & set(values[baseline]))
@@ -249,7 +261,8 @@ def summarize(runs: Sequence[Run], norms: Sequence[str], baseline: str, metric: 
     return Summary(rows=rows, baseline=baseline, metric=metric, source=source, select=select, margin=margin,
                    notes=notes, interactions=interactions(gaps, cells, norms, baseline, margin),
                    diagnostics=diagnostic_verdicts(measured, cells, norms, baseline), pairs=compared_pairs,
-                   ranks=ranking(compared_pairs, per_cell, norms, metric.sign) if pairs else [])
+                   ranks=ranking(compared_pairs, per_cell, norms, metric.sign) if pairs else [],
+                   ablations=stage_tests(arm_values, ablations, baseline, metric.sign, margin))
 
 
 def _norm_summary(p: dict[str, Any]) -> NormSummary:

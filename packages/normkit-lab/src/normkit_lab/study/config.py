@@ -307,6 +307,7 @@ def build_config(values: dict[str, Any]) -> CompareConfig:
     seeds = parse_seeds(merged.pop("seeds"))
     baseline = _check_type("baseline", merged.pop("baseline"), str | None)
     diagnostics = _check_type("diagnostics", merged.pop("diagnostics"), bool)
+    ablate = _check_type("ablate", merged.pop("ablate"), bool)
     select = merged.pop("select")
     if select not in SELECTIONS:
         raise ConfigError(f"select must be one of {', '.join(SELECTIONS)}, not {select!r}")
@@ -353,7 +354,7 @@ def build_config(values: dict[str, Any]) -> CompareConfig:
                           "available for a command or train function: drop --diagnostics")
     return CompareConfig(norms=norms, train=train, seeds=seeds, baseline=baseline, diagnostics=diagnostics,
                          select=select, metric=metric, margin=margin, tune=tune, tune_seeds=tune_seeds, sweep=sweep,
-                         **own)
+                         ablate=ablate, **own)
 
 
 # The keys a command or train function still uses: where runs go (device, CPU threads, processes per
