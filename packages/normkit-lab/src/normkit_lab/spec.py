@@ -217,15 +217,3 @@ def registered_train_defaults(kind: str, name: Any) -> dict[str, Any]:
     except NormkitError:
         return {}
     return dict(entry.meta.get("train_defaults") or {})
-
-
-def default_recipe() -> dict[str, Any]:
-    """config.yaml's mapping of a comparison given nothing but its norms (`normkit compare --norms bn`):
-    the global defaults under the default dataset's and model's registered ones, as `build_config`
-    merges them (the report's caption asks whether a comparison ran this recipe)."""
-    base = defaults()
-    of_model = registered_train_defaults("model", base["model"])
-    of_dataset = registered_train_defaults("dataset", of_model.get("dataset", base["dataset"]))
-    merged = {**base, **of_dataset, **of_model}
-    train = TrainConfig(**{f.name: merged[f.name] for f in dataclasses.fields(TrainConfig)})
-    return CompareConfig(norms=["bn"], train=train, select=merged["select"], metric=merged["metric"]).to_dict()

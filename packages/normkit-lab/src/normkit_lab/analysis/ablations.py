@@ -99,6 +99,14 @@ def stage_tests(per_cell: Sequence[tuple[dict[str, Any], Values]], ablations: Se
             for (a, cell, effect, _, without, d), test in zip(planned, effects, strict=True)]
 
 
+def carries(test: StageTest, gap: Verdict | None) -> bool:
+    """Whether `test`'s stage carries its norm's difference to the baseline (`gap`, the norm's verdict in
+    that cell): the norm differs, and switching the stage off moves it significantly back."""
+    if gap is None or not is_difference(gap.verdict) or not is_difference(test.effect_test.verdict):
+        return False
+    return test.effect_test.verdict.split(" (")[0] == gap.verdict.split(" (")[0]
+
+
 def attribution(test: StageTest, gap: Verdict | None, baseline: str, unit: str) -> str:
     """One sentence on whether `test`'s stage carries its norm's difference to the baseline (`gap`: the
     norm's verdict against the baseline in the same cell, None for the baseline itself)."""
@@ -111,12 +119,11 @@ def attribution(test: StageTest, gap: Verdict | None, baseline: str, unit: str) 
         state = "no difference to baseline to attribute" if gap is not None else f"{a.norm} is the baseline"
         return f"{a.norm} ({state}): {change}: {test.reading}."
     direction = BETTER if gap.verdict.startswith(BETTER) else WORSE
-    carries = is_difference(test.effect_test.verdict) and test.effect_test.verdict.startswith(direction)
     left = ""
     if test.without_test is not None and test.without is not None and test.without.mean is not None:
         left = (f"; without it {a.arm} vs {baseline}: {test.without.mean:+.2f}, "
                 f"{test.without_test.verdict}")
-    verdict = (f"{a.stage} carries the difference" if carries
+    verdict = (f"{a.stage} carries the difference" if carries(test, gap)
                else f"{a.stage} is not shown to carry it ({test.role})")
     return f"{a.norm} is {direction} than {baseline}: {change}: {verdict}{left}."
 

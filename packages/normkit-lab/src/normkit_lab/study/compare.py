@@ -52,7 +52,7 @@ def check(cfg: CompareConfig, parallel: int = 1, trainer: Trainer | None = None)
 
 def create_store(cfg: CompareConfig, out: str | Path | None) -> ResultsDir:
     """A fresh results directory holding config.yaml, store.json and environment.json."""
-    return ResultsDir.create(out, save_yaml(cfg), environment.environment(cfg.train.device))
+    return ResultsDir.create(out, save_yaml(cfg), environment.environment(cfg.train.device, cfg.train.cpu_threads))
 
 
 def open_store(path: str | Path, overrides: dict[str, Any] | None = None, *, allow_version_change: bool = False,
@@ -97,6 +97,14 @@ def _tuning_column(cfg: CompareConfig) -> tuple[str, float] | None:
 
     metric = metric_named(cfg.metric)
     return metric.select_by, metric.sign
+
+
+def _record_load(store: ResultsDir) -> None:
+    """environment.json's `load_average_end`: the machine's load when this session's runs ended (with
+    `load_average_start`, whether the wall times were measured on a busy machine)."""
+    with store.environment_lock():
+        saved = store.environment() or {}
+        store.write_environment({**saved, "load_average_end": list(environment.load_average())})
 
 
 def run_epochs(cfg: CompareConfig) -> Callable[[RunId], int]:
@@ -166,6 +174,7 @@ def run_compare(cfg: CompareConfig, store: ResultsDir, *, progress: Progress | N
         run_all([run_id for run_id in compare_plan(cfg, chosen) if run_id not in finished])
     finally:
         progress.close()
+        _record_load(store)
     results = results_of(cfg, store)
     write_summary(store, results)
     return results
