@@ -29,7 +29,7 @@ from normkit_lab.errors import ConfigError
 from normkit_lab.executors import Executor, ExecutorOptions, make_executor
 from normkit_lab.records import RunId
 from normkit_lab.runs import environment
-from normkit_lab.runs.checks import planned_epochs
+from normkit_lab.runs.checks import planned_epochs, planned_steps
 from normkit_lab.runs.execute import Job, RunOptions
 from normkit_lab.runs.kinds import make_trainer
 from normkit_lab.runs.trainer import Trainer
@@ -117,6 +117,19 @@ def run_epochs(cfg: CompareConfig) -> Callable[[RunId], int]:
     return of
 
 
+def run_steps(cfg: CompareConfig) -> Callable[[RunId], int] | None:
+    """The optimizer steps each built-in run takes (the ETA's unit, which weighs cells by their cost);
+    None for the user's own code, which reports epochs only."""
+    if cfg.external:
+        return None
+
+    @functools.cache
+    def of(run_id: RunId) -> int:
+        return planned_steps(run_id.train_config(cfg.train))
+
+    return of
+
+
 def run_compare(cfg: CompareConfig, store: ResultsDir, *, progress: Progress | None = None,
                 on_tuned: TuningTable | None = None, executor: Executor | None = None,
                 options: RunOptions | None = None, trainer: Trainer | None = None) -> Results:
@@ -136,11 +149,11 @@ def run_compare(cfg: CompareConfig, store: ResultsDir, *, progress: Progress | N
     finished = store.finished()
     n_tune, n_compare = run_count(cfg)
     tuning = [run_id for run_id in tune_plan(cfg) if run_id not in finished]
-    epochs_of = run_epochs(cfg)
+    epochs_of, steps_of = run_epochs(cfg), run_steps(cfg)
     comparing = [run_id for run_id in compare_plan(cfg, {}) if run_id not in finished]  # tuned values aside
     progress.start(total=n_tune + n_compare, done=n_tune - len(tuning) + len(
         [r for r in finished if r.phase == "compare"]), epochs=epochs_of,
-        left=sum(map(epochs_of, tuning + comparing)))
+        left=sum(map(steps_of or epochs_of, tuning + comparing)), steps=steps_of)
 
     def on_event(kind: str, value: Any) -> None:
         if kind == "start":
