@@ -108,3 +108,16 @@ def test_the_eta_counts_steps_so_cheap_and_costly_epochs_weigh_what_they_cost(mo
     assert progress.eta_seconds() == pytest.approx(10.0)  # 500 steps in 10 s, 500 left (not 8 epochs of 10 s)
     progress.run_end(RunResult("bn", 0, "ok", [], 1, cell={"batch_size": 2}))
     assert progress.eta_seconds() == pytest.approx(10.0)
+
+
+def test_plain_progress_lines_count_each_runs_own_epochs(tmp_path):
+    import io
+
+    from normkit_lab.study.progress import PlainProgress
+
+    stream = io.StringIO()
+    cfg = resolve({"norms": "bn", "seeds": 1, "budget": "steps=13", "sweep": ["batch_size=4,16"], **FAKE})
+    run_compare(cfg, create_store(cfg, tmp_path / "out"), progress=PlainProgress(stream))
+    lines = stream.getvalue().splitlines()
+    assert any("[batch_size=4] epoch 2/2:" in line for line in lines)
+    assert any("[batch_size=16] epoch 7/7:" in line for line in lines)

@@ -115,8 +115,9 @@ class PlainProgress(Progress):
     def _say(self, line: str) -> None:
         print(line, file=self.stream, flush=True)
 
-    def start(self, total: int, done: int, epochs: int | Callable[[RunId], int], left: int | None = None) -> None:
-        super().start(total, done, epochs, left)
+    def start(self, total: int, done: int, epochs: int | Callable[[RunId], int], left: int | None = None,
+              steps: Callable[[RunId], int] | None = None) -> None:
+        super().start(total, done, epochs, left, steps)
         resumed = f", {done} already finished" if done else ""
         self._say(f"compare: {total} run{'' if total == 1 else 's'}{resumed}")
 
