@@ -9,7 +9,7 @@ import math
 import pytest
 
 from normkit_lab.errors import ConfigError
-from normkit_lab.records import config_hash
+from normkit_lab.records import RunResult, config_hash
 from normkit_lab.runs.checks import check_config, planned_epochs
 from normkit_lab.runs.schedule import lr_factor
 from normkit_lab.runs.training import train_run
@@ -92,3 +92,32 @@ def test_progress_counts_each_cells_own_epochs():
     progress = Progress()
     progress.start(total=2, done=0, epochs=of, left=9)
     assert progress.epochs(large) == 7
+
+
+def test_the_eta_counts_steps_so_cheap_and_costly_epochs_weigh_what_they_cost(monkeypatch):
+    from normkit_lab.records import EpochRecord, RunId
+
+    now = [0.0]
+    monkeypatch.setattr("normkit_lab.study.progress.time.monotonic", lambda: now[0])
+    small, large = RunId.of("bn", 0, cell={"batch_size": 2}), RunId.of("bn", 0, cell={"batch_size": 16})
+    progress = Progress()
+    progress.start(total=2, done=0, epochs={small: 1, large: 8}.get, left=1000, steps=lambda run_id: 500)
+    progress.run_start(small)
+    now[0] = 10.0
+    progress.epoch_end(small, EpochRecord(0, 1, 0, 1, 0, None, 10, 1, 1, 0.1, steps=500))
+    assert progress.eta_seconds() == pytest.approx(10.0)  # 500 steps in 10 s, 500 left (not 8 epochs of 10 s)
+    progress.run_end(RunResult("bn", 0, "ok", [], 1, cell={"batch_size": 2}))
+    assert progress.eta_seconds() == pytest.approx(10.0)
+
+
+def test_plain_progress_lines_count_each_runs_own_epochs(tmp_path):
+    import io
+
+    from normkit_lab.study.progress import PlainProgress
+
+    stream = io.StringIO()
+    cfg = resolve({"norms": "bn", "seeds": 1, "budget": "steps=13", "sweep": ["batch_size=4,16"], **FAKE})
+    run_compare(cfg, create_store(cfg, tmp_path / "out"), progress=PlainProgress(stream))
+    lines = stream.getvalue().splitlines()
+    assert any("[batch_size=4] epoch 2/2:" in line for line in lines)
+    assert any("[batch_size=16] epoch 7/7:" in line for line in lines)

@@ -17,7 +17,7 @@ from normkit_lab.runs.schedule import lr_factor
 from normkit_lab.runs.training import train_run
 from normkit_lab.spec import TrainConfig
 
-TIMING_FIELDS = {"epoch_time_s", "cpu_time_s", "throughput", "peak_mem_mb"}
+TIMING_FIELDS = {"epoch_time_s", "cpu_time_s", "load_avg", "throughput", "peak_mem_mb"}
 DIGITS = TrainConfig(epochs=2, batch_size=64, model_params={"width": 16})
 # resnet18 ends at 1x1 on 8x8 images, so its last BatchNorms fail on a training batch of one.
 FAKE = TrainConfig(model="resnet18", model_params={"width": 4}, dataset="fake",

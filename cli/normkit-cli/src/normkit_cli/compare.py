@@ -158,6 +158,10 @@ def compare_cmd(
     sweep: Annotated[list[str] | None, typer.Option(metavar="KEY=V1,V2,...", help="Compare the norms at each "
                                                     "value of a training key (repeatable; a grid), e.g. "
                                                     "batch_size=4,16,64.", rich_help_panel=EXPERIMENT)] = None,
+    ablate: Annotated[bool, typer.Option(help="Also train, for each norm, the arms that switch off one of its "
+                                              "stages (bnn: noise, power transform; X+pn: the proxy step) and "
+                                              "report which stage carries its difference (a Holm family of its "
+                                              "own).", rich_help_panel=EXPERIMENT)] = D["ablate"],
     model_param: Annotated[list[str] | None, typer.Option(metavar="KEY=VALUE", help="A model parameter "
                                                           "(repeatable), e.g. width=64.",
                                                           rich_help_panel=EXPERIMENT)] = None,
@@ -329,7 +333,9 @@ def compare_cmd(
     unit, amount = train.budget_unit
     what = (f"with `{cfg.command}`" if cfg.command is not None
             else f"on {train.model}/{train.dataset}, {plural(amount, unit.removesuffix('s'))}")
-    console.print(f"compare {', '.join(cfg.norms)} {what}, seeds {','.join(map(str, cfg.seeds))}: "
+    arms = cfg.arms[len(cfg.norms):]
+    ablating = f" (and their stage ablations {', '.join(arms)})" if arms else ""
+    console.print(f"compare {', '.join(cfg.norms)}{ablating} {what}, seeds {','.join(map(str, cfg.seeds))}: "
                   f"{cost} -> {store.path}", soft_wrap=True, markup=False, highlight=False)
     resume_hint = f"continue with: normkit compare --resume {store.path}"
     try:

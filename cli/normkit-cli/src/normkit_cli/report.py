@@ -59,7 +59,8 @@ def _cells(s: NormSummary, many: bool, any_failed: bool) -> dict[str, str]:
             "Holm p": "" if v is None or v.p_holm is None else f"{v.p_holm:.3g}",
             "verdict": "baseline" if v is None else v.verdict,
             "MDE": "" if v is None or v.mde is None else f"{v.mde:.2f}",
-            "s/epoch": _num(s.time_per_epoch_s, ".2f"), "samples/s": _num(s.throughput, ",.0f"),
+            "s/epoch": _num(s.time_per_epoch_s, ".2f"), "CPU s/epoch": _num(s.cpu_time_per_epoch_s, ".2f"),
+            "samples/s": _num(s.throughput, ",.0f"),
             "peak MB": _num(s.peak_mem_mb, ",.0f"), "params": _num(s.params, ","), "diverged": str(s.diverged)}
     if any_failed:
         row["failed"] = str(s.failed)
@@ -67,7 +68,7 @@ def _cells(s: NormSummary, many: bool, any_failed: bool) -> dict[str, str]:
 
 
 # Narrowing steps, in order: drop these columns one at a time, fold the interval into Δ, drop MDE.
-_OPTIONAL = ("params", "peak MB", "samples/s", "s/epoch")
+_OPTIONAL = ("params", "peak MB", "samples/s", "s/epoch", "CPU s/epoch")
 FOLD = "fold"
 
 
@@ -136,6 +137,10 @@ def print_summary(results: Results, summary: Summary, console: Console) -> None:
         console.print(diagnostics_table(summary))
     if summary.ranks:
         console.print(ranking_table(summary))
+    if summary.ablations:
+        from normkit_cli.ablation_table import print_ablations
+
+        print_ablations(summary, console)
     left_out = [d for d in dropped if d != FOLD]
     if left_out:
         console.print(f"(too narrow for {', '.join(left_out)}: see summary.csv or report.html)")

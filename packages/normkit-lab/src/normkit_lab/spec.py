@@ -16,6 +16,7 @@ from typing import Any
 
 from normkit import plugins
 from normkit.errors import NormkitError
+from normkit_lab.ablations import ablation_arms
 from normkit_lab.metrics import metric_named
 
 DEFAULT_LR = {"sgd": 0.1, "adamw": 1e-3}  # ResNet/WRN and ViT recipes of the normality paper
@@ -133,6 +134,7 @@ class CompareConfig:
     tune: dict[str, list[Any]] = field(default_factory=dict)
     tune_seeds: list[int] = field(default_factory=list)
     sweep: dict[str, list[Any]] = field(default_factory=dict)
+    ablate: bool = False
     # the user's own training code (normkit_lab.runs.trainer): a program run once per run, or the
     # "module:name" of a Python function; code_files: hashes of the files they name (set by check)
     command: str | None = None
@@ -145,6 +147,12 @@ class CompareConfig:
     def external(self) -> bool:
         """True when runs are the user's code (a command or a function), not normkit's own loop."""
         return self.command is not None or self.train_function is not None
+
+    @property
+    def arms(self) -> list[str]:
+        """Every norm that trains: the compared norms, then with `ablate` each one's stage ablations
+        (`normkit_lab.ablations`), which are analyzed apart and never enter the comparison's Holm family."""
+        return [*self.norms, *(ablation_arms(self.norms) if self.ablate else ())]
 
     @property
     def baseline_norm(self) -> str:
@@ -164,13 +172,13 @@ class CompareConfig:
                 "diagnostics": self.diagnostics, "select": self.select, "metric": self.metric,
                 "margin": metric_named(self.metric).default_margin if self.margin is None else self.margin,
                 "tune": {k: list(v) for k, v in self.tune.items()}, "tune_seeds": list(self.tune_seeds),
-                "sweep": {k: list(v) for k, v in self.sweep.items()}, **own, **train}
+                "sweep": {k: list(v) for k, v in self.sweep.items()}, "ablate": self.ablate, **own, **train}
 
 
 # written to config.yaml only when set, so a built-in comparison's config (and its hash) is as before
 EXTERNAL_KEYS = ("command", "command_dir", "timeout", "train_function", "code_files")
 COMPARE_KEYS = ("norms", "seeds", "baseline", "diagnostics", "select", "metric", "margin", "tune", "tune_seeds",
-                 "sweep", *EXTERNAL_KEYS)
+                 "sweep", "ablate", *EXTERNAL_KEYS)
 
 
 def grid(values: dict[str, list[Any]]) -> list[dict[str, Any]]:
@@ -183,7 +191,7 @@ def defaults() -> dict[str, Any]:
     """Default value of every key except `norms`, which has none."""
     out: dict[str, Any] = {"seeds": list(DEFAULT_SEEDS), "baseline": None, "diagnostics": False,
                            "select": "final", "metric": "test_acc", "margin": None, "tune": {}, "tune_seeds": None,
-                           "sweep": {}, **dict.fromkeys(EXTERNAL_KEYS)}
+                           "sweep": {}, "ablate": False, **dict.fromkeys(EXTERNAL_KEYS)}
     for f in dataclasses.fields(TrainConfig):
         if f.default is not dataclasses.MISSING:
             out[f.name] = f.default
@@ -209,15 +217,3 @@ def registered_train_defaults(kind: str, name: Any) -> dict[str, Any]:
     except NormkitError:
         return {}
     return dict(entry.meta.get("train_defaults") or {})
-
-
-def default_recipe() -> dict[str, Any]:
-    """config.yaml's mapping of a comparison given nothing but its norms (`normkit compare --norms bn`):
-    the global defaults under the default dataset's and model's registered ones, as `build_config`
-    merges them (the report's caption asks whether a comparison ran this recipe)."""
-    base = defaults()
-    of_model = registered_train_defaults("model", base["model"])
-    of_dataset = registered_train_defaults("dataset", of_model.get("dataset", base["dataset"]))
-    merged = {**base, **of_dataset, **of_model}
-    train = TrainConfig(**{f.name: merged[f.name] for f in dataclasses.fields(TrainConfig)})
-    return CompareConfig(norms=["bn"], train=train, select=merged["select"], metric=merged["metric"]).to_dict()

@@ -53,7 +53,7 @@ def normkit_register_stages(register: RegisterStage) -> None:
     for variant, factory in STAGE_FACTORIES.items():
         compression = COMPRESSIONS[variant]
         register(f"ib-{variant}", factory, kind="step", position="before",
-                 citation=CITATION,
+                 citation=CITATION, ablations={"compression": None},  # --ablate: the norm without it
                  summary=f"IBNorm-{variant.upper()} compression ({_SHAPES.get(variant, 'custom')}: "
                          f"{compression.formula}) of standardized values, before standardization")
 

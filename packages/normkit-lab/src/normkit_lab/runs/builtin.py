@@ -28,7 +28,7 @@ class BuiltinTrainer:
         for cell in grid(cfg.sweep):
             for candidate in grid(cfg.tune):
                 check_config(RunId.of(cfg.norms[0], 0, cell=cell, tuned=candidate).train_config(cfg.train),
-                             list(cfg.norms))
+                             cfg.arms)
         if cfg.train.cpu_threads is None:
             cfg.train.cpu_threads = split_threads(resolved_threads(cfg.train, cfg.baseline_norm), parallel)
 

@@ -115,6 +115,11 @@ def planned_epochs(cfg: TrainConfig) -> int:
     return cfg.run_epochs(steps_per_epoch(cfg, len(run_dataset(cfg).train)))
 
 
+def planned_steps(cfg: TrainConfig) -> int:
+    """The optimizer steps a run of `cfg` takes (the dataset is loaded to count one pass's)."""
+    return cfg.total_steps(steps_per_epoch(cfg, len(run_dataset(cfg).train)))
+
+
 def _check_budget(cfg: TrainConfig, train_size: int) -> None:
     """A steps or examples budget that the batch size can meet exactly, with the warmup inside it."""
     unit, amount = cfg.budget_unit

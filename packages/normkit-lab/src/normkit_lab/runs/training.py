@@ -47,6 +47,7 @@ from normkit_lab.records import EpochRecord, RunResult
 from normkit_lab.runs.checkpoints import Checkpointing, check_state, restore_rng, rng_state
 from normkit_lab.runs.checks import build_run_model, check_device, check_divisible, run_dataset
 from normkit_lab.runs.device import cpu_threads, peak_memory_mb, reset_peak_memory, synchronize
+from normkit_lab.runs.environment import load_average, usable_cores
 from normkit_lab.runs.lm_metrics import bits_per_byte
 from normkit_lab.runs.schedule import lr_factor
 from normkit_lab.spec import TrainConfig
@@ -405,7 +406,8 @@ def _fit(cfg: TrainConfig, model: nn.Module, data: DatasetBundle, device: torch.
         test_loss, test_acc, _ = _evaluate(step, test_loader, top5=False)
         record = EpochRecord(epoch, train_loss, train_acc, val_loss, val_acc, val_top5, elapsed,
                              seen / elapsed, peak_memory_mb(device), lr, test_loss=test_loss, test_acc=test_acc,
-                             steps=step.steps, cpu_time_s=cpu_time)
+                             steps=step.steps, cpu_time_s=cpu_time, load_avg=load_average()[0],
+                             cpu_cores=usable_cores())
         add_bits_per_byte(record, data)
         result.epochs.append(record)
         for logger in hooks.loggers:

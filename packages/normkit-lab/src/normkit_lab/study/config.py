@@ -252,6 +252,10 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return normalize_keys(raw, str(path))
 
 
+# A model's or dataset's registered `sweep` and `budget` are a default design (digits: batch 2 and 16 at
+# equal steps): it stands only while the user gives none of these keys, which choose a design of their own.
+DESIGN_KEYS = ("epochs", "budget", "batch_size", "sweep")
+
 _BUDGET_HINT = "budget must be UNIT=N with UNIT epochs, steps or examples, e.g. --budget steps=600"
 
 
@@ -300,6 +304,9 @@ def build_config(values: dict[str, Any]) -> CompareConfig:
     of_model = registered_train_defaults("model", values.get("model", base["model"]))
     of_dataset = registered_train_defaults("dataset", values.get("dataset", of_model.get("dataset", base["dataset"])))
     merged = {**base, **of_dataset, **of_model, **values}
+    own_code = values.get("command") is not None or values.get("train_function") is not None
+    if own_code or any(key in values for key in DESIGN_KEYS):
+        merged.update({key: values.get(key, base[key]) for key in ("sweep", "budget")})
     _resolve_budget(merged, values)
     if merged.get("norms") is None:
         raise ConfigError("no norms to compare; pass --norms, e.g. --norms bn,bnn,gn+pn")
@@ -307,6 +314,7 @@ def build_config(values: dict[str, Any]) -> CompareConfig:
     seeds = parse_seeds(merged.pop("seeds"))
     baseline = _check_type("baseline", merged.pop("baseline"), str | None)
     diagnostics = _check_type("diagnostics", merged.pop("diagnostics"), bool)
+    ablate = _check_type("ablate", merged.pop("ablate"), bool)
     select = merged.pop("select")
     if select not in SELECTIONS:
         raise ConfigError(f"select must be one of {', '.join(SELECTIONS)}, not {select!r}")
@@ -353,7 +361,7 @@ def build_config(values: dict[str, Any]) -> CompareConfig:
                           "available for a command or train function: drop --diagnostics")
     return CompareConfig(norms=norms, train=train, seeds=seeds, baseline=baseline, diagnostics=diagnostics,
                          select=select, metric=metric, margin=margin, tune=tune, tune_seeds=tune_seeds, sweep=sweep,
-                         **own)
+                         ablate=ablate, **own)
 
 
 # The keys a command or train function still uses: where runs go (device, CPU threads, processes per
