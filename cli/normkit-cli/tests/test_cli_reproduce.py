@@ -16,7 +16,7 @@ from normkit.testing import temporary_plugin
 from normkit_cli.app import app
 
 runner = CliRunner()
-OUTCOMES = ("reproduced", "not reproduced", "inconclusive")
+OUTCOMES = ("reproduced", "below margin", "not reproduced", "inconclusive", "supported", "not supported")
 TINY = {
     "title": "tiny", "claim": "gn matches bn on digits", "citation": {"paper": "a paper", "where": "Table 9"},
     "hypotheses": [{"name": "gn-vs-bn", "test": "difference", "norm": "gn", "baseline": "bn",
@@ -53,7 +53,13 @@ def test_list_shows_every_preset_with_its_source() -> None:
                  "proxynorm-small-batch", "normalnorm-gaussianity-robustness", "normalnorm-noise-ablation",
                  "gpt-postnorm"):
         assert name in result.output
-    assert "source: Labatie" in result.output and "diagnostic" in result.output
+    assert "source: Labatie" in result.output and "extension" in result.output
+    lines = result.output.splitlines()
+    assert lines[0].split() == ["preset", "label", "cpu", "runtime", "scales", "claim"]
+    assert any(line.startswith("gpt-postnorm") and "reproduction+prediction" in line for line in lines)
+    legend = "\n".join(lines[-3:])
+    assert "paper scale: the preset also carries the paper's recipe" in legend and "cpu only: there is no" in legend
+    assert "extension = one it states or expects" in legend and "prediction = normkit's own" in legend
 
 
 def test_dry_run_prints_the_plan_and_trains_nothing(tmp_path) -> None:
@@ -62,7 +68,7 @@ def test_dry_run_prints_the_plan_and_trains_nothing(tmp_path) -> None:
     out = result.output
     assert "claim: Adding PN after BN" in out and "Table 2" in out
     assert "small-cnn on digits, norms bn, bn+pn, 3 seeds, 3 epochs: 6 runs" in out
-    assert "pn-adds-nothing-to-bn [equivalence]: bn+pn equivalent to bn on test_acc within ±0.5" in out
+    assert "pn-adds-nothing-to-bn [equivalence, reproduction]: bn+pn equivalent to bn on test_acc within ±0.5" in out
     assert "dry run passed: nothing was trained" in out
 
 
@@ -118,7 +124,16 @@ def test_a_random_net_preset_runs_here_with_the_claim_beside_the_outcome(tmp_pat
     data = json.loads((tmp_path / "out/reproduction.json").read_text())
     assert data["hypotheses"][0]["line"] == last and data["seeds"] == 3
     page = (tmp_path / "out/report.html").read_text()
-    assert "ln collapses" in page and "Figure 7" in page and data["hypotheses"][0]["status"] in page
+    assert "ln collapses" in page and "Figure 7" in page and data["hypotheses"][0]["outcome"] in page
+    # the per-net values are stored, so the statistic is recomputed from the files alone
+    from normkit_lab.reproduce import load_preset
+    from normkit_lab.reproduce.outcomes import judge_random_net
+
+    per_net = json.loads((tmp_path / "out/random_net.json").read_text())["per_net"]
+    assert sorted(per_net) == ["bn", "ln"] and len(per_net["ln"]) == 3 and len(per_net["ln"][0]) == 4
+    with temporary_plugin(Shipper(path, "rn-demo"), "shipper"):
+        again = judge_random_net(load_preset("rn-demo").hypotheses, per_net)
+    assert [o.line() for o in again] == [h["line"] for h in data["hypotheses"]]
 
 
 @pytest.mark.slow

@@ -50,7 +50,7 @@ def test_precedence_cli_over_yaml_over_defaults(tmp_path):
 
 
 def test_plan_is_seed_major_and_pairs_by_seed():
-    cfg = config.build_config({"norms": "bn,ln", "seeds": "2"})
+    cfg = config.build_config({"norms": "bn,ln", "seeds": "2", "batch_size": 16})  # one cell
     assert [(r.norm, r.seed) for r in compare_plan(cfg)] == [("bn", 0), ("ln", 0), ("bn", 1), ("ln", 1)]
 
 
@@ -96,8 +96,8 @@ def test_key_values():
 
 def test_a_model_brings_its_training_defaults_and_typed_values_win(tmp_path):
     gpt = config.resolve({"norms": "ln", "model": "gpt-tiny"}).train  # gpt-tiny's CPU recipe
-    assert (gpt.dataset, gpt.optimizer, gpt.lr, gpt.weight_decay, gpt.batch_size) == ("pysrc", "adamw", 5e-3, 0.1, 16)
-    assert (gpt.epochs, gpt.warmup_epochs, gpt.dataset_params["seq_len"]) == (5, 2, 32)
+    assert (gpt.dataset, gpt.optimizer, gpt.lr, gpt.weight_decay, gpt.batch_size) == ("pysrc", "adamw", 3e-3, 0.1, 16)
+    assert (gpt.budget, gpt.warmup_epochs, gpt.dataset_params["seq_len"]) == ("steps=4000", 0, 32)
     gpt2 = config.resolve({"norms": "ln", "model": "gpt"}).train
     assert (gpt2.lr, gpt2.batch_size, gpt2.epochs, gpt2.dataset_params) == (3e-3, 32, 5, {})
     typed = config.resolve({"norms": "ln", "model": "gpt-tiny", "lr": 0.01, "batch-size": 8}).train
@@ -105,8 +105,10 @@ def test_a_model_brings_its_training_defaults_and_typed_values_win(tmp_path):
     path = tmp_path / "exp.yaml"
     path.write_text("model: gpt-tiny\noptimizer: sgd\n")
     assert config.resolve({"norms": "ln"}, path).train.optimizer == "sgd"  # the file beats model defaults
-    cnn = config.resolve({"norms": "bn"}).train  # the digits dataset brings the default recipe
-    assert (cnn.optimizer, cnn.batch_size, cnn.epochs, cnn.lr, cnn.dataset) == ("sgd", 2, 1, 0.02, "digits")
+    default = config.resolve({"norms": "bn"})  # the digits dataset brings the default design
+    cnn = default.train
+    assert (cnn.optimizer, cnn.batch_size, cnn.budget, cnn.lr, cnn.dataset) == ("sgd", 2, "steps=500", 0.02, "digits")
+    assert default.sweep == {"batch_size": [2, 16]}
     other = config.resolve({"norms": "bn", "dataset": "fake"}).train  # global defaults elsewhere
     assert (other.batch_size, other.epochs, other.lr) == (128, 5, None)
     mine = config.resolve({"norms": "bn", "batch-size": 16}).train  # typed values beat the dataset's

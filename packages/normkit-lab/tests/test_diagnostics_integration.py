@@ -54,6 +54,19 @@ def test_callback_records_init_final_lambdas_and_robustness(runs):
     assert bn.extras["diagnostics"]["lambda"] == []
 
 
+def test_callback_records_robustness_at_initialization_too(runs):
+    """zeta at initialization (batch statistics), so a hypothesis can read its change from init by seed."""
+    from normkit_lab.reproduce.outcomes import run_measures
+
+    diag = runs[1].extras["diagnostics"]
+    init = diag["init_noise_robustness"]["table"]
+    assert [(c["k"], c["l"]) for c in init] == [(1, 2)] and init[0]["zeta"] > 0
+    assert init[0]["zeta"] != diag["noise_robustness"]["table"][0]["zeta"]
+    change = run_measures(diag, "init")
+    assert change["zeta"] == pytest.approx(diag["noise_robustness"]["table"][0]["zeta"] - init[0]["zeta"])
+    assert change["qq_r2 depth 2"] == pytest.approx(diag["final"][1]["qq_r2"] - diag["init"][1]["qq_r2"])
+
+
 def test_callback_does_not_change_training(runs):
     plain = train_run(TINY, "bnn", seed=0)
     assert [e.val_loss for e in plain.epochs] == [e.val_loss for e in runs[1].epochs]

@@ -46,7 +46,8 @@ def test_a_run_does_not_change_when_its_test_data_does(monkeypatch):
                          1 - data.test.labels, data.test.mean, data.test.std, scale=1 / 255)
     monkeypatch.setattr(training, "run_dataset", lambda _cfg: dataclasses.replace(data, test=noisy))
     second = training.train_run(cfg, "bn", seed=0)
-    strip = [dataclasses.replace(r, test_acc=None, test_loss=None, epoch_time_s=0, throughput=0, peak_mem_mb=0)
+    strip = [dataclasses.replace(r, test_acc=None, test_loss=None, epoch_time_s=0, throughput=0, peak_mem_mb=0,
+                                 cpu_time_s=0, load_avg=0)
              for run in (first, second) for r in run.epochs]
     assert strip[:2] == strip[2:]  # training and validation identical: test is only reported
     assert [r.test_loss for r in first.epochs] != [r.test_loss for r in second.epochs]
@@ -121,7 +122,7 @@ def test_tuning_picks_the_best_validation_value_then_runs_the_comparison_seeds_w
 
 
 def test_choose_prefers_runs_that_did_not_diverge():
-    cfg = config.build_config({"norms": "bn", "seeds": "1", "tune": "lr=0.1,0.3", "tune_seeds": [2]})
+    cfg = config.build_config({"norms": "bn", "seeds": "1", "tune": "lr=0.1,0.3", "tune_seeds": [2], "batch_size": 2})
     runs = [RunResult("bn", 2, "ok", [_record(0, 0.7, 0.0)] * 5, 1, phase="tune", tuned={"lr": 0.1}),
             RunResult("bn", 2, "diverged", [_record(0, 0.9, 0.0)], 1, phase="tune", tuned={"lr": 0.3})]
     chosen, table = choose(cfg, runs)

@@ -189,3 +189,15 @@ def test_an_image_model_refuses_token_data():
     with pytest.raises(normkit.SpecError, match="model 'small-cnn' takes images, but the dataset gives token "
                                                  "sequences; use a language model"):
         build_model("small-cnn", "bn", num_classes=256, in_channels=0, image_size=T)
+
+
+def test_gpt_tiny_recipe_streams_the_train_split_under_a_steps_budget() -> None:
+    """The CPU recipe trains 4,000 steps on fresh windows of the whole train split (no window twice),
+    and a user's own budget replaces the recipe's."""
+    from normkit_lab.study import config as lab_config
+
+    cfg = lab_config.build_config({"model": "gpt-tiny", "norms": "ln"})
+    assert cfg.train.budget == "steps=4000" and cfg.train.warmup_epochs == 0
+    assert cfg.train.dataset_params == {"seq_len": 32, "stream": True, "test_windows": 512}
+    mine = lab_config.build_config({"model": "gpt-tiny", "norms": "ln", "budget": "steps=50"})
+    assert mine.train.budget == "steps=50"

@@ -51,20 +51,58 @@ def test_epoch_records_get_bits_per_byte_only_for_byte_datasets():
 
 def test_ngram_baselines_score_a_predictable_stream() -> None:
     """A stream cycling a, b, c, d: a unigram table knows only the four bytes (2 bits each), a bigram
-    table knows which follows which (near 0 bits: add-one smoothing gives each of the 255 unseen bytes one
-count, so the right one gets 5001 / 5256)."""
+    and a trigram table know which follows which (near 0 bits); each k is tuned on validation (the
+    smallest of the grid wins on such a regular stream, and scores near 0)."""
     import math
 
     import torch
 
-    from normkit_lab.lm_baselines import ngram_baselines
+    from normkit_lab.lm_baselines import K_GRID, ngram_baselines
 
     stream = torch.tensor(list(b"abcd" * 5000), dtype=torch.uint8)
     starts = torch.arange(0, 1000, 10)
-    b = ngram_baselines(stream, stream, starts, seq_len=8)
-    assert b["targets"] == 100 * 8 and b["fit"] == "train split"
-    assert b["unigram_bpb"] == pytest.approx(-math.log2(5001 / 20256), abs=1e-3)  # 2 bits, smoothed
-    assert b["bigram_bpb"] == pytest.approx(-math.log2(5001 / 5256), abs=2e-3)
+    b = ngram_baselines(stream, stream, starts, stream, starts, seq_len=8)
+    assert b["targets"] == 100 * 8 and b["fit"] == "train split" and b["tuned"] == "validation windows"
+    assert b["unigram_bpb"] == pytest.approx(2.0, abs=1e-3)
+    k = min(K_GRID)
+    assert b["bigram_k"] == b["trigram_k"] == k
+    assert b["bigram_bpb"] == pytest.approx(-math.log2((5000 + k) / (5000 + 256 * k)), abs=1e-3)
+    assert b["trigram_bpb"] <= b["bigram_bpb"] < 0.01
+
+
+def test_the_trigram_table_uses_two_bytes_of_context_and_backs_off_at_a_window_start() -> None:
+    """a b -> c and x b -> d: one byte (b) cannot tell c from d, two can. At each window's first
+    position the model has seen one byte only, so the trigram table scores it as the bigram does."""
+    import torch
+
+    from normkit_lab.lm_baselines import _Counts, _windows
+
+    stream = torch.tensor(list(b"abcxbd" * 2000), dtype=torch.uint8)
+    starts = torch.arange(0, 600, 6)  # windows starting at each 'a'
+    windows = _windows(stream, starts, 6)
+    counts = _Counts(stream, [windows])
+    bigram, trigram = counts.bits(2, 0.001, *windows), counts.bits(3, 0.001, *windows)
+    assert bigram == pytest.approx(2 / 6, abs=0.01)  # after b: c or d, 1 bit, at 2 of 6 positions
+    assert trigram < 0.01  # a b -> c, x b -> d: every position known
+    first = [w[:1] for w in _windows(stream, starts, 1)]  # first positions only: no second byte of context
+    assert counts.bits(3, 0.001, *first) == pytest.approx(counts.bits(2, 0.001, *first))
+
+
+def test_the_note_holds_models_to_the_trigram_and_reads_older_results() -> None:
+    from types import SimpleNamespace
+
+    from normkit_lab.lm_baselines import note, row_fields
+
+    rows = [SimpleNamespace(values={0: 2.5, 1: 2.8}), SimpleNamespace(values={0: 3.0})]
+    new = {"unigram_bpb": 4.8, "bigram_bpb": 3.6, "trigram_bpb": 2.7, "fit": "train split",
+           "scored": "test windows", "tuned": "validation windows"}
+    line = note(new, rows, "bits/byte")
+    assert "unigram 4.80, bigram 3.60, trigram 2.70 bits/byte" in line and line.endswith("1 of 3 finished runs "
+                                                                                          "end below the trigram")
+    assert row_fields(new, rows[0].values)["seeds_below_trigram"] == 1
+    old = {"unigram_bpb": 4.8, "bigram_bpb": 3.6, "fit": "train split", "scored": "test windows"}
+    assert note(old, rows, "bits/byte").endswith("3 of 3 finished runs end below the bigram")
+    assert row_fields(old, rows[0].values)["seeds_below_trigram"] is None
 
 
 def test_the_last_epochs_metric_is_a_mean_that_selects_nothing() -> None:

@@ -33,8 +33,9 @@ from normkit_lab.study.progress import Progress
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs normkit-lab[ray]")
 
 MARKER = "NORMKIT_RAY_TEST_MARKER"
-TIMING = {"time_per_epoch_s", "throughput_samples_s", "peak_mem_mb"}  # summary columns that vary run to run
-ROW_TIMING = {"epoch_time_s", "throughput", "peak_mem_mb", "host"}  # the same in runs.jsonl rows
+# summary columns that vary run to run
+TIMING = {"time_per_epoch_s", "cpu_time_per_epoch_s", "load_avg_max", "throughput_samples_s", "peak_mem_mb"}
+ROW_TIMING = {"epoch_time_s", "cpu_time_s", "load_avg", "throughput", "peak_mem_mb", "host"}  # in runs.jsonl rows
 NORMKIT = str(Path(sys.executable).with_name("normkit"))
 
 

@@ -19,6 +19,7 @@ from normkit_lab.analysis.summary import Run
 from normkit_lab.errors import ConfigError, DatasetMissing
 from normkit_lab.reproduce import available, load_preset, runner
 from normkit_lab.reproduce.outcomes import (
+    BELOW_MARGIN,
     INCONCLUSIVE,
     NOT_REPRODUCED,
     REPRODUCED,
@@ -76,6 +77,16 @@ def test_seeds_override_scales_the_plan_and_expected_time() -> None:
     (lambda d: d["hypotheses"][0].update(margin=-1), "margin must be a number > 0"),
     (lambda d: d["hypotheses"][0].update(test="equivalence", direction="equivalent", margin=None),
      "an equivalence hypothesis needs its margin"),
+    (lambda d: d["hypotheses"][0].pop("margin"), "a difference hypothesis needs its margin"),
+    (lambda d: d["hypotheses"][0].update(test="diagnostic", direction="lower", measure="zeta", margin=None),
+     "a diagnostic hypothesis needs its margin"),
+    (lambda d: d.update(label="diagnostic"), "label must be one of reproduction, extension, prediction"),
+    (lambda d: d["hypotheses"][0].update(label="guess"), "label must be one of reproduction, extension"),
+    (lambda d: d["hypotheses"][0].update(test="diagnostic", direction="lower", measure="zeta", since="start"),
+     "since must be init"),
+    (lambda d: d["hypotheses"][0].update(test="diagnostic", direction="lower", measure="lambda", since="init"),
+     "since: init reads qq_r2"),
+    (lambda d: d["hypotheses"][0].update(since="init"), "since: applies to diagnostic hypotheses only"),
     (lambda d: d["hypotheses"][0].update(test="interaction", direction="grows", key="batch_size", to=2),
      "needs two different swept values"),
     (lambda d: d["hypotheses"][0].update(test="interaction", direction="grows", key="batch_size", to=2,
@@ -99,16 +110,26 @@ def test_bad_presets_are_one_line_errors(change, message) -> None:
     assert message in text and "\n" not in text and text.startswith("preset 'bad' (bad.yaml)")
 
 
+def test_hypotheses_take_the_preset_label_unless_they_carry_their_own() -> None:
+    raw = copy.deepcopy(GOOD)
+    raw["label"] = "extension"
+    raw["hypotheses"].append({**raw["hypotheses"][0], "name": "mine", "label": "prediction"})
+    preset = parse_preset("p", raw, "p.yaml")
+    assert [h.label for h in preset.hypotheses] == ["extension", "prediction"]
+    assert preset.labels == "extension+prediction"
+    assert parse_preset("p", GOOD, "p.yaml").labels == "reproduction"
+
+
 def test_random_net_hypotheses_need_depth_and_margin() -> None:
     base = {"name": "h", "test": "diagnostic", "measure": "dataset_share", "norm": "ln+pn", "baseline": "ln",
             "direction": "lower"}
     with pytest.raises(ConfigError, match="needs depth"):
-        parse_hypothesis(base, "w", "random-net")
-    with pytest.raises(ConfigError, match="needs a margin"):
+        parse_hypothesis({**base, "margin": 0.1}, "w", "random-net")
+    with pytest.raises(ConfigError, match="needs its margin"):
         parse_hypothesis({**base, "depth": 3}, "w", "random-net")
     with pytest.raises(ConfigError, match="needs trained runs"):
-        parse_hypothesis({**base, "test": "difference", "direction": "better", "metric": "test_acc"}, "w",
-                         "random-net")
+        parse_hypothesis({**base, "test": "difference", "direction": "better", "metric": "test_acc",
+                          "margin": 0.5}, "w", "random-net")
 
 
 # -- outcomes, read from the lab's verdicts -----------------------------------------------------
@@ -141,6 +162,23 @@ def test_difference_outcomes() -> None:
     assert out.status == INCONCLUSIVE and out.mde is not None and "MDE" in out.line()
 
 
+def test_a_significant_difference_smaller_than_the_margin_is_below_margin() -> None:
+    """+0.3 points on every seed (tiny spread) is significant, but the margin is 0.5: not `reproduced`."""
+    small = _runs({"bn": BASE, "gn": [v + 0.003 + 0.0002 * i for i, v in enumerate(BASE)]})
+    out = judge_compare([_hyp()], small, ["bn", "gn"])[0]
+    assert out.status == BELOW_MARGIN and "smaller than the margin 0.5%" in out.line()
+    assert judge_compare([_hyp(margin=0.2)], small, ["bn", "gn"])[0].status == REPRODUCED
+
+
+def test_a_prediction_is_supported_not_reproduced() -> None:
+    up = _runs({"bn": BASE, "gn": [v + 0.03 + 0.001 * i for i, v in enumerate(BASE)]})
+    down = _runs({"bn": BASE, "gn": [v - 0.03 - 0.001 * i for i, v in enumerate(BASE)]})
+    yes = judge_compare([_hyp(label="prediction")], up, ["bn", "gn"])[0]
+    no = judge_compare([_hyp(label="extension")], down, ["bn", "gn"])[0]
+    assert (yes.status, yes.word, no.word) == (REPRODUCED, "supported", "not supported")
+    assert yes.line().startswith("h: supported (") and yes.as_dict()["outcome"] == "supported"
+
+
 def test_a_difference_shown_smaller_than_its_margin_is_not_reproduced() -> None:
     tiny = _runs({"bn": BASE, "gn": [v + 0.0001 * (-1) ** i for i, v in enumerate(BASE)]})
     out = judge_compare([_hyp()], tiny, ["bn", "gn"])[0]
@@ -169,18 +207,44 @@ def test_interaction_outcomes_read_in_the_hypothesis_direction() -> None:
     assert out.status == NOT_REPRODUCED and "from batch_size=16 to 2: +" in out.observed
 
 
-def test_diagnostic_outcomes_from_measures() -> None:
-    def run(norm, seed, zeta):
-        return Run(norm=norm, seed=seed, status="ok", params=1, epochs=[{"epoch": 0, "test_acc": 0.9}],
-                   diagnostics={"noise_robustness": {"table": [{"zeta": zeta}]}})
+def _diag_run(norm, seed, zeta, qq=None, init_qq=None, init_zeta=None):
+    diagnostics = {"noise_robustness": {"table": [{"zeta": zeta}]}}
+    if qq is not None:
+        diagnostics["final"] = [{"depth": 1, "qq_r2": qq}]
+    if init_qq is not None:
+        diagnostics["init"] = [{"depth": 1, "qq_r2": init_qq}]
+    if init_zeta is not None:
+        diagnostics["init_noise_robustness"] = {"table": [{"zeta": init_zeta}]}
+    return Run(norm=norm, seed=seed, status="ok", params=1, epochs=[{"epoch": 0, "test_acc": 0.9}],
+               diagnostics=diagnostics)
 
-    runs = [run("bn", s, 0.5 + 0.01 * s) for s in range(5)] + [run("gn", s, 0.3 + 0.012 * s) for s in range(5)]
-    lower = _hyp(test="diagnostic", direction="lower", measure="zeta", margin=None)
-    higher = _hyp(test="diagnostic", direction="higher", measure="zeta", margin=None)
-    assert judge_compare([lower], runs, ["bn", "gn"])[0].status == REPRODUCED
+
+def test_diagnostic_outcomes_from_measures() -> None:
+    runs = ([_diag_run("bn", s, 0.5 + 0.01 * s) for s in range(5)]
+            + [_diag_run("gn", s, 0.3 + 0.012 * s) for s in range(5)])
+    lower = _hyp(test="diagnostic", direction="lower", measure="zeta", margin=0.05)
+    higher = _hyp(test="diagnostic", direction="higher", measure="zeta", margin=0.05)
+    out = judge_compare([lower], runs, ["bn", "gn"])[0]
+    assert out.status == REPRODUCED and "zeta: -0.196 [-0.200, -0.192]" in out.observed
     assert judge_compare([higher], runs, ["bn", "gn"])[0].status == NOT_REPRODUCED
+    assert judge_compare([_hyp(test="diagnostic", direction="lower", measure="zeta", margin=0.5)], runs,
+                         ["bn", "gn"])[0].status == BELOW_MARGIN
     missing = judge_compare([_hyp(test="diagnostic", direction="higher", measure="qq_r2")], runs, ["bn", "gn"])[0]
     assert missing.status == INCONCLUSIVE and "diagnostics: true" in missing.observed
+
+
+def test_a_diagnostic_since_init_reads_the_change_paired_by_seed() -> None:
+    """gn is 0.02 more Gaussian than bn after training, but was 0.02 more Gaussian at initialization too:
+    after training the hypothesis holds; as a change from initialization it is shown smaller than the
+    margin (no change), so it is not reproduced."""
+    runs = ([_diag_run("bn", s, 0.5, qq=0.95 + 0.001 * s, init_qq=0.90 + 0.003 * s) for s in range(5)]
+            + [_diag_run("gn", s, 0.5, qq=0.97 + 0.001 * s + 0.0001 * (-1) ** s,
+                         init_qq=0.92 + 0.003 * s) for s in range(5)])
+    after = _hyp(test="diagnostic", direction="higher", measure="qq_r2", margin=0.005)
+    since = _hyp(name="since", test="diagnostic", direction="higher", measure="qq_r2", margin=0.005, since="init")
+    a, b = judge_compare([after, since], runs, ["bn", "gn"])
+    assert a.status == REPRODUCED and "qq_r2 depth 1: +0.020" in a.observed
+    assert b.status == NOT_REPRODUCED and "(change from initialization): qq_r2 depth 1: +0.000" in b.observed
 
 
 def test_random_net_outcomes_pair_nets_by_seed() -> None:
@@ -193,10 +257,14 @@ def test_random_net_outcomes_pair_nets_by_seed() -> None:
     hs = [parse_hypothesis({**raw, "name": "a", "norm": "ln+pn", "baseline": "ln", "direction": "lower"}, "w",
                            "random-net"),
           parse_hypothesis({**raw, "name": "b", "norm": "ln", "baseline": "bn", "direction": "lower"}, "w",
-                           "random-net")]
-    a, b = judge_random_net(hs, runs)
+                           "random-net"),
+          parse_hypothesis({**raw, "name": "c", "norm": "ln", "baseline": "bn", "direction": "higher",
+                            "margin": 0.9}, "w", "random-net")]
+    a, b, c = judge_random_net(hs, runs)
     assert a.status == REPRODUCED and "ln+pn 0.012, ln 0.814" in a.observed
+    assert "difference -0.802 [-0.83" in a.observed  # the interval in the share's units, norm - baseline
     assert b.status == NOT_REPRODUCED
+    assert c.status == BELOW_MARGIN  # +0.81 is significant, but the margin asked for 0.9
 
 
 # -- plugins ship their own presets -------------------------------------------------------------
@@ -248,6 +316,11 @@ def test_paper_dry_run_names_a_missing_dataset(tmp_path) -> None:
     with pytest.raises(DatasetMissing, match="dry run: dataset 'cifar10' not found in") as info:
         runner.dry_run(plan)
     assert "\n" not in str(info.value)
+
+
+def test_a_budget_preset_plans_the_same_steps_in_every_cell() -> None:
+    plan = runner.plan(load_preset("proxynorm-small-batch"))
+    assert plan.config.train.budget == "steps=576" and "576 steps in every cell" in plan.lines[3]
 
 
 def test_unknown_scale_is_named() -> None:

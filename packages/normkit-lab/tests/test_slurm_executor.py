@@ -33,7 +33,8 @@ LOCAL = {"cluster": "local", "timeout_min": 60}
 
 
 def _without_timing(rows: list[dict]) -> list[dict]:
-    return [{k: v for k, v in row.items() if "time" not in k and "throughput" not in k and "mem" not in k}
+    return [{k: v for k, v in row.items() if "time" not in k and "throughput" not in k and "mem" not in k
+             and "load" not in k}
             for row in rows]
 
 

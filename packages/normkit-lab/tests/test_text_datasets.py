@@ -127,5 +127,21 @@ def test_the_test_split_gets_its_own_larger_window_count_and_reference_tables():
     b = data.metadata["baselines"]
     assert b["targets"] == 1024 * 16 and b["fit"] == "train split" and b["scored"] == "test windows"
     assert 0 < b["bigram_bpb"] < b["unigram_bpb"] < 8  # a bigram table knows more than byte frequencies
+    assert b["trigram_bpb"] < b["bigram_bpb"]  # and a trigram table more than which byte follows which
+    assert b["tuned"] == "validation windows" and b["trigram_k"] in (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
     with pytest.raises(SpecError, match="test_windows must be in"):
         load_dataset("pysrc", max_files=60, test_windows=0, **SMALL)
+
+
+def test_stream_trains_on_every_consecutive_window_of_the_train_split():
+    """stream=true: the training windows tile the whole train split (each byte a target once per
+    epoch), where train_windows takes evenly spaced windows; val and test stay as they were."""
+    fixed = load_dataset("pysrc", max_files=60, **SMALL)
+    streamed = load_dataset("pysrc", max_files=60, stream=True, **SMALL)
+    seq_len, size = SMALL["seq_len"], streamed.metadata["bytes"]["train"]
+    assert len(streamed.train) == (size - 1) // seq_len and len(streamed.train) > 10 * len(fixed.train)
+    starts = streamed.train.starts
+    assert starts[0] == 0 and (starts[1:] - starts[:-1] == seq_len).all() and starts[-1] + seq_len + 1 <= size
+    assert streamed.metadata["stream"] and not fixed.metadata["stream"]
+    assert (streamed.test.starts == fixed.test.starts).all()
+    assert streamed.metadata["baselines"] == fixed.metadata["baselines"]

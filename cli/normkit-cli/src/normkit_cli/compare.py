@@ -101,7 +101,13 @@ def compare_cmd(
                                               "written as a path: ./folder, /abs/folder, ~/folder.",
                                          rich_help_panel=EXPERIMENT)] = D["dataset"],
     epochs: Annotated[int, typer.Option(parser=ascii_int(),
-                                        help="Epochs per run.", rich_help_panel=EXPERIMENT)] = D["epochs"],
+                                        help="Epochs per run (the default budget).",
+                                        rich_help_panel=EXPERIMENT)] = D["epochs"],
+    budget: Annotated[str | None, typer.Option(metavar="UNIT=N", help="Training length: epochs=N, steps=N "
+                                                                      "(optimizer steps) or examples=N; with "
+                                                                      "--sweep batch_size=... a steps budget "
+                                                                      "trains every cell alike.",
+                                               show_default=False, rich_help_panel=EXPERIMENT)] = D["budget"],
     seeds: Annotated[str, typer.Option(help="A count N (seeds 0..N-1), a list 0,1,5 or a range 0-4; "
                                             "every norm runs with the same seeds.",
                                        rich_help_panel=EXPERIMENT)]
@@ -139,6 +145,10 @@ def compare_cmd(
     sweep: Annotated[list[str] | None, typer.Option(metavar="KEY=V1,V2,...", help="Compare the norms at each "
                                                     "value of a training key (repeatable; a grid), e.g. "
                                                     "batch_size=4,16,64.", rich_help_panel=EXPERIMENT)] = None,
+    ablate: Annotated[bool, typer.Option(help="Also train, for each norm, the arms that switch off one of its "
+                                              "stages (bnn: noise, power transform; X+pn: the proxy step) and "
+                                              "report which stage carries its difference (a Holm family of its "
+                                              "own).", rich_help_panel=EXPERIMENT)] = D["ablate"],
     model_param: Annotated[list[str] | None, typer.Option(metavar="KEY=VALUE", help="A model parameter "
                                                           "(repeatable), e.g. width=64.",
                                                           rich_help_panel=EXPERIMENT)] = None,
@@ -309,9 +319,12 @@ def compare_cmd(
     n_tune, n_compare = run_count(cfg)
     cost = (f"{plural(n_tune, 'tuning run')} + {plural(n_compare, 'comparison run')}" if n_tune
             else plural(n_compare, "run"))
+    unit, amount = train.budget_unit
     what = (f"with `{cfg.command}`" if cfg.command is not None
-            else f"on {train.model}/{train.dataset}, {plural(train.epochs, 'epoch')}")
-    console.print(f"compare {', '.join(cfg.norms)} {what}, seeds {','.join(map(str, cfg.seeds))}: "
+            else f"on {train.model}/{train.dataset}, {plural(amount, unit.removesuffix('s'))}")
+    arms = cfg.arms[len(cfg.norms):]
+    ablating = f" (and their stage ablations {', '.join(arms)})" if arms else ""
+    console.print(f"compare {', '.join(cfg.norms)}{ablating} {what}, seeds {','.join(map(str, cfg.seeds))}: "
                   f"{cost} -> {store.path}", soft_wrap=True, markup=False, highlight=False)
     resume_hint = f"continue with: normkit compare --resume {store.path}"
     try:

@@ -70,7 +70,8 @@ def _cells(s: NormSummary, many: bool, any_failed: bool, tuned_keys: list[str]) 
             "Holm p": "" if v is None or v.p_holm is None else f"{v.p_holm:.3g}",
             "verdict": "baseline" if v is None else v.verdict,
             "MDE": "" if v is None or v.mde is None else f"{v.mde:.2f}",
-            "s/epoch": _num(s.time_per_epoch_s, ".2f"), "samples/s": _num(s.throughput, ",.0f"),
+            "s/epoch": _num(s.time_per_epoch_s, ".2f"), "CPU s/epoch": _num(s.cpu_time_per_epoch_s, ".2f"),
+            "samples/s": _num(s.throughput, ",.0f"),
             "peak MB": _num(s.peak_mem_mb, ",.0f"), "params": _num(s.params, ","), "diverged": str(s.diverged)}
     if any_failed:
         row["failed"] = str(s.failed)
@@ -78,17 +79,17 @@ def _cells(s: NormSummary, many: bool, any_failed: bool, tuned_keys: list[str]) 
 
 
 # Narrowing steps, in order: drop these columns one at a time, fold the interval into Δ, drop MDE.
-_OPTIONAL = ("params", "peak MB", "samples/s", "s/epoch")
+_OPTIONAL = ("params", "peak MB", "samples/s", "s/epoch", "CPU s/epoch")
 FOLD = "fold"
 
 
 def summary_table(results: Results, summary: Summary, drop: tuple[str, ...] = ()) -> Table:
     """The final table: primary metric, paired difference, Holm p, verdict, MDE, speed, size, failures."""
+    from normkit_lab.analysis.caption import training_length
     from normkit_lab.analysis.summary import cell_key
 
     cfg, metric = results.config, summary.metric
-    epochs = plural(cfg["epochs"], "epoch") if isinstance(cfg.get("epochs"), int) else f"{cfg.get('epochs')} epochs"
-    what = f"{cfg.get('model')} on {cfg.get('dataset')}, {epochs}"
+    what = f"{cfg.get('model')} on {cfg.get('dataset')}, {training_length(cfg)}"
     if cfg.get("command") or cfg.get("train_function"):
         what = f"`{cfg['command']}`" if cfg.get("command") else f"{cfg['train_function']}()"
     table = Table(title=Text(f"{what}: {summary.label} "
@@ -171,6 +172,10 @@ def print_summary(results: Results, summaries: Sequence[Summary], console: Conso
         console.print(diagnostics_table(summary))
     if summary.ranks:
         console.print(ranking_table(summary))
+    if summary.ablations:
+        from normkit_cli.ablation_table import print_ablations
+
+        print_ablations(summary, console)
     left_out = [d for d in dropped if d != FOLD]
     if left_out:
         console.print(f"(too narrow for {', '.join(left_out)}: see summary.csv or report.html)")

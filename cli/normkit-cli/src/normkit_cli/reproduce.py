@@ -23,6 +23,16 @@ from normkit_cli.errors import fail, one_line_errors
 SCALES = ("cpu", "paper")
 
 
+LEGEND = (
+    "label: reproduction = a result the cited paper reports; extension = one it states or expects without "
+    "measuring it, or a control arm that tests its stated cause; prediction = normkit's own, from its earlier runs",
+    "cpu runtime: the preset's CPU scale, as measured on the machine its file names (minutes on 2 cores)",
+    "paper scale: the preset also carries the paper's recipe (--scale paper: its model, dataset and length, for a "
+    "GPU with the dataset on disk; check it with --dry-run); cpu only: there is no recipe of the paper's to run, "
+    "only the CPU scale",
+)
+
+
 def _list() -> None:
     from normkit_lab.reproduce import available
 
@@ -30,12 +40,17 @@ def _list() -> None:
     if not presets:
         typer.echo("no reproduction presets installed (plugins register them; see docs/reproduce.md)")
         return
-    width = max(len(p.name) for p in presets)
-    for p in presets:
-        cpu = p.scales["cpu"].runtime_text
-        paper = "paper scale" if "paper" in p.scales else "cpu only"
-        typer.echo(f"{p.name:<{width}}  {p.label:<12} {cpu:<13} {paper:<11}  {p.title}")
-        typer.echo(f"{'':<{width}}  source: {p.cite} (plugin {p.plugin})")
+    rows = [(p.name, p.labels, p.scales["cpu"].runtime_text, "paper scale" if "paper" in p.scales else "cpu only",
+             p.title) for p in presets]
+    head = ("preset", "label", "cpu runtime", "scales", "claim")
+    widths = [max(len(r[i]) for r in [*rows, head]) for i in range(4)]
+    typer.echo("  ".join(f"{v:<{w}}" for v, w in zip(head, widths, strict=False)) + f"  {head[4]}")
+    for p, row in zip(presets, rows, strict=True):
+        typer.echo("  ".join(f"{v:<{w}}" for v, w in zip(row, widths, strict=False)) + f"  {row[4]}")
+        typer.echo(f"{'':<{widths[0]}}  source: {p.cite} (plugin {p.plugin})")
+    typer.echo("")
+    for line in LEGEND:
+        typer.echo(line)
 
 
 def _overrides(data_dir: Path | None, device: str | None) -> dict[str, Any]:

@@ -1,17 +1,18 @@
-"""Byte n-gram reference points for language-model results: what a unigram and a bigram table score.
+"""Byte n-gram reference points for language-model results: unigram, bigram and trigram tables.
 
 A bits-per-byte number means little alone: 3.2 bits/byte is poor for English prose and good for a
-tiny model on source code. Two tables fitted on the train split and scored on exactly the test
-windows the models are scored on say what the model has learned beyond byte frequencies (unigram)
-and beyond "which byte follows which" (bigram):
+tiny model on source code. Three tables fitted on the train split and scored on exactly the test
+windows the models are scored on say what the model has learned beyond byte frequencies (unigram),
+beyond "which byte follows which" (bigram) and beyond "which byte follows which two" (trigram):
 
-    unigram  p(y) = (count(y) + 1) / (N + 256)                    (add-one smoothing)
-    bigram   p(y | x) = (count(x, y) + 1) / (count(x) + 256)       x = the previous byte
+    p(y | h) = (count(h, y) + k) / (count(h) + 256 k)      h = the n - 1 previous bytes (add-k)
 
-Each test target y is scored with its own previous byte x (the window's input at that position),
-so the tables see exactly the bytes the model is scored on. The numbers go into the dataset's
-metadata (`baselines`, saved with every run in runs.jsonl) and from there into summary.json, the
-printed notes and report.html.
+Each table's k is tuned on the validation windows (the value of K_GRID with the lowest validation
+bits per byte, as a model's hyperparameters are) and the test windows are scored with that k. Each
+target is scored with the bytes the model saw before it in its window: at a window's first position
+the model has seen one byte, so the trigram table falls back to its bigram there. The numbers go
+into the dataset's metadata (`baselines`, saved with every run in runs.jsonl) and from there into
+summary.json, the printed notes and report.html.
 """
 
 from __future__ import annotations
@@ -20,31 +21,82 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
 VOCAB = 256
-FIT, SCORED = "train split", "test windows"
+ORDERS = {"unigram": 1, "bigram": 2, "trigram": 3}
+K_GRID = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
+FIT, SCORED, TUNED = "train split", "test windows", "validation windows"
+REFERENCE = "trigram"  # the strongest table: the bar a model is held to
 
 
-def _windows(stream: Tensor, starts: Tensor, seq_len: int) -> tuple[Tensor, Tensor]:
+def _windows(stream: Tensor, starts: Tensor, seq_len: int) -> tuple[Tensor, Tensor, Tensor]:
+    """(previous input byte, input byte, target) at every position of every window; the previous
+    byte is -1 at a window's first position (the model has not seen one there)."""
     index = starts.long()[:, None] + torch.arange(seq_len + 1)[None, :]
     w = stream.long()[index]
-    return w[:, :-1].reshape(-1), w[:, 1:].reshape(-1)
+    prev = torch.cat([torch.full((w.shape[0], 1), -1, dtype=torch.long), w[:, :-2]], dim=1)
+    return prev.reshape(-1), w[:, :-1].reshape(-1), w[:, 1:].reshape(-1)
 
 
-def ngram_baselines(train: Tensor, test: Tensor, starts: Tensor, seq_len: int) -> dict[str, Any]:
-    """Unigram and bigram bits per byte: tables fitted on the `train` byte stream (add-one smoothed),
-    scored on the targets of the test windows (`test[s+1 : s+seq_len+1]` for each start s)."""
-    x, y = _windows(test, starts, seq_len)
-    stream = train.long()
-    uni = torch.bincount(stream, minlength=VOCAB).double() + 1.0
-    uni_logp = torch.log2(uni / uni.sum())
-    pairs = torch.bincount(stream[:-1] * VOCAB + stream[1:], minlength=VOCAB * VOCAB).double().view(VOCAB, VOCAB)
-    bi = pairs + 1.0
-    bi_logp = torch.log2(bi / bi.sum(dim=1, keepdim=True))
-    return {"unigram_bpb": round(float(-uni_logp[y].mean()), 4), "bigram_bpb": round(float(-bi_logp[x, y].mean()), 4),
-            "fit": FIT, "scored": SCORED, "smoothing": "add-one", "targets": int(y.numel())}
+class _Counts:
+    """The train split's byte and pair counts, and the triple counts of the triples `queries` ask about
+    (a lookup of the 2^24 possible triples, so no 2^24-long count table is built)."""
+
+    def __init__(self, train: Tensor, queries: Sequence[tuple[Tensor, Tensor, Tensor]]) -> None:
+        s = train.numpy().astype(np.int32)
+        self.uni = torch.from_numpy(np.bincount(s, minlength=VOCAB).astype(np.float64))
+        self.bi = torch.from_numpy(np.bincount((s[:-1] << 8) | s[1:], minlength=VOCAB ** 2).astype(np.float64))
+        self.bi_context = self.bi.view(VOCAB, VOCAB).sum(1)
+        pairs = (s[:-2] << 8) | s[1:-1]  # a triple's context: the pair it starts with
+        self.tri_context = torch.from_numpy(np.bincount(pairs, minlength=VOCAB ** 2).astype(np.float64))
+        asked = np.unique(np.concatenate([_triples(*q)[1].numpy() for q in queries]).astype(np.int32))
+        wanted = np.zeros(VOCAB ** 3, dtype=bool)
+        wanted[asked] = True
+        keys = (pairs << 8) | s[2:]
+        self._keys, counts = np.unique(keys[wanted[keys]], return_counts=True)
+        self._counts = counts.astype(np.float64)
+
+    def _tri(self, keys: Tensor) -> Tensor:
+        k = keys.numpy()
+        at = np.searchsorted(self._keys, k).clip(max=max(len(self._keys) - 1, 0))
+        found = self._keys[at] == k if len(self._keys) else np.zeros(len(k), dtype=bool)
+        return torch.from_numpy(np.where(found, self._counts[at] if len(self._keys) else 0.0, 0.0))
+
+    def bits(self, order: int, k: float, prev: Tensor, x: Tensor, y: Tensor) -> float:
+        """Mean bits per target of the add-k table of `order` (trigram: bigram where prev is -1)."""
+        uni = -torch.log2((self.uni[y] + k) / (self.uni.sum() + VOCAB * k))
+        if order == 1:
+            return float(uni.mean())
+        bi = -torch.log2((self.bi[x * VOCAB + y] + k) / (self.bi_context[x] + VOCAB * k))
+        if order == 2:
+            return float(bi.mean())
+        context, keys = _triples(prev, x, y)
+        tri = -torch.log2((self._tri(keys) + k) / (self.tri_context[context] + VOCAB * k))
+        return float(torch.where(prev >= 0, tri, bi).mean())
+
+
+def _triples(prev: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    """(context pair, triple) keys of each target (prev -1, a window's first position, reads as 0)."""
+    context = prev.clamp(min=0) * VOCAB + x
+    return context, context * VOCAB + y
+
+
+def ngram_baselines(train: Tensor, val: Tensor, val_starts: Tensor, test: Tensor, test_starts: Tensor,
+                    seq_len: int) -> dict[str, Any]:
+    """Unigram, bigram and trigram bits per byte on the test windows (`test[s+1 : s+seq_len+1]` for each
+    start s): add-k tables fitted on the `train` byte stream, each k tuned on the validation windows."""
+    val_windows, test_windows = _windows(val, val_starts, seq_len), _windows(test, test_starts, seq_len)
+    counts = _Counts(train, [val_windows, test_windows])
+    out: dict[str, Any] = {}
+    for name, order in ORDERS.items():
+        k = min(K_GRID, key=lambda c: counts.bits(order, c, *val_windows))
+        out[f"{name}_bpb"] = round(counts.bits(order, k, *test_windows), 4)
+        out[f"{name}_k"] = k
+    return {**out, "fit": FIT, "scored": SCORED, "tuned": TUNED, "smoothing": "add-k",
+            "targets": int(test_windows[2].numel())}
 
 
 def baselines_of(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
@@ -61,25 +113,35 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def below_bigram(values: Mapping[int, float], baselines: Mapping[str, Any]) -> int:
-    """How many of the runs' values (bits per byte, by seed) are below the bigram table's."""
-    return sum(v < baselines["bigram_bpb"] for v in values.values())
+def reference_table(baselines: Mapping[str, Any]) -> str:
+    """The strongest table the baselines hold: trigram, or bigram for results recorded before it."""
+    return REFERENCE if _finite(baselines.get(f"{REFERENCE}_bpb")) else "bigram"
+
+
+def below(values: Mapping[int, float], baselines: Mapping[str, Any], table: str) -> int:
+    """How many of the runs' values (bits per byte, by seed) are below the table's."""
+    return sum(v < baselines[f"{table}_bpb"] for v in values.values())
 
 
 def note(baselines: Mapping[str, Any], rows: Sequence[Any], unit: str) -> str | None:
     """One line for the printed notes and report.html; None unless the metric is in bits per byte."""
     if unit != "bits/byte":
         return None
+    table = reference_table(baselines)
     runs = sum(len(r.values) for r in rows)
-    below = sum(below_bigram(r.values, baselines) for r in rows)
-    return (f"reference tables fitted on the {baselines['fit']} and scored on the same {baselines['scored']}: "
-            f"unigram {baselines['unigram_bpb']:.2f}, bigram {baselines['bigram_bpb']:.2f} bits/byte; "
-            f"{below} of {runs} finished runs end below the bigram")
+    count = sum(below(r.values, baselines, table) for r in rows)
+    scores = ", ".join(f"{name} {baselines[f'{name}_bpb']:.2f}" for name in ORDERS
+                       if _finite(baselines.get(f"{name}_bpb")))
+    tuned = f" (add-k, k tuned on the {baselines['tuned']})" if baselines.get("tuned") else ""
+    return (f"reference tables fitted on the {baselines['fit']} and scored on the same {baselines['scored']}"
+            f"{tuned}: {scores} bits/byte; {count} of {runs} finished runs end below the {table}")
 
 
 def row_fields(baselines: Mapping[str, Any] | None, values: Mapping[int, float]) -> dict[str, Any]:
-    """The summary.json keys a row gets: the two tables' scores and its seeds below the bigram."""
+    """The summary.json keys a row gets: the tables' scores and how many of its seeds end below them."""
+    names = [f"{name}_bpb" for name in ORDERS]
     if baselines is None:
-        return {"unigram_bpb": None, "bigram_bpb": None, "seeds_below_bigram": None}
-    return {"unigram_bpb": baselines["unigram_bpb"], "bigram_bpb": baselines["bigram_bpb"],
-            "seeds_below_bigram": below_bigram(values, baselines)}
+        return {**dict.fromkeys(names), "seeds_below_bigram": None, "seeds_below_trigram": None}
+    trigram = _finite(baselines.get("trigram_bpb"))
+    return {**{n: baselines.get(n) for n in names}, "seeds_below_bigram": below(values, baselines, "bigram"),
+            "seeds_below_trigram": below(values, baselines, "trigram") if trigram else None}

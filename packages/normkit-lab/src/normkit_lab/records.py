@@ -32,7 +32,7 @@ SELECTIONS = ("final", "best-val")
 RUNTIME_KEYS = frozenset({"device", "data_dir", "download", "num_workers", "diagnostics", "timeout"})
 # Keys that choose which runs exist and how they are summarized; each run's own identity (norm, seed,
 # cell, tuned) says where it belongs, so they are not part of the config hash either.
-PLAN_KEYS = frozenset({"norms", "seeds", "baseline", "select", "metric", "margin"})
+PLAN_KEYS = frozenset({"norms", "seeds", "baseline", "select", "metric", "margin", "ablate"})
 # cpu_threads is resolved per machine and split between parallel jobs; it changes speed, not results
 # beyond float rounding, and is recorded in every row (`threads`).
 # command_dir: where a --command runs (an absolute path, so a copied store still compares equal).
@@ -119,7 +119,13 @@ class EpochRecord:
     classifiers, tokens/s for sequence models); peak_mem_mb: CUDA max_memory_allocated during
     the epoch, or on CPU/MPS the process's peak RSS so far (getrusage); lr: the learning rate at
     the epoch's first step. val_bpb/test_bpb: bits per byte of the val/test loss, for datasets
-    that declare `bytes_per_token` in their metadata (byte-level text), else None.
+    that declare `bytes_per_token` in their metadata (byte-level text), else None. steps: the
+    optimizer steps taken from the start of the run to the end of this epoch (the last epoch's is
+    the run's total; a steps or examples budget may end its last epoch part-way through the data).
+    cpu_time_s: the process's CPU time (every thread) during the training pass, which unlike
+    epoch_time_s does not grow when other work shares the machine's cores. load_avg and cpu_cores:
+    the machine's 1-minute load average at the end of the training pass and the cores this process
+    may use, so a report can say when the wall times were measured on a machine busier than its cores.
     """
 
     epoch: int
@@ -136,6 +142,10 @@ class EpochRecord:
     test_acc: float | None = None
     val_bpb: float | None = None
     test_bpb: float | None = None
+    steps: int | None = None
+    cpu_time_s: float | None = None
+    load_avg: float | None = None
+    cpu_cores: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from normkit import plugins
 from normkit.errors import NormkitError
+from normkit_lab.ablations import ablation_arms
 from normkit_lab.metrics import metric_named
 
 DEFAULT_LR = {"sgd": 0.1, "adamw": 1e-3}  # ResNet/WRN and ViT recipes of the normality paper
@@ -26,6 +28,9 @@ DEFAULT_WEIGHT_DECAY = {"sgd": 5e-4, "adamw": 0.05}
 TRAIN_DEFAULTS: dict[str, Any] = {"epochs": 5, "batch_size": 128}
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
 DEFAULT_TUNE_SEEDS = 2  # tuning seeds when tuning and none are given: the next ones after `seeds`
+# How long a run trains: `epochs` (passes over the training data, the default), or a number of optimizer
+# `steps` or training `examples` that every cell of a batch-size sweep trains alike.
+BUDGET_UNITS = ("epochs", "steps", "examples")
 
 
 @dataclass
@@ -41,6 +46,9 @@ class TrainConfig:
     parameters on CPU (much faster for small-cnn), torch's default otherwise.
     nproc_per_node: processes (GPUs) per run; above 1 each run is launched with torchrun as
     DistributedDataParallel, batch_size staying the global batch (see normkit_lab.runs.distributed).
+    budget: None trains `epochs` passes over the data; "steps=N" or "examples=N" trains exactly N
+    optimizer steps (N examples, N / batch_size steps) whatever the batch size, the schedule spread
+    over them, evaluating after each pass over the data and at the end (`epochs` is then unused).
     """
 
     model: str = "small-cnn"
@@ -70,6 +78,28 @@ class TrainConfig:
     num_workers: int = 0
     cpu_threads: int | None = None
     nproc_per_node: int = 1
+    budget: str | None = None
+
+    @property
+    def budget_unit(self) -> tuple[str, int]:
+        """(unit, amount) of the training budget: ("epochs", epochs), ("steps", N) or ("examples", N)."""
+        if self.budget is None:
+            return "epochs", self.epochs
+        unit, _, amount = self.budget.partition("=")
+        return unit, int(amount)
+
+    def total_steps(self, steps_per_epoch: int) -> int:
+        """The optimizer steps a run takes, given the steps of one pass over its training data."""
+        unit, amount = self.budget_unit
+        if unit == "steps":
+            return amount
+        if unit == "examples":
+            return amount // self.batch_size
+        return amount * steps_per_epoch
+
+    def run_epochs(self, steps_per_epoch: int) -> int:
+        """Passes over the training data (the last one partial under a steps or examples budget)."""
+        return math.ceil(self.total_steps(steps_per_epoch) / steps_per_epoch)
 
     @property
     def resolved_lr(self) -> float:
@@ -104,6 +134,7 @@ class CompareConfig:
     tune: dict[str, list[Any]] = field(default_factory=dict)
     tune_seeds: list[int] = field(default_factory=list)
     sweep: dict[str, list[Any]] = field(default_factory=dict)
+    ablate: bool = False
     # the user's own training code (normkit_lab.runs.trainer): a program run once per run, or the
     # "module:name" of a Python function; code_files: hashes of the files they name (set by check)
     command: str | None = None
@@ -118,6 +149,12 @@ class CompareConfig:
         return self.command is not None or self.train_function is not None
 
     @property
+    def arms(self) -> list[str]:
+        """Every norm that trains: the compared norms, then with `ablate` each one's stage ablations
+        (`normkit_lab.ablations`), which are analyzed apart and never enter the comparison's Holm family."""
+        return [*self.norms, *(ablation_arms(self.norms) if self.ablate else ())]
+
+    @property
     def baseline_norm(self) -> str:
         """The norm every other norm is compared to (the first one unless chosen)."""
         return self.baseline or self.norms[0]
@@ -127,18 +164,21 @@ class CompareConfig:
         train = dataclasses.asdict(self.train)
         train.update(lr=self.train.resolved_lr, weight_decay=self.train.resolved_weight_decay,
                      norm_weight_decay=self.train.resolved_norm_weight_decay)
+        # one length: an epoch budget writes `epochs` (and no budget key, so its config hash is as before
+        # budgets existed), a steps or examples budget writes `budget` and no unused `epochs`
+        train.pop("epochs" if self.train.budget is not None else "budget")
         own = {key: getattr(self, key) for key in EXTERNAL_KEYS if getattr(self, key) is not None}
         return {"norms": list(self.norms), "seeds": list(self.seeds), "baseline": self.baseline_norm,
                 "diagnostics": self.diagnostics, "select": self.select, "metric": self.metric,
                 "margin": metric_named(self.metric).default_margin if self.margin is None else self.margin,
                 "tune": {k: list(v) for k, v in self.tune.items()}, "tune_seeds": list(self.tune_seeds),
-                "sweep": {k: list(v) for k, v in self.sweep.items()}, **own, **train}
+                "sweep": {k: list(v) for k, v in self.sweep.items()}, "ablate": self.ablate, **own, **train}
 
 
 # written to config.yaml only when set, so a built-in comparison's config (and its hash) is as before
 EXTERNAL_KEYS = ("command", "command_dir", "timeout", "train_function", "code_files")
 COMPARE_KEYS = ("norms", "seeds", "baseline", "diagnostics", "select", "metric", "margin", "tune", "tune_seeds",
-                 "sweep", *EXTERNAL_KEYS)
+                 "sweep", "ablate", *EXTERNAL_KEYS)
 
 
 def grid(values: dict[str, list[Any]]) -> list[dict[str, Any]]:
@@ -151,7 +191,7 @@ def defaults() -> dict[str, Any]:
     """Default value of every key except `norms`, which has none."""
     out: dict[str, Any] = {"seeds": list(DEFAULT_SEEDS), "baseline": None, "diagnostics": False,
                            "select": "final", "metric": "test_acc", "margin": None, "tune": {}, "tune_seeds": None,
-                           "sweep": {}, **dict.fromkeys(EXTERNAL_KEYS)}
+                           "sweep": {}, "ablate": False, **dict.fromkeys(EXTERNAL_KEYS)}
     for f in dataclasses.fields(TrainConfig):
         if f.default is not dataclasses.MISSING:
             out[f.name] = f.default
@@ -177,15 +217,3 @@ def registered_train_defaults(kind: str, name: Any) -> dict[str, Any]:
     except NormkitError:
         return {}
     return dict(entry.meta.get("train_defaults") or {})
-
-
-def default_recipe() -> dict[str, Any]:
-    """config.yaml's mapping of a comparison given nothing but its norms (`normkit compare --norms bn`):
-    the global defaults under the default dataset's and model's registered ones, as `build_config`
-    merges them (the report's caption asks whether a comparison ran this recipe)."""
-    base = defaults()
-    of_model = registered_train_defaults("model", base["model"])
-    of_dataset = registered_train_defaults("dataset", of_model.get("dataset", base["dataset"]))
-    merged = {**base, **of_dataset, **of_model}
-    train = TrainConfig(**{f.name: merged[f.name] for f in dataclasses.fields(TrainConfig)})
-    return CompareConfig(norms=["bn"], train=train, select=merged["select"], metric=merged["metric"]).to_dict()

@@ -12,7 +12,7 @@ complete and check its keyword arguments; annotate your hook's argument with it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 import pluggy
@@ -29,22 +29,31 @@ class RegisterNorm(Protocol):
     `channel_dim` keyword (given by build, not a spec parameter). Parameters are keyword
     arguments with defaults and bool/int/float/str/Literal hints. includes_activation: the norm
     applies its own nonlinearity (FRN+TLU, EvoNorm), so models drop the activation after it.
+    ablations: the norm's stages an experiment can neutralize, by label, each as the parameter values
+    that switch it off (`{"noise": {"noise": 0.0}}`); `normkit compare --ablate` runs those arms.
     """
 
     def __call__(self, name: str, *, pipeline: Callable[..., Any] | None = None, compose: str | None = None,
                  factory: Callable[..., Any] | None = None, aliases: Sequence[str] = (), summary: str = "",
-                 citation: str = "", includes_activation: bool = False) -> None: ...
+                 citation: str = "", includes_activation: bool = False,
+                 ablations: Mapping[str, Mapping[str, Any]] | None = None) -> None: ...
 
 
 class RegisterStage(Protocol):
     """`register` of `normkit_register_stages`: `factory(ctx: BuildContext, **params)` returns a Step
-    (kind="step"), an nn.Module (kind="activation") or a PostActivationStep (kind="post_activation")."""
+    (kind="step"), an nn.Module (kind="activation") or a PostActivationStep (kind="post_activation").
+
+    ablations: what an experiment can neutralize, by label: parameter values that switch a part of the
+    stage off (`{"noise": {"noise": 0.0}}`), or None for the whole stage, which is then dropped from
+    the spec (`{"proxy step": None}`: gn+pn -> gn(groups=8)); `normkit compare --ablate` runs those arms.
+    """
 
     def __call__(self, name: str, factory: Callable[..., Any], *,
                  kind: Literal["step", "activation", "post_activation"] = "step",
                  position: Literal["before", "after"] = "after", activation_param: str | None = None,
                  aliases: Sequence[str] = (), summary: str = "", citation: str = "",
-                 partition_defaults: dict[str, Any] | None = None) -> None: ...
+                 partition_defaults: dict[str, Any] | None = None,
+                 ablations: Mapping[str, Mapping[str, Any] | None] | None = None) -> None: ...
 
 
 class RegisterItem(Protocol):

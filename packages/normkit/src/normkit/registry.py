@@ -8,7 +8,7 @@ naming both plugins.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -58,7 +58,35 @@ class Entry:
             "citation": self.citation,
             **({"expands_to": self.compose} if self.compose else {}),
             **({"includes_activation": True} if self.includes_activation else {}),
+            **({"ablations": dict(self.meta["ablations"])} if self.meta.get("ablations") else {}),
         }
+
+
+def _ablations(owner: str, ablations: Any, params: tuple[Param, ...], *,
+               removable: bool) -> dict[str, dict[str, Any] | None]:
+    """Checked `ablations=` of a norm or stage: label -> the values of its declared parameters that
+    switch that part off (typed), or None (stages only) to drop the whole stage. Stored in meta."""
+    if ablations is None:
+        return {}
+    if not isinstance(ablations, Mapping):
+        raise PluginError(f"{owner}: ablations= maps a label to parameter values, e.g. {{'noise': {{'noise': 0.0}}}}")
+    declared = {p.name: p for p in params}
+    out: dict[str, dict[str, Any] | None] = {}
+    for label, values in ablations.items():
+        if not isinstance(label, str) or not label.strip():
+            raise PluginError(f"{owner}: ablation labels are non-empty strings, not {label!r}")
+        if values is None and removable:
+            out[label] = None
+            continue
+        if not isinstance(values, Mapping) or not values:
+            what = "parameter values or None (drop the stage)" if removable else "parameter values"
+            raise PluginError(f"{owner}: ablation {label!r} must be {what}, not {values!r}")
+        unknown = [k for k in values if k not in declared]
+        if unknown:
+            raise PluginError(f"{owner}: ablation {label!r} sets {unknown[0]!r}, which is not a parameter"
+                              f"{did_you_mean(str(unknown[0]), declared)}")
+        out[label] = {k: declared[k].coerce(v, owner) for k, v in values.items()}
+    return out
 
 
 class Registry:
@@ -107,7 +135,8 @@ class Registry:
         def register_norm(name: str, *, pipeline: Callable[..., Any] | None = None,
                           compose: str | None = None, factory: Callable[..., Any] | None = None,
                           aliases: Sequence[str] = (), summary: str = "", citation: str = "",
-                          includes_activation: bool = False) -> None:
+                          includes_activation: bool = False,
+                          ablations: Mapping[str, Mapping[str, Any]] | None = None) -> None:
             owner = _owner(plugin, "norm", name)
             given = [x for x in (pipeline, compose, factory) if x is not None]
             if len(given) != 1:
@@ -121,16 +150,20 @@ class Registry:
                 if not isinstance(compose, str):
                     raise PluginError(f"{owner}: compose= takes a spec string such as 'bn+nn'")
                 params = ()  # a composition's parameters are those of its parts
+            if compose is not None and ablations:
+                raise PluginError(f"{owner}: a composition's ablations are those of its parts; declare them there")
+            ablated = _ablations(owner, ablations, params, removable=False)
             self.add(Entry(name, "norm", plugin, summary, citation, tuple(aliases), params,
                            pipeline=pipeline, compose=compose, factory=factory,
-                           includes_activation=includes_activation))
+                           includes_activation=includes_activation, meta={"ablations": ablated} if ablated else {}))
 
         def register_stage(name: str, factory: Callable[..., Any], *,
                            kind: Literal["step", "activation", "post_activation"] = "step",
                            position: Literal["before", "after"] = "after",
                            activation_param: str | None = None, aliases: Sequence[str] = (),
                            summary: str = "", citation: str = "",
-                           partition_defaults: dict[str, Any] | None = None) -> None:
+                           partition_defaults: dict[str, Any] | None = None,
+                           ablations: Mapping[str, Mapping[str, Any] | None] | None = None) -> None:
             owner = _owner(plugin, "stage", name)
             if kind not in STAGE_KINDS:
                 raise PluginError(f"{owner} has unknown kind {kind!r}; use one of {', '.join(STAGE_KINDS)}")
@@ -139,10 +172,13 @@ class Registry:
             params = signature_params(factory, skip=1, owner=owner)
             if activation_param and activation_param not in {p.name for p in params}:
                 raise PluginError(f"{owner} has no parameter {activation_param!r}")
+            meta: dict[str, Any] = {"partition_defaults": dict(partition_defaults)} if partition_defaults else {}
+            ablated = _ablations(owner, ablations, params, removable=True)
+            if ablated:
+                meta["ablations"] = ablated
             self.add(Entry(name, kind, plugin, summary, citation, tuple(aliases), params,
                            factory=factory, position=position if kind == "step" else None,
-                           activation_param=activation_param,
-                           meta={"partition_defaults": dict(partition_defaults)} if partition_defaults else {}))
+                           activation_param=activation_param, meta=meta))
 
         def register_item(kind: Kind) -> Callable[..., None]:
             def register(name: str, factory: Callable[..., Any], *, aliases: Sequence[str] = (),

@@ -1,4 +1,4 @@
-"""IBNorm for normkit: bounded compression steps ib-s, ib-l, ib-t and the paper's names as norms.
+"""IBNorm for normkit: compression steps ib-s, ib-t (bounded) and ib-l (logarithmic) and the paper's names.
 
     layer = normkit.build("ln+ib-l(lam=4)", 512, channel_dim=-1)
     layer = normkit.build("ibn-t", 64)   # = bn+ib-t
@@ -23,19 +23,25 @@ _SHAPES = {"s": "softsign-type", "l": "signed log", "t": "tanh"}
 __all__ = ["CITATION", "COMPRESSIONS", "Compression", "IBCompress"]
 
 
-def ib_s(ctx: BuildContext, *, lam: float = COMPRESSIONS["s"].default_lam, centre: bool | None = None) -> IBCompress:
-    """ib-s: softsign-type compression c / (1 + |c| / lam), before standardization."""
-    return IBCompress("s", lam, centre)
+def ib_s(ctx: BuildContext, *, lam: float = COMPRESSIONS["s"].default_lam, centre: bool | None = None,
+         units: str = "std") -> IBCompress:
+    """ib-s: softsign-type compression c / (1 + |c| / lam) of the standardized values (units=std) or the raw ones
+    (units=raw), before standardization."""
+    return IBCompress("s", lam, centre, units)
 
 
-def ib_l(ctx: BuildContext, *, lam: float = COMPRESSIONS["l"].default_lam, centre: bool | None = None) -> IBCompress:
-    """ib-l: signed log compression sign(c) * lam * log1p(|c| / lam), before standardization."""
-    return IBCompress("l", lam, centre)
+def ib_l(ctx: BuildContext, *, lam: float = COMPRESSIONS["l"].default_lam, centre: bool | None = None,
+         units: str = "std") -> IBCompress:
+    """ib-l: signed log compression sign(c) * lam * log1p(|c| / lam) (unbounded) of the standardized
+    values (units=std) or the raw ones (units=raw), before standardization."""
+    return IBCompress("l", lam, centre, units)
 
 
-def ib_t(ctx: BuildContext, *, lam: float = COMPRESSIONS["t"].default_lam, centre: bool | None = None) -> IBCompress:
-    """ib-t: tanh compression lam * tanh(c / lam), before standardization."""
-    return IBCompress("t", lam, centre)
+def ib_t(ctx: BuildContext, *, lam: float = COMPRESSIONS["t"].default_lam, centre: bool | None = None,
+         units: str = "std") -> IBCompress:
+    """ib-t: tanh compression lam * tanh(c / lam) of the standardized values (units=std) or the raw ones
+    (units=raw), before standardization."""
+    return IBCompress("t", lam, centre, units)
 
 
 # Module-level factories (no closures): layers built from them pickle.
@@ -47,9 +53,9 @@ def normkit_register_stages(register: RegisterStage) -> None:
     for variant, factory in STAGE_FACTORIES.items():
         compression = COMPRESSIONS[variant]
         register(f"ib-{variant}", factory, kind="step", position="before",
-                 citation=CITATION,
+                 citation=CITATION, ablations={"compression": None},  # --ablate: the norm without it
                  summary=f"IBNorm-{variant.upper()} compression ({_SHAPES.get(variant, 'custom')}: "
-                         f"{compression.formula}) of centred values, before standardization")
+                         f"{compression.formula}) of standardized values, before standardization")
 
 
 @normkit.hookimpl

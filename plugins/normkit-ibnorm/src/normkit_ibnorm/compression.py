@@ -1,7 +1,9 @@
-"""The bounded compression functions behind ib-s, ib-l and ib-t, in one replaceable table.
+"""The compression functions behind ib-s, ib-l and ib-t, in one replaceable table.
 
-Each maps centred values `c` to compressed values with slope 1 at 0 and tails squashed beyond
-|c| ~ lam. These are normkit's reading of IBNorm (the authors' code and exact formulas are not
+Each maps values `c` (standardized, or raw with units=raw: step.py) to compressed values with slope 1
+at 0 and tails squashed beyond |c| ~ lam. ib-s and ib-t are bounded (|f(c)| < lam, the abstract's
+"bounded compression"); ib-l is not: sign(c) * lam * log1p(|c| / lam) grows without bound, only
+logarithmically. These are normkit's reading of IBNorm (the authors' code and exact formulas are not
 published). To try other forms, replace an entry of COMPRESSIONS before building layers:
 
     COMPRESSIONS["t"] = Compression(lambda c, lam: ..., default_lam=4.0, formula="...")

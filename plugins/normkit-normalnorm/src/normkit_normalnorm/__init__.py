@@ -16,13 +16,17 @@ from normkit_normalnorm.stage import NormalityStep, normality_stage
 CITATION = ("Eftekhari & Papyan, On the Importance of Gaussianizing Representations (normality "
             "normalization), ICML 2025, arXiv:2505.00685")
 
-__all__ = ["CITATION", "NormalityStep", "normality_norm", "normality_stage"]
+# What `normkit compare --ablate` switches off, one at a time: the training noise, and the power
+# transform (lambda clamped to 1, where Yeo-Johnson is the identity), leaving the other part as it was.
+ABLATIONS = {"noise": {"noise": 0.0}, "power transform": {"lambda_min": 1.0, "lambda_max": 1.0}}
+
+__all__ = ["ABLATIONS", "CITATION", "NormalityStep", "normality_norm", "normality_stage"]
 
 
 @normkit.hookimpl
 def normkit_register_stages(register: RegisterStage) -> None:
     register("nn", normality_stage, kind="step", position="after", aliases=("normality",),
-             citation=CITATION,
+             citation=CITATION, ablations=ABLATIONS,
              summary="normality normalization step: Yeo-Johnson power transform (one-Newton-step lambda) "
                      "+ noise scaled per group, after standardizing")
 

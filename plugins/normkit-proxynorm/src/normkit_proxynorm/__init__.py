@@ -34,6 +34,7 @@ def proxy_normalization(ctx: BuildContext, *, act: str = "relu", eps: float = 0.
 def normkit_register_stages(register: RegisterStage) -> None:
     register("pn", proxy_normalization, kind="post_activation", activation_param="act",
              aliases=("proxynorm", "proxy-norm"), citation=CITATION, partition_defaults=PARTITION_DEFAULTS,
+             ablations={"proxy step": None},  # --ablate: the norm without pn, its groups kept (gn(groups=8))
              summary="proxy norm: affine -> activation -> normalize by a Gaussian proxy's statistics "
                      "(batch-independent; follow ln/gn)")
 

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from normkit_lab.analysis.ablations import StageTest, declared_ablations, stage_tests
 from normkit_lab.analysis.diagnostic_verdicts import DiagnosticVerdict, diagnostic_verdicts, measures_of
 from normkit_lab.analysis.interactions import Interaction, interactions
 from normkit_lab.analysis.pairs import PairVerdict, Rank, all_pairs, ranking
@@ -105,6 +106,10 @@ class NormSummary:
     throughput: float | None  # median train samples/s over all epochs
     peak_mem_mb: float | None  # largest peak over all epochs
     params: int | None
+    cpu_time_per_epoch_s: float | None = None  # median process CPU time of the training passes
+    steps: int | None = None  # optimizer steps of a finished run (the median; they differ only if runs stopped)
+    load_max: float | None = None  # the highest 1-minute load average at the end of any epoch
+    cores: int | None = None  # the cores the runs could use
 
 
 @dataclass(frozen=True)
@@ -122,6 +127,7 @@ class Summary:
     diagnostics: list[DiagnosticVerdict] = field(default_factory=list)  # --diagnostics runs only
     pairs: list[PairVerdict] = field(default_factory=list)  # --all-pairs only: see pairs.py
     ranks: list[Rank] = field(default_factory=list)
+    ablations: list[StageTest] = field(default_factory=list)  # --ablate only: see ablations.py
 
     @property
     def label(self) -> str:
@@ -157,11 +163,14 @@ class Summary:
             "seeds_needed": v.seeds_needed if v else None, "seeds_note": v.seeds_note if v else "",
             "seeds_equivalence": v.seeds_equivalence if v else None,
             "planning_alpha": v.planning_alpha if v else None,
-            "time_per_epoch_s": s.time_per_epoch_s, "throughput_samples_s": s.throughput,
+            "time_per_epoch_s": s.time_per_epoch_s, "cpu_time_per_epoch_s": s.cpu_time_per_epoch_s,
+            "steps": s.steps, "load_avg_max": s.load_max, "cores": s.cores, "throughput_samples_s": s.throughput,
             "peak_mem_mb": s.peak_mem_mb, "params": s.params,
             "interactions": self.interactions_of(s),
             "diagnostic_verdicts": [d.as_dict() for d in self.diagnostics
                                     if d.norm == s.norm and cell_key(d.cell) == cell_key(s.cell)],
+            "ablations": [t.as_dict() for t in self.ablations
+                          if t.ablation.norm == s.norm and cell_key(t.cell) == cell_key(s.cell)],
             **self._rank_of(s),
         }
 
@@ -217,16 +226,24 @@ def summarize(runs: Sequence[Run], norms: Sequence[str], baseline: str, metric: 
     source, notes = source_field(runs, metric, select)
     partial: list[dict[str, Any]] = []
     per_cell: list[tuple[dict[str, Any], dict[str, dict[int, float]]]] = []
+    ablations = declared_ablations(norms, {r.norm for r in runs})
+    arm_values: list[tuple[dict[str, Any], dict[str, dict[int, float]]]] = []
     for cell in _cells(runs):
         ck = cell_key(cell)
         # in seed order, so every mean is the same whatever order the runs finished in (parallel executors)
         in_cell = sorted((r for r in runs if cell_key(r.cell) == ck), key=lambda r: r.seed)
         values: dict[str, dict[int, float]] = {norm: {} for norm in norms}
+        arms: dict[str, dict[int, float]] = {a.arm: {} for a in ablations}
         for run in in_cell:
+            if run.norm in arms and run.status == "ok":
+                value = run_value(run.epochs, metric, select, source)
+                if value is not None:
+                    arms[run.norm][run.seed] = value
             value = run_value(run.epochs, metric, select, source) if run.status == "ok" else None
             if value is not None and run.norm in values:
                 values[run.norm][run.seed] = value
         per_cell.append((cell, values))
+        arm_values.append((cell, {**values, **arms}))
         for norm in norms:
             mine = [r for r in in_cell if r.norm == norm]
             seeds = sorted(set(values[norm]) & set(values[baseline]))
@@ -238,6 +255,7 @@ def summarize(runs: Sequence[Run], norms: Sequence[str], baseline: str, metric: 
     for p, verdict in zip(compared, decide([list(p["oriented"].values()) for p in compared], margin), strict=True):
         p["verdict"] = verdict
     rows = [_norm_summary(p) for p in partial]
+    notes += load_notes(rows)
     cells = _cells(runs)
     index = {cell_key(c): i for i, c in enumerate(cells)}
     gaps = {(index[cell_key(p["cell"])], p["norm"]): p["oriented"] for p in compared}
@@ -249,7 +267,20 @@ def summarize(runs: Sequence[Run], norms: Sequence[str], baseline: str, metric: 
     return Summary(rows=rows, baseline=baseline, metric=metric, source=source, select=select, margin=margin,
                    notes=notes, interactions=interactions(gaps, cells, norms, baseline, margin),
                    diagnostics=diagnostic_verdicts(measured, cells, norms, baseline), pairs=compared_pairs,
-                   ranks=ranking(compared_pairs, per_cell, norms, metric.sign) if pairs else [])
+                   ranks=ranking(compared_pairs, per_cell, norms, metric.sign) if pairs else [],
+                   ablations=stage_tests(arm_values, ablations, baseline, metric.sign, margin))
+
+
+def load_notes(rows: Sequence[NormSummary]) -> list[str]:
+    """A note when the machine was busier than its cores while runs trained: their wall times (s/epoch,
+    samples/s) then include waiting for a core, and only the CPU time per epoch compares."""
+    busy = [s for s in rows if s.load_max is not None and s.cores is not None and s.load_max > s.cores]
+    if not busy:
+        return []
+    worst = max(busy, key=lambda s: s.load_max or 0.0)
+    return [f"load warning: the load average reached {worst.load_max:.1f} on {worst.cores} cores while "
+            f"{', '.join(dict.fromkeys(s.norm for s in busy))} trained, so wall times (s/epoch, samples/s) include "
+            f"waiting for a core; compare CPU s/epoch (process time) instead"]
 
 
 def _norm_summary(p: dict[str, Any]) -> NormSummary:
@@ -270,4 +301,13 @@ def _norm_summary(p: dict[str, Any]) -> NormSummary:
         time_per_epoch_s=_median(numbers("epoch_time_s")), throughput=_median(numbers("throughput")),
         peak_mem_mb=max(peaks) if peaks else None,
         params=next((r.params for r in mine if r.params is not None), None),
+        cpu_time_per_epoch_s=_median(numbers("cpu_time_s")),
+        steps=_median_int([r.epochs[-1]["steps"] for r in mine if r.status == "ok" and r.epochs
+                           and isinstance(r.epochs[-1].get("steps"), int)]),
+        load_max=max(numbers("load_avg"), default=None),
+        cores=min((int(c) for c in numbers("cpu_cores")), default=None),
     )
+
+
+def _median_int(values: list[int]) -> int | None:
+    return sorted(values)[len(values) // 2] if values else None

@@ -11,10 +11,13 @@ the chunk's index. Each split is one byte stream; an item is a window of seq_len
 next bytes as targets. The windows are evenly spaced over the stream and fixed (the same every
 epoch and run; the loader shuffles their order), `train_windows` of them for training, so an
 epoch costs the same whatever the corpus's size; `eval_windows` for validation and `test_windows`
-(more by default: the test split scores the comparison) for test. Unigram and bigram tables fitted
-on the train split are scored on the test windows (`normkit_lab.lm_baselines`) and recorded in
-the metadata as reference points. The corpus's SHA-256 goes into the bundle's
-metadata: pysrc's content changes with the Python version, and so does its hash.
+(more by default: the test split scores the comparison) for test. With `stream=true` the training
+windows are instead every consecutive window of the whole train split (each byte a target once per
+epoch), for a run whose length is set by a steps budget (`--budget steps=N`) rather than by
+passes. Unigram, bigram and trigram tables fitted on the train split (add-k, k tuned on the
+validation windows) are scored on the test windows (`normkit_lab.lm_baselines`) and recorded in the
+metadata as reference points. The corpus's SHA-256 goes into the bundle's metadata: pysrc's content
+changes with the Python version, and so does its hash.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import platform
 import sysconfig
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -48,13 +52,19 @@ SKIP_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__"})
 
 
 class ByteWindows(Dataset):
-    """`count` fixed windows of a byte stream: item i is (bytes[s:s+T], bytes[s+1:s+T+1]) as int64."""
+    """`count` fixed windows of a byte stream: item i is (bytes[s:s+T], bytes[s+1:s+T+1]) as int64.
 
-    def __init__(self, stream: Tensor, seq_len: int, count: int) -> None:
+    count=None: every consecutive window (starts 0, T, 2T, ...), the whole stream.
+    """
+
+    def __init__(self, stream: Tensor, seq_len: int, count: int | None) -> None:
         self.stream = stream
         self.seq_len = seq_len
         last = len(stream) - seq_len - 1  # the last start that still has a target for every position
-        self.starts = torch.linspace(0, last, min(count, last + 1)).round().long().unique()
+        if count is None:
+            self.starts = torch.arange(0, last + 1, seq_len)
+        else:
+            self.starts = torch.linspace(0, last, min(count, last + 1)).round().long().unique()
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -106,23 +116,39 @@ def _check_sizes(owner: str, seq_len: int, train_windows: int, eval_windows: int
 
 
 def bundle(name: str, corpus: Corpus, seq_len: int, train_windows: int, eval_windows: int,
-           source: dict[str, object], fix: str, test_windows: int = DEFAULT_TEST_WINDOWS) -> DatasetBundle:
-    """Windows over each split's stream, and the metadata the results record."""
+           source: dict[str, object], fix: str, test_windows: int = DEFAULT_TEST_WINDOWS,
+           stream_train: bool = False) -> DatasetBundle:
+    """Windows over each split's stream (stream_train: every consecutive training window), and the
+    metadata the results record."""
     streams = corpus.streams()
     for split, stream in streams.items():
         if len(stream) < seq_len + 1:
             raise SpecError(f"{name}: the {split} split holds {len(stream)} bytes, fewer than seq_len+1 = "
                             f"{seq_len + 1}; {fix}")
-    counts = {"train": train_windows, "val": eval_windows, "test": test_windows}
+    counts = {"train": None if stream_train else train_windows, "val": eval_windows, "test": test_windows}
     windows = {s: ByteWindows(streams[s], seq_len, counts[s]) for s in SPLITS}
     metadata = {
         "corpus": name, "sha256": corpus.sha256, **source, "seq_len": seq_len, "bytes_per_token": 1.0,
         "documents": dict(corpus.documents), "bytes": {s: len(streams[s]) for s in SPLITS},
-        "windows": {s: len(windows[s]) for s in SPLITS},
-        "baselines": ngram_baselines(streams["train"], streams["test"], windows["test"].starts, seq_len),
+        "windows": {s: len(windows[s]) for s in SPLITS}, "stream": stream_train,
+        "baselines": _baselines(corpus.sha256, streams, windows, seq_len),
     }
     return DatasetBundle(name, windows["train"], windows["val"], num_classes=VOCAB, in_channels=0,
                          image_size=seq_len, test=windows["test"], metadata=metadata)
+
+
+_BASELINES: dict[tuple[str, int, int, int], dict[str, Any]] = {}  # per process: every run loads its data
+
+
+def _baselines(sha256: str, streams: dict[str, Tensor], windows: dict[str, ByteWindows],
+               seq_len: int) -> dict[str, Any]:
+    """The n-gram tables' scores, computed once per corpus and windows in a process (counting a large
+    train split's triples takes seconds, and every run of a comparison loads its data again)."""
+    key = (sha256, seq_len, len(windows["val"]), len(windows["test"]))
+    if key not in _BASELINES:
+        _BASELINES[key] = ngram_baselines(streams["train"], streams["val"], windows["val"].starts, streams["test"],
+                                          windows["test"].starts, seq_len)
+    return dict(_BASELINES[key])
 
 
 # -- pysrc --------------------------------------------------------------------------------------
@@ -141,10 +167,11 @@ def stdlib_files(root: Path) -> tuple[Path, ...]:
 
 def pysrc(ctx: DatasetContext, seq_len: int = DEFAULT_SEQ_LEN, train_windows: int = DEFAULT_TRAIN_WINDOWS,
           eval_windows: int = DEFAULT_EVAL_WINDOWS, max_files: int | None = None,
-          test_windows: int = DEFAULT_TEST_WINDOWS) -> DatasetBundle:
+          test_windows: int = DEFAULT_TEST_WINDOWS, stream: bool = False) -> DatasetBundle:
     """The standard library's source as bytes; split by file (a hash of its relative path).
 
-    max_files: only the first files in sorted order (a smaller corpus, e.g. for tests).
+    max_files: only the first files in sorted order (a smaller corpus, e.g. for tests); stream: train
+    on every consecutive window of the train split (train_windows unused).
     """
     _check_sizes("pysrc", seq_len, train_windows, eval_windows, test_windows)
     if max_files is not None and max_files < 10:
@@ -161,7 +188,7 @@ def pysrc(ctx: DatasetContext, seq_len: int = DEFAULT_SEQ_LEN, train_windows: in
     source = {"python": platform.python_version(), "implementation": platform.python_implementation(),
               "files": len(files)}
     return bundle("pysrc", corpus, seq_len, train_windows, eval_windows, source,
-                  "raise max_files or lower seq_len", test_windows)
+                  "raise max_files or lower seq_len", test_windows, stream)
 
 
 # -- text ---------------------------------------------------------------------------------------
@@ -181,8 +208,9 @@ def chunks(data: bytes, size: int) -> Iterable[bytes]:
 
 def text(ctx: DatasetContext, path: str = "", seq_len: int = DEFAULT_SEQ_LEN,
          train_windows: int = DEFAULT_TRAIN_WINDOWS, eval_windows: int = DEFAULT_EVAL_WINDOWS,
-         test_windows: int = DEFAULT_TEST_WINDOWS) -> DatasetBundle:
-    """A local file or folder (files concatenated in sorted order), split by 16 KiB chunk."""
+         test_windows: int = DEFAULT_TEST_WINDOWS, stream: bool = False) -> DatasetBundle:
+    """A local file or folder (files concatenated in sorted order), split by 16 KiB chunk; stream: train
+    on every consecutive window of the train split."""
     _check_sizes("text", seq_len, train_windows, eval_windows, test_windows)
     if not path:
         raise SpecError("text: give the file or folder to read with --dataset-param path=...")
@@ -199,7 +227,8 @@ def text(ctx: DatasetContext, path: str = "", seq_len: int = DEFAULT_SEQ_LEN,
         corpus.add(f"chunk-{k}", chunk, split_of(k))
     return bundle("text", corpus, seq_len, train_windows, eval_windows,
                   {"path": str(root.resolve()), "files": len(files)},
-                  f"give more text (at least 10 chunks of {CHUNK_BYTES} bytes) or a shorter seq_len", test_windows)
+                  f"give more text (at least 10 chunks of {CHUNK_BYTES} bytes) or a shorter seq_len", test_windows,
+                  stream)
 
 
 # -- hf -----------------------------------------------------------------------------------------
@@ -208,8 +237,9 @@ def text(ctx: DatasetContext, path: str = "", seq_len: int = DEFAULT_SEQ_LEN,
 def hf(ctx: DatasetContext, name: str = "roneneldan/TinyStories", config: str | None = None,
        split: str = "train", field: str = "text", max_mb: float = 16.0, seq_len: int = DEFAULT_SEQ_LEN,
        train_windows: int = DEFAULT_TRAIN_WINDOWS, eval_windows: int = DEFAULT_EVAL_WINDOWS,
-       test_windows: int = DEFAULT_TEST_WINDOWS) -> DatasetBundle:
+       test_windows: int = DEFAULT_TEST_WINDOWS, stream: bool = False) -> DatasetBundle:
     """The first `max_mb` MB (UTF-8) of a Hugging Face corpus, streamed; split by row (hash of its index).
+    stream: train on every consecutive window of the train split.
 
     Needs the optional `datasets` package and --download (it streams from the Hub; --data-dir
     is its cache). E.g. roneneldan/TinyStories, or HuggingFaceFW/fineweb with config sample-10BT.
@@ -245,4 +275,4 @@ def hf(ctx: DatasetContext, name: str = "roneneldan/TinyStories", config: str | 
                              f"the network, or use the offline --dataset pysrc") from None
     return bundle("hf", corpus, seq_len, train_windows, eval_windows,
                   {"hf_name": name, "hf_config": config, "hf_split": split, "max_mb": max_mb},
-                  "raise max_mb or lower seq_len", test_windows)
+                  "raise max_mb or lower seq_len", test_windows, stream)

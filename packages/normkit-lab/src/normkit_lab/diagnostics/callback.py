@@ -2,7 +2,12 @@
 
     from normkit_lab.diagnostics import DiagnosticsCallback
     result = train_run(cfg, "bnn", seed=0, callbacks=[DiagnosticsCallback()])
-    result.extras["diagnostics"]     # {"init": ..., "final": ..., "lambda": ..., "noise_robustness": ...}
+    result.extras["diagnostics"]     # {"init": ..., "init_noise_robustness": ..., "final": ..., "lambda": ...,
+                                     #  "noise_robustness": ...}
+
+At initialization the measures use batch statistics (running statistics hold nothing yet) with the
+training noise off; after training, eval mode. A measure's change from initialization (final minus
+init, paired by seed) separates what training did from what a norm does by construction.
 
 Every measure runs without gradients on a fixed sample of validation batches, in eval mode or on a
 deep copy, with the random generators untouched, so the training run is the same with or without it.
@@ -57,6 +62,9 @@ class DiagnosticsCallback:
         self._result = {
             "settings": asdict(s),
             "init": measure_layers(model, self._val, mode="batch", channels=s.channels, seed=SAMPLE_SEED),
+            "init_noise_robustness": noise_robustness(
+                model, self._val, scale_batches=self._scale, delta=s.delta, draws=s.draws, sources=s.sources,
+                seed=SAMPLE_SEED, mode="batch"),
             "lambda": [],
         }
         self._record_lambdas(model, epoch=-1)

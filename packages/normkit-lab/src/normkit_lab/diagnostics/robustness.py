@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from normkit.layer import NormLayer
-from normkit_lab.diagnostics.layers import attached, execution_order, forward_all, measuring
+from normkit_lab.diagnostics.layers import Mode, attached, execution_order, forward_all, measuring
 
 DELTA = 0.5  # the paper's Table 3
 DRAWS = 3
@@ -61,16 +61,17 @@ def relative_l1(clean: Tensor, noisy: Tensor) -> tuple[float, int]:
 
 def noise_robustness(model: nn.Module, batches: list[Tensor], *, scale_batches: list[Tensor] | None = None,
                      delta: float = DELTA, draws: int = DRAWS, sources: int | None = None,
-                     seed: int = 0) -> dict[str, Any]:
+                     seed: int = 0, mode: Mode = "eval") -> dict[str, Any]:
     """zeta_{k,l} for noise added at layer k (each of `sources` evenly spaced layers, default all
-    but the last) and every later layer l, in eval mode; `model` is left unchanged.
+    but the last) and every later layer l; `model` is left unchanged. `mode` as in `layers.measuring`:
+    eval (running statistics, after training) or batch (batch statistics, at initialization).
 
     Returns {"delta", "draws", "layers": [names in depth order], "table": [{"k", "l", "zeta"}]}
     with 1-based depths k < l.
     """
     if delta < 0 or draws < 1:
         raise ValueError(f"noise robustness needs delta >= 0 and draws >= 1, got {delta}, {draws}")
-    with measuring(model, "eval") as target:
+    with measuring(model, mode) as target:
         order = execution_order(target, batches[0])
         layers = [layer for _, layer in order]
         mads = channel_mad(target, layers, scale_batches or batches)

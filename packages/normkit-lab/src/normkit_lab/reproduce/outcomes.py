@@ -1,16 +1,23 @@
-"""The outcome of each pre-registered hypothesis, decided by the lab's own statistics.
+"""The outcome of each pre-registered hypothesis, decided by the lab's own statistics and its margin.
 
-Nothing here computes a p-value: the verdicts come from `summary.summarize` (paired differences,
-Holm, TOST), `interactions.py` (difference of gaps across a swept key), `diagnostic_verdicts.py`
-(representation measures) and `verdicts.decide` (random-net shares, paired by net). This module
-only reads those verdicts against the hypothesis's direction:
+No new test is invented here: compared runs are read through `summary.summarize` (paired
+differences, Holm, TOST) and `interactions.py` (difference of gaps across a swept key); diagnostic
+measures and random-net shares are paired by seed and decided by `verdicts.decide` with Holm over
+the preset's hypotheses of that kind. What this module adds is the reading against the hypothesis:
+its direction and its margin, the smallest effect the preset said matters.
 
-    reproduced       the predicted direction is significant (Holm-adjusted), or for an equivalence
-                     hypothesis, equivalence within the margin is shown
+    reproduced       the predicted direction is significant (Holm-adjusted) and the estimate is at
+                     least the margin; for an equivalence hypothesis, equivalence within the margin
+                     is shown (TOST, or the 95% interval inside it)
+    below margin     the predicted direction is significant, but the estimate is smaller than the
+                     margin: a real effect, smaller than what the preset called one that matters
     not reproduced   the data contradict the prediction: the opposite direction is significant, a
                      predicted difference is shown to be smaller than its margin (equivalent), or a
-                     predicted equivalence is broken by a significant difference beyond the margin
+                     predicted equivalence is broken by a significant difference at or beyond the margin
     inconclusive     neither; the line gives the minimum detectable effect and the seeds needed
+
+A hypothesis labelled `extension` or `prediction` (not a paper's reported result) prints
+`supported` / `not supported` in place of `reproduced` / `not reproduced`.
 """
 
 from __future__ import annotations
@@ -22,14 +29,16 @@ from typing import Any
 import numpy as np
 
 import normkit
-from normkit_lab.analysis.diagnostic_verdicts import HIGHER, LOWER, measures_of
+from normkit_lab.analysis.diagnostic_verdicts import measures_of
 from normkit_lab.analysis.summary import Run, Summary, cell_key, summarize
 from normkit_lab.analysis.verdicts import BETTER, EQUIVALENT, NO_VERDICT, WITHIN_MARGIN, WORSE, Verdict, decide
 from normkit_lab.metrics import metric_named
-from normkit_lab.reproduce.preset import Hypothesis
-from normkit_lab.stats import ALPHA, minimum_detectable_effect, seeds_needed
+from normkit_lab.reproduce.preset import REPRODUCTION, Hypothesis
 
-REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
+REPRODUCED, BELOW_MARGIN, NOT_REPRODUCED, INCONCLUSIVE = (
+    "reproduced", "below margin", "not reproduced", "inconclusive")
+STATUSES = (REPRODUCED, BELOW_MARGIN, NOT_REPRODUCED, INCONCLUSIVE)
+_OTHER_WORDS = {REPRODUCED: "supported", NOT_REPRODUCED: "not supported"}
 
 
 @dataclass(frozen=True)
@@ -43,6 +52,13 @@ class Outcome:
     seeds_needed: int | None = None
     unit: str = ""
 
+    @property
+    def word(self) -> str:
+        """The status as printed: `supported` for `reproduced` when the hypothesis is not a paper's result."""
+        if self.hypothesis.label == REPRODUCTION:
+            return self.status
+        return _OTHER_WORDS.get(self.status, self.status)
+
     def planning(self) -> str:
         """For an inconclusive outcome, what this run could detect and how many seeds would settle it."""
         if self.status != INCONCLUSIVE:
@@ -50,20 +66,20 @@ class Outcome:
         mde = "unknown" if self.mde is None else f"{self.mde:.3g}{_unit(self.unit)}"
         goal = "show equivalence" if self.hypothesis.test == "equivalence" else "detect the margin"
         seeds = (f"about {self.seeds_needed} seeds would {goal}" if self.seeds_needed is not None
-                 else "seeds needed: unknown (no margin, no spread or more than 1000)")
+                 else "seeds needed: unknown (no spread, or more than 1000)")
         return f"MDE {mde}, {seeds}"
 
     def line(self) -> str:
-        """The one line printed per hypothesis, e.g. `pn-rescues-ln: reproduced (ln+pn better ...)`."""
+        """The one line printed per hypothesis, e.g. `pn-rescues-ln: reproduced (ln+pn - ln = ...)`."""
         extra = f"; {self.planning()}" if self.planning() else ""
-        return f"{self.hypothesis.name}: {self.status} ({self.observed}{extra})"
+        return f"{self.hypothesis.name}: {self.word} ({self.observed}{extra})"
 
     def as_dict(self) -> dict[str, Any]:
         h = self.hypothesis
-        return {"name": h.name, "test": h.test, "prediction": h.describe(), "norm": h.norm, "baseline": h.baseline,
-                "metric": h.metric, "measure": h.measure, "direction": h.direction, "margin": h.margin,
-                "status": self.status, "observed": self.observed, "mde": self.mde, "seeds_needed": self.seeds_needed,
-                "line": self.line()}
+        return {"name": h.name, "label": h.label, "test": h.test, "prediction": h.describe(), "norm": h.norm,
+                "baseline": h.baseline, "metric": h.metric, "measure": h.measure, "since": h.since,
+                "direction": h.direction, "margin": h.margin, "status": self.status, "outcome": self.word,
+                "observed": self.observed, "mde": self.mde, "seeds_needed": self.seeds_needed, "line": self.line()}
 
 
 def _unit(unit: str) -> str:
@@ -74,17 +90,34 @@ def _num(value: float | None, fmt: str = "+.3f") -> str:
     return "n/a" if value is None else format(value, fmt)
 
 
-def _status(significant_direction: str | None, predicted: str, shown_equal: bool) -> str:
-    if significant_direction == predicted:
-        return REPRODUCED
-    if significant_direction is not None or shown_equal:
+def classify(found: str | None, predicted: str, size: float | None, margin: float, shown_equal: bool) -> str:
+    """The status from a significant direction `found` (None: nothing significant), the estimate's size
+    in the predicted direction (`size`, + = as predicted) and whether equivalence within the margin
+    was shown."""
+    if found == predicted:
+        return REPRODUCED if size is not None and size >= margin else BELOW_MARGIN
+    if found is not None or shown_equal:
         return NOT_REPRODUCED
     return INCONCLUSIVE
+
+
+def _margin_note(status: str, margin: float, unit: str) -> str:
+    if status == BELOW_MARGIN:
+        return f"; significant, but the estimate is smaller than the margin {margin:g}{_unit(unit)}"
+    return ""
 
 
 def _verdict_direction(verdict: Verdict, positive: str, negative: str) -> str | None:
     base = verdict.verdict.split(" (")[0]
     return positive if base == BETTER else negative if base == WORSE else None
+
+
+def _outcome(h: Hypothesis, status: str, observed: str, v: Verdict, unit: str, scale: float = 1.0) -> Outcome:
+    """An Outcome with the planning numbers (scaled back to the metric's unit) when inconclusive."""
+    if status != INCONCLUSIVE:
+        return Outcome(h, status, observed + _margin_note(status, h.margin, unit), unit=unit)
+    seeds = v.seeds_equivalence if h.test == "equivalence" else v.seeds_needed
+    return Outcome(h, status, observed, None if v.mde is None else v.mde * scale, seeds, unit)
 
 
 def _paired(summary: Summary, h: Hypothesis) -> Outcome:
@@ -99,18 +132,17 @@ def _paired(summary: Summary, h: Hypothesis) -> Outcome:
                 f"[{_num(d.low)}, {_num(d.high)}], Holm p {_num(v.p_holm, '.3g')}, "
                 f"TOST Holm p {_num(v.p_tost_holm, '.3g')}, n {v.n}; verdict {v.verdict}")
     if v.verdict == NO_VERDICT:
-        return Outcome(h, INCONCLUSIVE, observed, v.mde, v.seeds_needed, unit)
+        return _outcome(h, INCONCLUSIVE, observed, v, unit)
+    better = None if d.mean is None else d.mean * (1 if summary.metric.higher_is_better else -1)
+    found = _verdict_direction(v, "better", "worse")
     if h.test == "equivalence":
         if v.verdict == EQUIVALENT or v.verdict.endswith(WITHIN_MARGIN):
-            return Outcome(h, REPRODUCED, observed, unit=unit)
-        if _verdict_direction(v, "better", "worse") is not None:
-            return Outcome(h, NOT_REPRODUCED, observed, unit=unit)
-        return Outcome(h, INCONCLUSIVE, observed, v.mde, v.seeds_equivalence, unit)
-    status = _status(_verdict_direction(v, "better", "worse"), h.direction, v.verdict == EQUIVALENT)
-    if status == REPRODUCED and v.verdict.endswith(WITHIN_MARGIN):
-        observed += "; real but smaller than the margin"
-    return Outcome(h, status, observed, v.mde if status == INCONCLUSIVE else None,
-                   v.seeds_needed if status == INCONCLUSIVE else None, unit)
+            return _outcome(h, REPRODUCED, observed, v, unit)
+        if found is not None and better is not None and abs(better) >= h.margin:
+            return _outcome(h, NOT_REPRODUCED, observed, v, unit)
+        return _outcome(h, INCONCLUSIVE, observed, v, unit)
+    size = None if better is None else better if h.direction == "better" else -better
+    return _outcome(h, classify(found, h.direction, size, h.margin, v.verdict == EQUIVALENT), observed, v, unit)
 
 
 def _interaction(summary: Summary, h: Hypothesis) -> Outcome:
@@ -131,59 +163,107 @@ def _interaction(summary: Summary, h: Hypothesis) -> Outcome:
                     f"{h.from_value} to {h.to_value}: {_num(mean)}{_unit(unit)} [{_num(low)}, {_num(high)}], "
                     f"Holm p {_num(t.p_holm, '.3g')}, n {t.n}; verdict {i.verdict}")
         if t.verdict == NO_VERDICT:
-            return Outcome(h, INCONCLUSIVE, observed, t.mde, t.seeds_needed, unit)
+            return _outcome(h, INCONCLUSIVE, observed, t, unit)
         found = _verdict_direction(t, "shrinks" if flip else "grows", "grows" if flip else "shrinks")
-        status = _status(found, h.direction, t.verdict == EQUIVALENT)
-        return Outcome(h, status, observed, t.mde if status == INCONCLUSIVE else None,
-                       t.seeds_needed if status == INCONCLUSIVE else None, unit)
+        size = None if mean is None else mean if h.direction == "grows" else -mean
+        status = classify(found, h.direction, size, h.margin, t.verdict == EQUIVALENT)
+        return _outcome(h, status, observed, t, unit)
     return Outcome(h, INCONCLUSIVE, f"no interaction test of {h.norm} across {h.key} in these runs", unit=unit)
 
 
-def _diagnostic(summary: Summary, runs: Sequence[Run], h: Hypothesis) -> Outcome:
-    """diagnostic (trained runs): the measure's verdicts against `h.baseline` (every depth for qq_r2)."""
-    norm = _canon(h.norm)
-    found = [d for d in summary.diagnostics if d.norm == norm and cell_key(d.cell) == cell_key(h.cell)
-             and (d.measure == h.measure or (h.measure == "qq_r2" and d.family == "qq_r2"))]
-    if not found:
-        return Outcome(h, INCONCLUSIVE, f"no {h.measure} measured for {h.norm} and {h.baseline} (run with "
-                                        f"diagnostics: true)")
-    wanted = HIGHER if h.direction == "higher" else LOWER
-    opposite = LOWER if wanted == HIGHER else HIGHER
-    parts = [f"{d.measure}: {_num(d.diff)} [{_num(d.low)}, {_num(d.high)}], Holm p {_num(d.p_holm, '.3g')}"
-             for d in found]
-    observed = f"{h.norm} - {h.baseline}: " + "; ".join(parts)
-    verdicts = [d.verdict for d in found]
-    if any(v == opposite for v in verdicts):
-        return Outcome(h, NOT_REPRODUCED, observed)
-    if all(v == wanted for v in verdicts):
-        return Outcome(h, REPRODUCED, observed)
-    mde, needed = _diagnostic_planning(runs, h, [d.measure for d in found if d.verdict != wanted],
-                                       family_size=sum(d.family == found[0].family for d in summary.diagnostics))
-    return Outcome(h, INCONCLUSIVE, observed, mde, needed)
+def run_measures(diagnostics: Mapping[str, Any] | None, since: str | None) -> dict[str, float]:
+    """measure name -> value of one run's diagnostics: after training, or (since="init") its change from
+    initialization, final minus init, for the measures recorded at both (qq_r2 per depth, zeta)."""
+    final = {name: value for name, (_, value) in measures_of(diagnostics).items()}
+    if since is None or not diagnostics:
+        return final
+    init = {name: value for name, (_, value) in measures_of(
+        {"final": diagnostics.get("init"), "noise_robustness": diagnostics.get("init_noise_robustness")}).items()}
+    return {name: final[name] - init[name] for name in final if name in init}
 
 
-def _diagnostic_planning(runs: Sequence[Run], h: Hypothesis, measures: list[str],
-                         family_size: int) -> tuple[float | None, int | None]:
-    """The largest MDE over the undecided measures (at the strictest Holm step) and the seeds needed to
-    detect the hypothesis's margin, from the per-seed differences."""
-    per: dict[str, dict[int, dict[str, tuple[str, float]]]] = {}
+def _measure_names(h: Hypothesis, available: Sequence[str]) -> list[str]:
+    if h.measure == "qq_r2":
+        return sorted((m for m in available if m.startswith("qq_r2 depth ")), key=lambda m: int(m.rsplit(" ", 1)[1]))
+    return [h.measure] if h.measure in available else []
+
+
+def _diagnostic_differences(h: Hypothesis, runs: Sequence[Run]) -> dict[str, list[float]]:
+    """Per measure of the hypothesis, the per-seed differences norm - baseline (paired by seed)."""
+    per: dict[str, dict[int, dict[str, float]]] = {}
     for r in runs:
         if r.status == "ok" and r.phase == "compare" and cell_key(r.cell) == cell_key(h.cell):
-            per.setdefault(r.norm, {})[r.seed] = measures_of(r.diagnostics)
+            per.setdefault(r.norm, {})[r.seed] = run_measures(r.diagnostics, h.since)
     mine, base = per.get(_canon(h.norm), {}), per.get(_canon(h.baseline), {})
-    level = ALPHA / max(1, family_size)
-    mdes, needed = [], []
-    for measure in measures:
-        d = [mine[s][measure][1] - base[s][measure][1] for s in sorted(mine)
-             if measure in mine[s] and measure in base.get(s, {})]
-        sd = float(np.std(d, ddof=1)) if len(d) >= 2 else None
-        mdes.append(minimum_detectable_effect(sd, len(d), alpha=level))
-        if h.margin is not None:
-            needed.append(seeds_needed(sd, h.margin, alpha=level))
-    known = [m for m in mdes if m is not None]
-    counts = [n for n in needed if n is not None]
-    return (max(known) if known else None,
-            max(counts) if counts and len(counts) == len(needed) else None)
+    seeds = sorted(s for s in mine if s in base)
+    names = _measure_names(h, [m for s in seeds for m in mine[s] if m in base[s]])
+    return {m: [mine[s][m] - base[s][m] for s in seeds if m in mine[s] and m in base[s]]
+            for m in dict.fromkeys(names)}
+
+
+def _judge_measures(items: list[tuple[Hypothesis, str, list[float]]]) -> list[tuple[str, Verdict, list[float]]]:
+    """Each (hypothesis, measure, differences) decided, Holm over all of them; differences oriented
+    (+ = the predicted direction) and divided by the hypothesis's margin, so one `decide` call serves
+    every margin (paired t p-values do not change with the scale; TOST against 1 is TOST against the
+    margin). Returns (status, verdict, raw differences) per item."""
+    oriented = [[x / h.margin * (1 if h.direction == "higher" else -1) for x in d] for h, _, d in items]
+    verdicts = decide(oriented, 1.0)
+    out = []
+    for (h, _, d), v in zip(items, verdicts, strict=True):
+        found = _verdict_direction(v, h.direction, "lower" if h.direction == "higher" else "higher")
+        size = float(np.mean(d)) * (1 if h.direction == "higher" else -1) if d else None
+        status = INCONCLUSIVE if v.verdict == NO_VERDICT else classify(found, h.direction, size, h.margin,
+                                                                       v.verdict == EQUIVALENT)
+        out.append((status, v, d))
+    return out
+
+
+def _combined(statuses: Sequence[str]) -> str:
+    """One status for a hypothesis read at several measures (qq_r2 at every depth): every one must hold."""
+    if any(s == NOT_REPRODUCED for s in statuses):
+        return NOT_REPRODUCED
+    if all(s == REPRODUCED for s in statuses):
+        return REPRODUCED
+    if all(s in (REPRODUCED, BELOW_MARGIN) for s in statuses):
+        return BELOW_MARGIN
+    return INCONCLUSIVE
+
+
+def _judge_diagnostics(hypotheses: Sequence[Hypothesis], runs: Sequence[Run]) -> list[Outcome]:
+    """Every diagnostic hypothesis of trained runs (in order), Holm over all their measures together."""
+    items = [(h, m, d) for h in hypotheses for m, d in _diagnostic_differences(h, runs).items()]
+    judged = _judge_measures(items) if items else []
+    out = []
+    for h in hypotheses:
+        mine = [(m, j) for (owner, m, _), j in zip(items, judged, strict=True) if owner is h]
+        if not mine:
+            out.append(Outcome(h, INCONCLUSIVE, f"no {h.measure} measured for {h.norm} and {h.baseline}"
+                                                   + (" at initialization" if h.since else "")
+                                                   + " (run with diagnostics: true)"))
+            continue
+        parts = [f"{m}: {float(np.mean(d)):+.3f} [{_num(_raw(v, h)[0])}, {_num(_raw(v, h)[1])}], "
+                 f"Holm p {_num(v.p_holm, '.3g')}" for m, (_, v, d) in mine]
+        since = " (change from initialization)" if h.since else ""
+        observed = f"{h.norm} - {h.baseline}{since}: " + "; ".join(parts)
+        status = _combined([s for _, (s, _, _) in mine])
+        if status != INCONCLUSIVE:
+            out.append(Outcome(h, status, observed + _margin_note(status, h.margin, "")))
+            continue
+        undecided = [v for _, (s, v, _) in mine if s == INCONCLUSIVE]
+        mdes = [v.mde * h.margin for v in undecided if v.mde is not None]
+        seeds = [v.seeds_needed for v in undecided]
+        out.append(Outcome(h, status, observed, max(mdes) if mdes else None,
+                           max(seeds) if seeds and None not in seeds else None))
+    return out
+
+
+def _raw(v: Verdict, h: Hypothesis) -> tuple[float | None, float | None]:
+    """The 95% interval of an oriented, margin-scaled verdict back in the measure's units (norm - baseline)."""
+    if v.low is None or v.high is None:
+        return None, None
+    if h.direction == "higher":
+        return v.low * h.margin, v.high * h.margin
+    return -v.high * h.margin, -v.low * h.margin
 
 
 def _canon(spec: str) -> str:
@@ -194,51 +274,43 @@ def judge_compare(hypotheses: Sequence[Hypothesis], runs: Sequence[Run], norms: 
                   select: str = "final") -> list[Outcome]:
     """Every hypothesis of a `kind: compare` preset, read from the comparison's runs.
 
-    Each hypothesis is summarized against its own baseline with its own metric and margin, so its
-    Holm family is every norm of the run against that baseline.
+    A difference, equivalence or interaction hypothesis is summarized against its own baseline with
+    its own metric and margin, so its Holm family is every norm of the run against that baseline;
+    the diagnostic hypotheses form one Holm family over all their measures.
     """
+    diagnostics = iter(_judge_diagnostics([h for h in hypotheses if h.test == "diagnostic"], runs))
     out = []
     for h in hypotheses:
+        if h.test == "diagnostic":
+            out.append(next(diagnostics))
+            continue
         metric = metric_named(h.metric or "test_acc")
         summary = summarize(runs, list(norms), _canon(h.baseline), metric, select=select, margin=h.margin)
-        if h.test in ("difference", "equivalence"):
-            out.append(_paired(summary, h))
-        elif h.test == "interaction":
-            out.append(_interaction(summary, h))
-        else:
-            out.append(_diagnostic(summary, runs, h))
+        out.append(_paired(summary, h) if h.test in ("difference", "equivalence") else _interaction(summary, h))
     return out
 
 
 def judge_random_net(hypotheses: Sequence[Hypothesis],
                      runs: Mapping[str, Sequence[Sequence[Mapping[str, float]]]]) -> list[Outcome]:
     """Every hypothesis of a `kind: random-net` preset: per net (seed), the dataset share at the
-    hypothesis's depth, norm minus baseline, decided by `verdicts.decide` with Holm over the preset's
-    hypotheses (oriented so that + = in the predicted direction's sense of "lower"/"higher")."""
-    oriented, raw = [], []
+    hypothesis's depth, norm minus baseline, paired by net, Holm over the preset's hypotheses."""
+    items = []
     for h in hypotheses:
         a, b = runs[_canon_key(runs, h.norm)], runs[_canon_key(runs, h.baseline)]
         d = [net_a[h.depth - 1]["dataset"] - net_b[h.depth - 1]["dataset"] for net_a, net_b in zip(a, b, strict=True)]
-        raw.append(d)
-        oriented.append([x if h.direction == "higher" else -x for x in d])  # + = the predicted direction
+        items.append((h, f"dataset share at depth {h.depth}", d))
     out = []
-    for k, h in enumerate(hypotheses):
-        v = decide(oriented, h.margin or 0.0)[k]
-        d = np.asarray(raw[k])
+    for (h, _, d), (status, v, _) in zip(items, _judge_measures(items), strict=True):
         mean_a = float(np.mean([net[h.depth - 1]["dataset"] for net in runs[_canon_key(runs, h.norm)]]))
         mean_b = float(np.mean([net[h.depth - 1]["dataset"] for net in runs[_canon_key(runs, h.baseline)]]))
-        low, high = (v.low, v.high) if h.direction == "higher" else (
-            None if v.high is None else -v.high, None if v.low is None else -v.low)
+        low, high = _raw(v, h)
         observed = (f"dataset share at depth {h.depth}: {h.norm} {mean_a:.3f}, {h.baseline} {mean_b:.3f}, "
-                    f"difference {float(d.mean()):+.3f} [{_num(low)}, {_num(high)}], Holm p "
+                    f"difference {float(np.mean(d)):+.3f} [{_num(low)}, {_num(high)}], Holm p "
                     f"{_num(v.p_holm, '.3g')}, {v.n} nets")
-        if v.verdict == NO_VERDICT:
-            out.append(Outcome(h, INCONCLUSIVE, observed, v.mde, v.seeds_needed))
-            continue
-        found = _verdict_direction(v, h.direction, "lower" if h.direction == "higher" else "higher")
-        status = _status(found, h.direction, v.verdict == EQUIVALENT)
-        out.append(Outcome(h, status, observed, v.mde if status == INCONCLUSIVE else None,
-                           v.seeds_needed if status == INCONCLUSIVE else None))
+        if status != INCONCLUSIVE:
+            out.append(Outcome(h, status, observed + _margin_note(status, h.margin, "")))
+        else:
+            out.append(Outcome(h, status, observed, None if v.mde is None else v.mde * h.margin, v.seeds_needed))
     return out
 
 

@@ -32,9 +32,16 @@ DIRECTIONS = {
 SCALES = ("cpu", "paper")
 RANDOM_NET_KEYS = ("norms", "depth", "width", "batch", "image_size", "seeds")
 RANDOM_NET_MEASURES = ("dataset_share",)
+REPRODUCTION, EXTENSION, PREDICTION = "reproduction", "extension", "prediction"
+# What a hypothesis is, relative to its cited source: a result the paper reports (reproduction), one
+# it states or expects without measuring it, or a control that tests its stated cause (extension),
+# or normkit's own prediction from its earlier runs (prediction).
+LABELS = (REPRODUCTION, EXTENSION, PREDICTION)
+SINCE = ("init",)  # a diagnostic read as its change from initialization
+INIT_MEASURES = "qq_r2, 'qq_r2 depth D' or zeta"
 _TOP_KEYS = ("title", "claim", "citation", "kind", "label", "hypotheses", "scales", "notes")
-_HYPOTHESIS_KEYS = ("name", "test", "norm", "baseline", "metric", "direction", "margin", "key", "from", "to",
-                    "measure", "depth", "cell")
+_HYPOTHESIS_KEYS = ("name", "label", "test", "norm", "baseline", "metric", "direction", "margin", "key", "from",
+                    "to", "measure", "since", "depth", "cell")
 _SCALE_KEYS = ("config", "expected_runtime_s", "expected_runtime", "machine", "requires", "measured")
 
 
@@ -47,7 +54,11 @@ class Hypothesis:
     interaction  the gap norm - baseline changes between cells `from` and `to` of swept `key`
                  (interactions.py) -> grows/shrinks in the norm's favour
     diagnostic   a representation measure (`measure`: zeta, qq_r2 or "qq_r2 depth D" from
-                 --diagnostics runs, or dataset_share of a random net at `depth`) -> higher/lower
+                 --diagnostics runs, after training or with `since: init` as its change from
+                 initialization; or dataset_share of a random net at `depth`) -> higher/lower
+
+    `margin` (required) is the smallest effect that matters: a significant effect smaller than it is
+    `below margin`, not `reproduced`. `label` says whether the paper reports it (see LABELS).
     """
 
     name: str
@@ -55,18 +66,20 @@ class Hypothesis:
     norm: str
     baseline: str
     direction: str
+    margin: float
+    label: str = REPRODUCTION
     metric: str | None = None
-    margin: float | None = None
     key: str | None = None
     from_value: Any = None
     to_value: Any = None
     measure: str | None = None
+    since: str | None = None
     depth: int | None = None
     cell: dict[str, Any] = field(default_factory=dict)  # in a sweep: the cell a difference is read in
 
     def describe(self) -> str:
         """The prediction in words, e.g. `ln+pn better than ln on test_acc (margin 0.5)`."""
-        margin = f" (margin {self.margin:g})" if self.margin is not None else ""
+        margin = f" (margin {self.margin:g})"
         at = f" at {', '.join(f'{k}={v}' for k, v in self.cell.items())}" if self.cell else ""
         if self.test == "difference":
             return f"{self.norm} {self.direction} than {self.baseline} on {self.metric}{at}{margin}"
@@ -76,7 +89,8 @@ class Hypothesis:
             return (f"the gap {self.norm} - {self.baseline} on {self.metric} {self.direction} in {self.norm}'s "
                     f"favour from {self.key}={self.from_value} to {self.key}={self.to_value}{margin}")
         where = f" at depth {self.depth}" if self.depth is not None else ""
-        return f"{self.norm} {self.direction} {self.measure}{where} than {self.baseline}{margin}"
+        since = " (change from initialization)" if self.since else ""
+        return f"{self.norm} {self.direction} {self.measure}{where}{since} than {self.baseline}{margin}"
 
 
 @dataclass(frozen=True)
@@ -111,12 +125,17 @@ class Preset:
     claim: str
     citation: dict[str, str]
     kind: str
-    label: str  # "reproduction" or "diagnostic" (an ablation that explains, not a paper's claim)
+    label: str  # the default label of its hypotheses: reproduction, extension or prediction (LABELS)
     hypotheses: tuple[Hypothesis, ...]
     scales: dict[str, Scale]
     notes: str = ""
     plugin: str = ""
     path: str = ""
+
+    @property
+    def labels(self) -> str:
+        """Its hypotheses' labels, e.g. `reproduction+prediction` (the preset's label when they agree)."""
+        return "+".join(dict.fromkeys(h.label for h in self.hypotheses))
 
     @property
     def cite(self) -> str:
@@ -162,12 +181,20 @@ def _margin(value: Any, where: str) -> float | None:
     return float(value)
 
 
-def parse_hypothesis(raw: Any, where: str, kind: str) -> Hypothesis:
-    """One hypothesis, every key checked against its test."""
+def _label(value: Any, where: str) -> str:
+    if value not in LABELS:
+        hint = did_you_mean(str(value), list(LABELS)) if isinstance(value, str) else ""
+        raise _fail(where, f"label must be one of {', '.join(LABELS)}, not {short_repr(value)}{hint}")
+    return value
+
+
+def parse_hypothesis(raw: Any, where: str, kind: str, label: str = REPRODUCTION) -> Hypothesis:
+    """One hypothesis, every key checked against its test; `label` is the preset's, its default."""
     raw = _mapping(raw, where, "a hypothesis")
     _unknown(raw, _HYPOTHESIS_KEYS, where)
     name = _text(raw.get("name"), where, "name")
     where = f"{where} ({name})"
+    label = _label(raw.get("label", label), where)
     test = raw.get("test")
     if test not in TESTS:
         raise _fail(where, f"test must be one of {', '.join(TESTS)}, not {short_repr(test)}")
@@ -179,21 +206,22 @@ def parse_hypothesis(raw: Any, where: str, kind: str) -> Hypothesis:
     if norm == baseline:
         raise _fail(where, f"norm and baseline are both {norm!r}; a hypothesis compares two arms")
     margin = _margin(raw.get("margin"), where)
+    if margin is None:
+        article = "an" if test[0] in "aeiou" else "a"
+        raise _fail(where, f"{article} {test} hypothesis needs its margin (the smallest effect that matters, in the "
+                           f"{'measure' if test == 'diagnostic' else 'metric'}'s unit), fixed before the run")
     metric = raw.get("metric")
     if test in ("difference", "equivalence", "interaction"):
         metric = _text(metric, where, "metric")
         if kind != "compare":
             raise _fail(where, f"a {test} hypothesis needs trained runs (kind: compare), not kind {kind}")
-    if test == "equivalence" and margin is None:
-        raise _fail(where, "an equivalence hypothesis needs its margin (the largest difference that does not "
-                           "matter), fixed before the run")
     key = from_value = to_value = None
     if test == "interaction":
         key = _text(raw.get("key"), where, "key")
         if "from" not in raw or "to" not in raw or raw["from"] == raw["to"]:
             raise _fail(where, "an interaction hypothesis needs two different swept values, from: and to:")
         from_value, to_value = raw["from"], raw["to"]
-    measure = depth = None
+    measure = depth = since = None
     if test == "diagnostic":
         measure = _text(raw.get("measure"), where, "measure")
         if kind == "random-net":
@@ -203,15 +231,20 @@ def parse_hypothesis(raw: Any, where: str, kind: str) -> Hypothesis:
             depth = raw.get("depth")
             if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
                 raise _fail(where, f"a random-net measure needs depth: a layer number >= 1, not {short_repr(depth)}")
-            if margin is None:
-                raise _fail(where, "a random-net diagnostic needs a margin (the smallest share difference that "
-                                   "matters), fixed before the run")
         elif not (measure in ("zeta", "qq_r2", "lambda") or measure.startswith("qq_r2 depth ")):
             raise _fail(where, f"measure must be zeta, qq_r2 (every depth), 'qq_r2 depth D' or lambda, "
                                f"not {measure!r}")
+        since = raw.get("since")
+        if since is not None and since not in SINCE:
+            raise _fail(where, f"since must be init (the change from initialization) or left out (after "
+                               f"training), not {short_repr(since)}")
+        if since is not None and measure == "lambda":
+            raise _fail(where, f"since: init reads {INIT_MEASURES}, the measures taken at initialization")
+    elif "since" in raw:
+        raise _fail(where, "since: applies to diagnostic hypotheses only")
     cell = _mapping(raw.get("cell") or {}, where, "cell")
-    return Hypothesis(name, test, norm, baseline, direction, metric, margin, key, from_value, to_value, measure,
-                      depth, dict(cell))
+    return Hypothesis(name, test, norm, baseline, direction, margin, label, metric, key, from_value, to_value,
+                      measure, since, depth, dict(cell))
 
 
 def parse_scale(name: str, raw: Any, where: str, kind: str) -> Scale:
@@ -245,13 +278,12 @@ def parse_preset(name: str, raw: Any, source: str, plugin: str = "") -> Preset:
     citation = _mapping(raw.get("citation"), where, "citation")
     cite = {"paper": _text(citation.get("paper"), where, "citation.paper"),
             "where": _text(citation.get("where"), where, "citation.where")}
-    label = raw.get("label", "reproduction")
-    if label not in ("reproduction", "diagnostic"):
-        raise _fail(where, f"label must be reproduction or diagnostic, not {short_repr(label)}")
+    label = _label(raw.get("label", REPRODUCTION), where)
     items = raw.get("hypotheses")
     if not isinstance(items, list) or not items:
         raise _fail(where, "hypotheses must be a non-empty list, fixed before any run")
-    hypotheses = tuple(parse_hypothesis(h, f"{where} hypothesis {i + 1}", kind) for i, h in enumerate(items))
+    hypotheses = tuple(parse_hypothesis(h, f"{where} hypothesis {i + 1}", kind, label)
+                       for i, h in enumerate(items))
     names = [h.name for h in hypotheses]
     if len(set(names)) != len(names):
         raise _fail(where, "two hypotheses share a name; name each one once")

@@ -27,6 +27,7 @@ from normkit_lab.store.results import atomic_write_text, json_text, new_results_
 from normkit_lab.study import config as lab_config
 
 REPRODUCTION_JSON = "reproduction.json"
+RANDOM_NET_JSON = "random_net.json"  # per_net: {norm: [net (seed 0, 1, ...): [depth: power shares]]}
 REPORT_HTML = "report.html"
 RANDOM_NET_DEFAULTS = {"depth": 20, "width": 24, "batch": 16, "image_size": 16, "seeds": 3}
 
@@ -67,7 +68,7 @@ def plan(preset: Preset, scale_name: str = "cpu", seeds: str | int | None = None
         n_seeds = len(cfg.seeds)
         runs = n_tune + n_compare
         what = (f"{cfg.train.model} on {cfg.train.dataset}, norms {', '.join(cfg.norms)}, {n_seeds} seeds, "
-                f"{cfg.train.epochs} epochs" + (f", tune {_grid(cfg.tune)}" if cfg.tune else "")
+                f"{_length(cfg.train)}" + (f", tune {_grid(cfg.tune)}" if cfg.tune else "")
                 + (f", sweep {_grid(cfg.sweep)}" if cfg.sweep else "")
                 + (f": {n_tune} tuning + {n_compare} comparison runs" if n_tune else f": {n_compare} runs"))
         config: Any = cfg
@@ -87,12 +88,18 @@ def plan(preset: Preset, scale_name: str = "cpu", seeds: str | int | None = None
     cost = (scale.expected_runtime if scale.expected_runtime and expected is None
             else "unknown" if expected is None else _duration(expected))
     cost += f" ({scale.machine})" if scale.machine else ""
-    lines = [f"{preset.name} ({preset.label}, from plugin {preset.plugin or '?'}): {preset.title}",
+    lines = [f"{preset.name} ({preset.labels}, from plugin {preset.plugin or '?'}): {preset.title}",
              f"claim: {preset.claim}", f"source: {preset.cite}",
              f"scale {scale.name}: {what}", f"expected runtime: {cost}",
              "hypotheses (fixed before the run):"]
-    lines += [f"  {h.name} [{h.test}]: {h.describe()}" for h in preset.hypotheses]
+    lines += [f"  {h.name} [{h.test}, {h.label}]: {h.describe()}" for h in preset.hypotheses]
     return Plan(preset, scale, config, runs, n_seeds, expected, lines, cost)
+
+
+def _length(train: Any) -> str:
+    """How long each run trains: `3 epochs`, or a budget's `576 steps` (the same in every cell)."""
+    unit, amount = train.budget_unit
+    return f"{amount} {unit}" + (" in every cell" if train.budget is not None else "")
 
 
 def _grid(grid: dict[str, list[Any]]) -> str:
@@ -153,7 +160,7 @@ def dry_run(p: Plan, emit: Callable[[str], None] | None = None) -> list[str]:
         f"{len(data.test) if data.test is not None else 0:,} test items ({time.perf_counter() - start:.1f} s to read)")
     check_config(train, list(p.config.norms))
     say(f"  model: {train.model} builds with every norm ({', '.join(p.config.norms)})")
-    say(f"  cost: {p.runs} runs x {train.epochs} epochs; {p.cost}")
+    say(f"  cost: {p.runs} runs x {_length(train).removesuffix(' in every cell')}; {p.cost}")
     return lines
 
 
@@ -216,8 +223,9 @@ def _run_random_net(p: Plan, out: str | Path | None) -> Reproduction:
     outcomes = judge_random_net(p.preset.hypotheses, runs)
     path = new_results_dir(out, kind="reproduce")
     mean, spread = random_net.mean_over_nets(runs), random_net.spread_over_nets(runs)
-    atomic_write_text(path / "random_net.json", json_text({"settings": {**settings, "norms": c["norms"]},
-                                                           "norms": mean, "dataset_share_spread": spread}))
+    atomic_write_text(path / RANDOM_NET_JSON, json_text({"settings": {**settings, "norms": c["norms"]},
+                                                         "norms": mean, "dataset_share_spread": spread,
+                                                         "per_net": runs}))
     table = random_net_table(mean, every=max(1, c["depth"] // 8), spread=spread)
     atomic_write_text(path / REPORT_HTML, _page(p, f"<h2>Dataset-scale power share per depth</h2><pre>"
                                                    f"{html.escape(table)}</pre>"))
@@ -234,23 +242,24 @@ def _page(p: Plan, body: str) -> str:
 def claim_section(p: Plan, outcomes: list[Outcome], seconds: float) -> str:
     """The HTML block that puts the claim, its source and each hypothesis's outcome side by side."""
     e = html.escape
-    rows = "".join(f'<tr><td class="l">{e(o.hypothesis.name)}</td><td class="l">{e(o.hypothesis.test)}</td>'
-                   f'<td class="wrap">{e(o.hypothesis.describe())}</td><td class="l"><b>{e(o.status)}</b></td>'
+    rows = "".join(f'<tr><td class="l">{e(o.hypothesis.name)}</td><td class="l">{e(o.hypothesis.label)}</td>'
+                   f'<td class="l">{e(o.hypothesis.test)}</td>'
+                   f'<td class="wrap">{e(o.hypothesis.describe())}</td><td class="l"><b>{e(o.word)}</b></td>'
                    f'<td class="wrap">{e(o.observed)}'
                    f"{e('; ' + o.planning() if o.planning() else '')}</td></tr>"
                    for o in outcomes)
     return (f'<section id="reproduction"><h2>Reproduction: {e(p.preset.title)}</h2>'
-            f"<p><b>Claim</b> ({e(p.preset.label)}): {e(p.preset.claim)}</p>"
+            f"<p><b>Claim</b> ({e(p.preset.labels)}): {e(p.preset.claim)}</p>"
             f"<p><b>Source</b>: {e(p.preset.cite)}</p>"
             f"<p><b>Scale</b>: {e(p.scale.name)}, {p.seeds} seeds, {seconds:.0f} s here.</p>"
-            '<table><tr><th class="l">hypothesis</th><th class="l">test</th>'
+            '<table><tr><th class="l">hypothesis</th><th class="l">label</th><th class="l">test</th>'
             '<th class="l">prediction (fixed before the run)</th><th class="l">outcome</th>'
             f'<th class="l">result</th></tr>{rows}</table></section>')
 
 
 def write_reproduction(rep: Reproduction, p: Plan, command: str = "") -> list[Path]:
     """reproduction.json, and the claim beside the outcomes at the top of report.html."""
-    data = {"preset": p.preset.name, "plugin": p.preset.plugin, "label": p.preset.label, "title": p.preset.title,
+    data = {"preset": p.preset.name, "plugin": p.preset.plugin, "label": p.preset.labels, "title": p.preset.title,
             "claim": p.preset.claim, "citation": p.preset.citation, "scale": p.scale.name, "seeds": p.seeds,
             "seconds": None if not math.isfinite(rep.seconds) else round(rep.seconds, 1), "command": command,
             "hypotheses": [o.as_dict() for o in rep.outcomes]}

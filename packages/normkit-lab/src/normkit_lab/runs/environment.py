@@ -52,6 +52,45 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+# /proc/cpuinfo flags naming the widest vector instructions, widest first (x86, then Arm)
+_ISA_FLAGS = (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"), ("sse4_2", "SSE4.2"), ("sve", "SVE"),
+              ("asimd", "NEON"))
+
+
+def vector_isa() -> dict[str, str | None]:
+    """The CPU's widest vector instruction set (from /proc/cpuinfo's flags) and the one torch's kernels
+    dispatch to (`torch.backends.cpu.get_cpu_capability()`): floating-point results differ between them."""
+    flags: set[str] = set()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            if line.lower().startswith(("flags", "features")):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    cpu = next((name for flag, name in _ISA_FLAGS if flag in flags), None)
+    try:
+        used = str(torch.backends.cpu.get_cpu_capability())
+    except (AttributeError, RuntimeError):
+        used = None
+    return {"cpu": cpu, "torch": used}
+
+
+def load_average() -> tuple[float, float, float] | tuple[None, None, None]:
+    """The machine's 1-, 5- and 15-minute load averages (None where the platform has none)."""
+    try:
+        return os.getloadavg()
+    except (AttributeError, OSError):
+        return None, None, None
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask where the platform has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 def git_commit(path: Path) -> str | None:
     """The commit of the git checkout holding `path` (None outside a checkout or without git)."""
     try:
@@ -62,9 +101,11 @@ def git_commit(path: Path) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def environment(device: str) -> dict[str, Any]:
-    """Versions, plugins, device, CPU, threads and git commits (of the working directory, where the
-    experiment's own code usually lives, and of normkit-lab's source when it is a checkout)."""
+def environment(device: str, threads: int | None = None) -> dict[str, Any]:
+    """Versions, plugins, device, CPU (model, vector instruction sets, cores), threads, the load at the
+    start and git commits (of the working directory, where the experiment's own code usually lives,
+    and of normkit-lab's source when it is a checkout). `threads`: the torch threads each run uses
+    (`torch_threads` is this process's own default, which runs do not use when they set theirs)."""
     return {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
@@ -75,8 +116,12 @@ def environment(device: str) -> dict[str, Any]:
         "device": device_name(device),
         "cuda": torch.version.cuda if torch.cuda.is_available() else None,
         "cpu": cpu_model(),
+        "vector_isa": vector_isa(),
         "cpu_count": os.cpu_count(),
+        "usable_cores": usable_cores(),
         "torch_threads": torch.get_num_threads(),
+        "threads_per_run": threads,
+        "load_average_start": list(load_average()),
         "git_commit": {"cwd": git_commit(Path.cwd()),
                        "normkit_lab_source": git_commit(Path(__file__).resolve().parent)},
         "c_compiler": c_compiler(),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,7 @@ from normkit_lab.errors import ConfigError
 from normkit_lab.executors import Executor, ExecutorOptions, make_executor
 from normkit_lab.records import RunId
 from normkit_lab.runs import environment
+from normkit_lab.runs.checks import planned_epochs, planned_steps
 from normkit_lab.runs.execute import Job, RunOptions
 from normkit_lab.runs.kinds import make_trainer
 from normkit_lab.runs.trainer import Trainer
@@ -50,7 +52,7 @@ def check(cfg: CompareConfig, parallel: int = 1, trainer: Trainer | None = None)
 
 def create_store(cfg: CompareConfig, out: str | Path | None) -> ResultsDir:
     """A fresh results directory holding config.yaml, store.json and environment.json."""
-    return ResultsDir.create(out, save_yaml(cfg), environment.environment(cfg.train.device))
+    return ResultsDir.create(out, save_yaml(cfg), environment.environment(cfg.train.device, cfg.train.cpu_threads))
 
 
 def open_store(path: str | Path, overrides: dict[str, Any] | None = None, *, allow_version_change: bool = False,
@@ -97,6 +99,37 @@ def _tuning_column(cfg: CompareConfig) -> tuple[str, float] | None:
     return metric.select_by, metric.sign
 
 
+def _record_load(store: ResultsDir) -> None:
+    """environment.json's `load_average_end`: the machine's load when this session's runs ended (with
+    `load_average_start`, whether the wall times were measured on a busy machine)."""
+    with store.environment_lock():
+        saved = store.environment() or {}
+        store.write_environment({**saved, "load_average_end": list(environment.load_average())})
+
+
+def run_epochs(cfg: CompareConfig) -> Callable[[RunId], int]:
+    """The epochs each run trains (a sweep's cells or a steps budget make them differ): what progress
+    counts against. The user's own code runs `epochs` (its `{epochs}`)."""
+    @functools.cache
+    def of(run_id: RunId) -> int:  # a command's cells and tuned values are its own keys, not TrainConfig's
+        return cfg.train.epochs if cfg.external else planned_epochs(run_id.train_config(cfg.train))
+
+    return of
+
+
+def run_steps(cfg: CompareConfig) -> Callable[[RunId], int] | None:
+    """The optimizer steps each built-in run takes (the ETA's unit, which weighs cells by their cost);
+    None for the user's own code, which reports epochs only."""
+    if cfg.external:
+        return None
+
+    @functools.cache
+    def of(run_id: RunId) -> int:
+        return planned_steps(run_id.train_config(cfg.train))
+
+    return of
+
+
 def run_compare(cfg: CompareConfig, store: ResultsDir, *, progress: Progress | None = None,
                 on_tuned: TuningTable | None = None, executor: Executor | None = None,
                 options: RunOptions | None = None, trainer: Trainer | None = None) -> Results:
@@ -116,8 +149,11 @@ def run_compare(cfg: CompareConfig, store: ResultsDir, *, progress: Progress | N
     finished = store.finished()
     n_tune, n_compare = run_count(cfg)
     tuning = [run_id for run_id in tune_plan(cfg) if run_id not in finished]
+    epochs_of, steps_of = run_epochs(cfg), run_steps(cfg)
+    comparing = [run_id for run_id in compare_plan(cfg, {}) if run_id not in finished]  # tuned values aside
     progress.start(total=n_tune + n_compare, done=n_tune - len(tuning) + len(
-        [r for r in finished if r.phase == "compare"]), epochs=cfg.train.epochs)
+        [r for r in finished if r.phase == "compare"]), epochs=epochs_of,
+        left=sum(map(steps_of or epochs_of, tuning + comparing)), steps=steps_of)
 
     def on_event(kind: str, value: Any) -> None:
         if kind == "start":
@@ -151,6 +187,7 @@ def run_compare(cfg: CompareConfig, store: ResultsDir, *, progress: Progress | N
         run_all([run_id for run_id in compare_plan(cfg, chosen) if run_id not in finished])
     finally:
         progress.close()
+        _record_load(store)
     results = results_of(cfg, store)
     write_summary(store, results)
     return results

@@ -31,7 +31,7 @@ def tune_plan(cfg: CompareConfig) -> list[RunId]:
     if not cfg.tune:
         return []
     return [RunId.of(norm, seed, "tune", cell, candidate) for cell in grid(cfg.sweep)
-            for seed in cfg.tune_seeds for norm in cfg.norms for candidate in grid(cfg.tune)]
+            for seed in cfg.tune_seeds for norm in cfg.arms for candidate in grid(cfg.tune)]
 
 
 def compare_plan(cfg: CompareConfig, chosen: dict[tuple[Any, str], dict[str, Any]] | None = None) -> list[RunId]:
@@ -43,12 +43,12 @@ def compare_plan(cfg: CompareConfig, chosen: dict[tuple[Any, str], dict[str, Any
         raise ValueError("compare_plan needs the values chosen by tuning")
     chosen = chosen or {}
     return [RunId.of(norm, seed, "compare", cell, chosen.get((frozen(cell), norm)))
-            for cell in grid(cfg.sweep) for seed in cfg.seeds for norm in cfg.norms]
+            for cell in grid(cfg.sweep) for seed in cfg.seeds for norm in cfg.arms]
 
 
 def run_count(cfg: CompareConfig) -> tuple[int, int]:
     """(tuning runs, comparison runs): the cost, known before anything runs."""
-    return len(tune_plan(cfg)), len(grid(cfg.sweep)) * len(cfg.seeds) * len(cfg.norms)
+    return len(tune_plan(cfg)), len(grid(cfg.sweep)) * len(cfg.seeds) * len(cfg.arms)
 
 
 def choose(cfg: CompareConfig, runs: list[RunResult], score: Score | None = None,
@@ -66,7 +66,7 @@ def choose(cfg: CompareConfig, runs: list[RunResult], score: Score | None = None
     chosen: dict[tuple[Any, str], dict[str, Any]] = {}
     table: list[dict[str, Any]] = []
     for cell in grid(cfg.sweep):
-        for norm in cfg.norms:
+        for norm in cfg.arms:
             rows = []
             for candidate in grid(cfg.tune):
                 ids = [RunId.of(norm, seed, "tune", cell, candidate) for seed in cfg.tune_seeds]

@@ -13,6 +13,7 @@ import importlib.util
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
 from normkit_lab.records import EpochRecord, RunId, RunResult
@@ -22,31 +23,59 @@ class Progress:
     """Receives the events of a comparison (runs may overlap); shows nothing."""
 
     def __init__(self) -> None:
-        self.total = self.done = self.epochs = 0
-        self._epochs_done: dict[RunId, int] = {}  # epochs finished by each run in progress
-        self._trained = 0  # epochs trained in this session
+        self.total = self.done = 0
+        self._epochs_of: Callable[[RunId], int] = lambda run_id: 0
+        self._units_of: Callable[[RunId], int] = self._epochs_of  # the ETA's unit: epochs, or steps
+        self._by_steps = False
+        self._units_done: dict[RunId, int] = {}  # units finished by each run in progress
+        self._trained = 0  # units trained in this session
+        self._left = 0  # units still to train over every unfinished run
         self._started = time.monotonic()
 
-    def start(self, total: int, done: int, epochs: int) -> None:
-        """`total` runs planned, `done` of them already finished (resume), `epochs` per run."""
-        self.total, self.done, self.epochs = total, done, epochs
+    def start(self, total: int, done: int, epochs: int | Callable[[RunId], int], left: int | None = None,
+              steps: Callable[[RunId], int] | None = None) -> None:
+        """`total` runs planned, `done` of them already finished (resume), `epochs` per run (a number, or
+        the run's own count: cells of a sweep or a steps budget differ). The ETA counts epochs, or with
+        `steps` (each run's optimizer steps) steps, which weigh a batch-16 epoch and a batch-2 epoch
+        by what they cost; `left` is the units of the runs still to train (default: the runs left times
+        a number `epochs`)."""
+        self.total, self.done = total, done
+        self._epochs_of = epochs if callable(epochs) else (lambda run_id: epochs)
+        self._units_of, self._by_steps = (steps, True) if steps is not None else (self._epochs_of, False)
+        self._left = left if left is not None else (total - done) * (epochs if isinstance(epochs, int) else 0)
         self._started = time.monotonic()
+
+    def epochs(self, run_id: RunId) -> int:
+        """The epochs `run_id` trains (its passes over the data)."""
+        return self._epochs_of(run_id)
 
     def run_start(self, run_id: RunId) -> None:
-        self._epochs_done[run_id] = 0
+        self._units_done[run_id] = 0
 
-    def epoch_end(self, run_id: RunId, record: EpochRecord) -> None:
-        self._epochs_done[run_id] = record.epoch + 1
-        self._trained += 1
+    def epoch_end(self, run_id: RunId, record: EpochRecord) -> int:
+        """Count a finished epoch; returns the units it trained."""
+        steps = getattr(record, "steps", None) if self._by_steps else None
+        now = steps if isinstance(steps, int) else record.epoch + 1
+        trained = max(now - self._units_done.get(run_id, 0), 0)
+        self._units_done[run_id] = now
+        self._trained += trained
+        self._left -= trained
+        return trained
 
-    def run_end(self, result: RunResult) -> None:
-        self._epochs_done.pop(RunId.of_run(result), None)
+    def run_end(self, result: RunResult) -> int:
+        """Count a finished run; returns the units it no longer needs (a run that stopped early)."""
         self.done += 1
+        return self._drop(RunId.of_run(result))
 
-    def run_skipped(self, run_id: RunId) -> None:
+    def run_skipped(self, run_id: RunId) -> int:
         """A run another process finished (several writers on one store): counted as done."""
-        self._epochs_done.pop(run_id, None)
         self.done += 1
+        return self._drop(run_id)
+
+    def _drop(self, run_id: RunId) -> int:
+        unused = max(self._units_of(run_id) - self._units_done.pop(run_id, 0), 0)
+        self._left -= unused
+        return unused
 
     def close(self) -> None: ...
 
@@ -54,8 +83,7 @@ class Progress:
         """Seconds until every planned run has finished, from this session's pace; None before an epoch."""
         if self._trained == 0:
             return None
-        left = (self.total - self.done) * self.epochs - sum(self._epochs_done.values())
-        return max(left, 0) * (time.monotonic() - self._started) / self._trained
+        return max(self._left, 0) * (time.monotonic() - self._started) / self._trained
 
 
 def format_eta(seconds: float | None) -> str:
@@ -87,40 +115,43 @@ class PlainProgress(Progress):
     def _say(self, line: str) -> None:
         print(line, file=self.stream, flush=True)
 
-    def start(self, total: int, done: int, epochs: int) -> None:
-        super().start(total, done, epochs)
+    def start(self, total: int, done: int, epochs: int | Callable[[RunId], int], left: int | None = None,
+              steps: Callable[[RunId], int] | None = None) -> None:
+        super().start(total, done, epochs, left, steps)
         resumed = f", {done} already finished" if done else ""
         self._say(f"compare: {total} run{'' if total == 1 else 's'}{resumed}")
 
-    def epoch_end(self, run_id: RunId, record: EpochRecord) -> None:
-        super().epoch_end(run_id, record)
+    def epoch_end(self, run_id: RunId, record: EpochRecord) -> int:
+        trained = super().epoch_end(run_id, record)
         where = f"[{self.done + 1}/{self.total}] {run_id.label()}"
         if hasattr(record, "metrics"):
             self._say(f"{where} epoch {record.epoch + 1}: {_reported(record)}")
-            return
-        self._say(f"{where} epoch {record.epoch + 1}/{self.epochs}: train loss {record.train_loss:.4f}, "
+            return trained
+        self._say(f"{where} epoch {record.epoch + 1}/{self.epochs(run_id)}: train loss {record.train_loss:.4f}, "
                   f"val acc {_acc(record.val_acc)}, {record.epoch_time_s:.1f}s")
+        return trained
 
-    def run_end(self, result: RunResult) -> None:
-        super().run_end(result)
+    def run_end(self, result: RunResult) -> int:
+        unused = super().run_end(result)
         where = f"[{self.done}/{self.total}] {RunId.of_run(result).label()}"
         if result.status == "failed":
             self._say(f"{where}: {result.error}")
-            return
-        if result.trainer != "builtin":
+        elif result.trainer != "builtin":
             final = _reported(result.epochs[-1]) if result.epochs else "-"
             self._say(f"{where}: {result.status}, final {final}, {format_eta(self.eta_seconds())}")
-            return
-        final = _acc(result.epochs[-1].val_acc) if result.epochs else "-"
-        self._say(f"{where}: {result.status}, final val acc {final}, {format_eta(self.eta_seconds())}")
+        else:
+            final = _acc(result.epochs[-1].val_acc) if result.epochs else "-"
+            self._say(f"{where}: {result.status}, final val acc {final}, {format_eta(self.eta_seconds())}")
+        return unused
 
-    def run_skipped(self, run_id: RunId) -> None:
-        super().run_skipped(run_id)
+    def run_skipped(self, run_id: RunId) -> int:
+        unused = super().run_skipped(run_id)
         self._say(f"[{self.done}/{self.total}] {run_id.label()}: finished by another process")
+        return unused
 
 
 class RichProgress(Progress):
-    """An overall bar (epochs of every planned run, with the ETA), a bar per run in progress, and a
+    """An overall bar (the epochs or steps of every planned run, with the ETA), a bar per run in progress, and a
     line per finished run printed above the bars."""
 
     def __init__(self, console: Any = None) -> None:
@@ -136,30 +167,31 @@ class RichProgress(Progress):
     def _overall_status(self) -> str:
         return f"{self.done}/{self.total} runs, {format_eta(self.eta_seconds())}"
 
-    def start(self, total: int, done: int, epochs: int) -> None:
-        super().start(total, done, epochs)
+    def start(self, total: int, done: int, epochs: int | Callable[[RunId], int], left: int | None = None,
+              steps: Callable[[RunId], int] | None = None) -> None:
+        super().start(total, done, epochs, left, steps)
         self.bars.start()
-        self.overall = self.bars.add_task("all runs", total=max(total * epochs, 1), completed=done * epochs,
+        self.overall = self.bars.add_task("all runs", total=max(self._left, 1), completed=0,
                                           status=self._overall_status())
 
     def run_start(self, run_id: RunId) -> None:
         super().run_start(run_id)
         if run_id in self.current:  # started again after its worker died: one bar per run
             self.bars.remove_task(self.current[run_id])
-        self.current[run_id] = self.bars.add_task(run_id.label(), total=self.epochs, status="")
+        self.current[run_id] = self.bars.add_task(run_id.label(), total=self.epochs(run_id), status="")
 
-    def epoch_end(self, run_id: RunId, record: EpochRecord) -> None:
-        super().epoch_end(run_id, record)
+    def epoch_end(self, run_id: RunId, record: EpochRecord) -> int:
+        trained = super().epoch_end(run_id, record)
         if run_id in self.current:
             self.bars.update(self.current[run_id], completed=record.epoch + 1,
                              status=(_reported(record) if hasattr(record, "metrics")
                                      else f"val acc {_acc(record.val_acc)}"))
-        self.bars.update(self.overall, advance=1, status=self._overall_status())
+        self.bars.update(self.overall, advance=trained, status=self._overall_status())
+        return trained
 
-    def run_end(self, result: RunResult) -> None:
+    def run_end(self, result: RunResult) -> int:
         run_id = RunId.of_run(result)
-        seen = self._epochs_done.get(run_id, 0)
-        super().run_end(result)
+        unused = super().run_end(result)
         own = result.trainer != "builtin"
         if own:
             final = _reported(result.epochs[-1]) if result.epochs else "-"
@@ -171,12 +203,13 @@ class RichProgress(Progress):
         final = f"{'' if own else 'val acc '}{final}"
         ending = result.error if result.status == "failed" else f"{result.status}, final {final}"
         self.bars.console.print(f"{run_id.label()}: {ending}", highlight=False, soft_wrap=True)
-        self.bars.update(self.overall, advance=self.epochs - seen, status=self._overall_status())
+        self.bars.update(self.overall, advance=unused, status=self._overall_status())
+        return unused
 
-    def run_skipped(self, run_id: RunId) -> None:
-        seen = self._epochs_done.get(run_id, 0)
-        super().run_skipped(run_id)
-        self.bars.update(self.overall, advance=self.epochs - seen, status=self._overall_status())
+    def run_skipped(self, run_id: RunId) -> int:
+        unused = super().run_skipped(run_id)
+        self.bars.update(self.overall, advance=unused, status=self._overall_status())
+        return unused
 
     def close(self) -> None:
         self.bars.stop()
