@@ -432,6 +432,7 @@ def test_resume_under_another_plugin_version_is_refused_unless_allowed_and_then_
     assert result.exit_code == 0, result.output
     env = json.loads((d / "environment.json").read_text())
     assert env.pop("resumes")[0]["changes"] == [f"normkit-normalnorm 0.0.1 -> {running}"]
+    assert len(env.pop("load_average_end")) == 3  # every session of runs records the load when it ended
     assert env == saved
     assert len((d / "runs.jsonl").read_text().splitlines()) == 4  # the missing seed-1 runs were trained
 

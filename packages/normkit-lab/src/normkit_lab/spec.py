@@ -23,7 +23,7 @@ DEFAULT_LR = {"sgd": 0.1, "adamw": 1e-3}  # ResNet/WRN and ViT recipes of the no
 DEFAULT_WEIGHT_DECAY = {"sgd": 5e-4, "adamw": 0.05}
 
 # Defaults for every model and dataset that register none (`registered_train_defaults`); the
-# default recipe of `normkit compare --norms bn,bnn,gn+pn` is the bundled digits dataset's
+# default design of `normkit compare --norms bn,bnn,gn+pn` is the bundled digits dataset's
 # (datasets/__init__.py, measured in docs/experiments.md). Other keys keep TrainConfig's defaults.
 TRAIN_DEFAULTS: dict[str, Any] = {"epochs": 5, "batch_size": 128}
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
@@ -207,7 +207,8 @@ def registered_train_defaults(kind: str, name: Any) -> dict[str, Any]:
 
     They sit between the global defaults and the user's values, a model's over its dataset's: e.g.
     the GPT models train with AdamW at batch 32, and the bundled digits dataset carries the default
-    recipe (one epoch at a batch of 2, docs/experiments.md) unless the user says otherwise. An
+    design (batch 2 and 16 at 500 steps each, docs/experiments.md; a registered sweep and budget stand
+    only while the user gives no length or batch of their own, see `study.config.DESIGN_KEYS`). An
     unknown name has none (check() names it).
     """
     if not isinstance(name, str):

@@ -100,11 +100,14 @@ def _tuning_column(cfg: CompareConfig) -> tuple[str, float] | None:
 
 
 def _record_load(store: ResultsDir) -> None:
-    """environment.json's `load_average_end`: the machine's load when this session's runs ended (with
-    `load_average_start`, whether the wall times were measured on a busy machine)."""
+    """environment.json's `load_average_end`: the machine's load when the directory's first session of
+    runs ended (with `load_average_start`, whether its wall times were measured on a busy machine).
+    Written once, beside the start it pairs with: a resume or an older directory is left as it is (each
+    epoch row's `load_avg` covers later sessions)."""
     with store.environment_lock():
         saved = store.environment() or {}
-        store.write_environment({**saved, "load_average_end": list(environment.load_average())})
+        if "load_average_start" in saved and "load_average_end" not in saved:
+            store.write_environment({**saved, "load_average_end": list(environment.load_average())})
 
 
 def run_epochs(cfg: CompareConfig) -> Callable[[RunId], int]:
