@@ -57,3 +57,10 @@ def test_swept_keys_are_named_as_swept():
 def test_the_reference_recipe_is_the_one_build_config_gives():
     """The caption (analysis) may not import the study's build_config; spec.default_recipe stands in for it."""
     assert default_recipe() == config.build_config({"norms": "bn"}).to_dict()
+
+
+def test_a_batch_sweep_says_whether_steps_are_held_equal():
+    epochs = words({"norms": "bn,gn+pn", "sweep": "batch_size=2,16"})
+    assert "steps differ by cell" in epochs and "--budget steps=N" in epochs
+    steps = words({"norms": "bn,gn+pn", "sweep": "batch_size=2,16", "budget": "steps=600"})
+    assert "600 optimizer steps at batches of 2, 16 samples" in steps and "steps differ" not in steps

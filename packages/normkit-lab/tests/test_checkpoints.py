@@ -14,7 +14,7 @@ from normkit_lab.runs.checkpoints import STATE_KEYS, Checkpointing
 from normkit_lab.runs.execute import Job, RunOptions, run_job
 from normkit_lab.study import compare, config
 
-TIMING = {"epoch_time_s", "throughput", "peak_mem_mb"}
+TIMING = {"epoch_time_s", "cpu_time_s", "throughput", "peak_mem_mb"}
 
 
 @pytest.fixture(scope="module")

@@ -33,7 +33,7 @@ from normkit_lab.runs.execute import Job, run_job
 from normkit_lab.study import compare, config
 
 BIN = Path(sys.executable).parent
-TIMING = ("epoch_time_s", "throughput", "peak_mem_mb")  # differ between any two runs
+TIMING = ("epoch_time_s", "cpu_time_s", "throughput", "peak_mem_mb")  # differ between any two runs
 EQUIVALENCE_CFG = spec.TrainConfig(epochs=1, batch_size=64)
 EQUIVALENCE_NORMS = ("bn", "bnn(noise=0)", "ln", "ibln-t")  # synced batch statistics, per-sample, both
 RESUME_CFG = spec.TrainConfig(epochs=2, batch_size=64)

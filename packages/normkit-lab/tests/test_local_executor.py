@@ -14,7 +14,7 @@ from normkit_lab.runs.device import split_threads
 from normkit_lab.study import compare, config
 from normkit_lab.study.progress import PlainProgress, Progress, format_eta
 
-TIMING = {"epoch_time_s", "throughput", "peak_mem_mb", "mean_epoch_time_s", "samples_per_s"}
+TIMING = {"epoch_time_s", "cpu_time_s", "throughput", "peak_mem_mb", "mean_epoch_time_s", "samples_per_s"}
 
 
 def _without_timing(rows: list[dict]) -> list[dict]:

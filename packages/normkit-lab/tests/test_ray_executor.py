@@ -34,7 +34,7 @@ needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="
 
 MARKER = "NORMKIT_RAY_TEST_MARKER"
 TIMING = {"time_per_epoch_s", "throughput_samples_s", "peak_mem_mb"}  # summary columns that vary run to run
-ROW_TIMING = {"epoch_time_s", "throughput", "peak_mem_mb", "host"}  # the same in runs.jsonl rows
+ROW_TIMING = {"epoch_time_s", "cpu_time_s", "throughput", "peak_mem_mb", "host"}  # the same in runs.jsonl rows
 NORMKIT = str(Path(sys.executable).with_name("normkit"))
 
 

@@ -17,7 +17,7 @@ from normkit_lab.runs.schedule import lr_factor
 from normkit_lab.runs.training import train_run
 from normkit_lab.spec import TrainConfig
 
-TIMING_FIELDS = {"epoch_time_s", "throughput", "peak_mem_mb"}
+TIMING_FIELDS = {"epoch_time_s", "cpu_time_s", "throughput", "peak_mem_mb"}
 DIGITS = TrainConfig(epochs=2, batch_size=64, model_params={"width": 16})
 # resnet18 ends at 1x1 on 8x8 images, so its last BatchNorms fail on a training batch of one.
 FAKE = TrainConfig(model="resnet18", model_params={"width": 4}, dataset="fake",
@@ -106,13 +106,13 @@ def test_adamw_with_warmup_step_schedule_and_label_smoothing_runs():
 
 
 def test_schedules():
-    cosine = lr_factor("cosine", epochs=2, steps_per_epoch=5)
+    cosine = lr_factor("cosine", total_steps=10, steps_per_epoch=5)
     assert cosine(0) == 1.0 and cosine(5) == pytest.approx(0.5) and cosine(9) < 0.03
-    warm = lr_factor("cosine", epochs=4, steps_per_epoch=5, warmup_epochs=2)
+    warm = lr_factor("cosine", total_steps=20, steps_per_epoch=5, warmup_epochs=2)
     assert [warm(i) for i in range(3)] == pytest.approx([0.1, 0.2, 0.3]) and warm(10) == 1.0
-    step = lr_factor("step", epochs=9, steps_per_epoch=2, step_size=3, gamma=0.1)
+    step = lr_factor("step", total_steps=18, steps_per_epoch=2, step_size=3, gamma=0.1)
     assert (step(5), step(6), step(12)) == pytest.approx((1.0, 0.1, 0.01))
-    assert lr_factor("none", epochs=3, steps_per_epoch=2)(5) == 1.0
+    assert lr_factor("none", total_steps=6, steps_per_epoch=2)(5) == 1.0
 
 
 def test_check_config_accepts_the_default_comparison():

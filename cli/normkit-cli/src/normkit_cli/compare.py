@@ -114,7 +114,13 @@ def compare_cmd(
                                               "written as a path: ./folder, /abs/folder, ~/folder.",
                                          rich_help_panel=EXPERIMENT)] = D["dataset"],
     epochs: Annotated[int, typer.Option(parser=ascii_int(),
-                                        help="Epochs per run.", rich_help_panel=EXPERIMENT)] = D["epochs"],
+                                        help="Epochs per run (the default budget).",
+                                        rich_help_panel=EXPERIMENT)] = D["epochs"],
+    budget: Annotated[str | None, typer.Option(metavar="UNIT=N", help="Training length: epochs=N, steps=N "
+                                                                      "(optimizer steps) or examples=N; with "
+                                                                      "--sweep batch_size=... a steps budget "
+                                                                      "trains every cell alike.",
+                                               show_default=False, rich_help_panel=EXPERIMENT)] = D["budget"],
     seeds: Annotated[str, typer.Option(help="A count N (seeds 0..N-1), a list 0,1,5 or a range 0-4; "
                                             "every norm runs with the same seeds.",
                                        rich_help_panel=EXPERIMENT)]
@@ -320,8 +326,9 @@ def compare_cmd(
     n_tune, n_compare = run_count(cfg)
     cost = (f"{plural(n_tune, 'tuning run')} + {plural(n_compare, 'comparison run')}" if n_tune
             else plural(n_compare, "run"))
+    unit, amount = train.budget_unit
     what = (f"with `{cfg.command}`" if cfg.command is not None
-            else f"on {train.model}/{train.dataset}, {plural(train.epochs, 'epoch')}")
+            else f"on {train.model}/{train.dataset}, {plural(amount, unit.removesuffix('s'))}")
     console.print(f"compare {', '.join(cfg.norms)} {what}, seeds {','.join(map(str, cfg.seeds))}: "
                   f"{cost} -> {store.path}", soft_wrap=True, markup=False, highlight=False)
     resume_hint = f"continue with: normkit compare --resume {store.path}"

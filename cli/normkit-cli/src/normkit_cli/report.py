@@ -73,11 +73,11 @@ FOLD = "fold"
 
 def summary_table(results: Results, summary: Summary, drop: tuple[str, ...] = ()) -> Table:
     """The final table: primary metric, paired difference, Holm p, verdict, MDE, speed, size, failures."""
+    from normkit_lab.analysis.caption import training_length
     from normkit_lab.analysis.summary import cell_key
 
     cfg, metric = results.config, summary.metric
-    epochs = plural(cfg["epochs"], "epoch") if isinstance(cfg.get("epochs"), int) else f"{cfg.get('epochs')} epochs"
-    what = f"{cfg.get('model')} on {cfg.get('dataset')}, {epochs}"
+    what = f"{cfg.get('model')} on {cfg.get('dataset')}, {training_length(cfg)}"
     if cfg.get("command") or cfg.get("train_function"):
         what = f"`{cfg['command']}`" if cfg.get("command") else f"{cfg['train_function']}()"
     table = Table(title=Text(f"{what}: {summary.label} "

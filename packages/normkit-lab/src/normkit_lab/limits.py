@@ -7,6 +7,7 @@ docs/experiments.md ("Limits") lists them; a value beyond one is refused before 
 from __future__ import annotations
 
 MAX_EPOCHS = 10_000
+MAX_STEPS = 100_000_000  # optimizer steps of a `--budget steps=N` run
 MAX_BATCH_SIZE = 65_536
 MAX_SEEDS = 1_000  # seeds per comparison
 MAX_SEED = 2**32 - 1  # numpy's seed range; torch accepts more, results would not repeat elsewhere

@@ -119,7 +119,11 @@ class EpochRecord:
     classifiers, tokens/s for sequence models); peak_mem_mb: CUDA max_memory_allocated during
     the epoch, or on CPU/MPS the process's peak RSS so far (getrusage); lr: the learning rate at
     the epoch's first step. val_bpb/test_bpb: bits per byte of the val/test loss, for datasets
-    that declare `bytes_per_token` in their metadata (byte-level text), else None.
+    that declare `bytes_per_token` in their metadata (byte-level text), else None. steps: the
+    optimizer steps taken from the start of the run to the end of this epoch (the last epoch's is
+    the run's total; a steps or examples budget may end its last epoch part-way through the data).
+    cpu_time_s: the process's CPU time (every thread) during the training pass, which unlike
+    epoch_time_s does not grow when other work shares the machine's cores.
     """
 
     epoch: int
@@ -136,6 +140,8 @@ class EpochRecord:
     test_acc: float | None = None
     val_bpb: float | None = None
     test_bpb: float | None = None
+    steps: int | None = None
+    cpu_time_s: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,9 @@ DEFAULT_WEIGHT_DECAY = {"sgd": 5e-4, "adamw": 0.05}
 TRAIN_DEFAULTS: dict[str, Any] = {"epochs": 5, "batch_size": 128}
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
 DEFAULT_TUNE_SEEDS = 2  # tuning seeds when tuning and none are given: the next ones after `seeds`
+# How long a run trains: `epochs` (passes over the training data, the default), or a number of optimizer
+# `steps` or training `examples` that every cell of a batch-size sweep trains alike.
+BUDGET_UNITS = ("epochs", "steps", "examples")
 
 
 @dataclass
@@ -41,6 +45,9 @@ class TrainConfig:
     parameters on CPU (much faster for small-cnn), torch's default otherwise.
     nproc_per_node: processes (GPUs) per run; above 1 each run is launched with torchrun as
     DistributedDataParallel, batch_size staying the global batch (see normkit_lab.runs.distributed).
+    budget: None trains `epochs` passes over the data; "steps=N" or "examples=N" trains exactly N
+    optimizer steps (N examples, N / batch_size steps) whatever the batch size, the schedule spread
+    over them, evaluating after each pass over the data and at the end (`epochs` is then unused).
     """
 
     model: str = "small-cnn"
@@ -70,6 +77,28 @@ class TrainConfig:
     num_workers: int = 0
     cpu_threads: int | None = None
     nproc_per_node: int = 1
+    budget: str | None = None
+
+    @property
+    def budget_unit(self) -> tuple[str, int]:
+        """(unit, amount) of the training budget: ("epochs", epochs), ("steps", N) or ("examples", N)."""
+        if self.budget is None:
+            return "epochs", self.epochs
+        unit, _, amount = self.budget.partition("=")
+        return unit, int(amount)
+
+    def total_steps(self, steps_per_epoch: int) -> int:
+        """The optimizer steps a run takes, given the steps of one pass over its training data."""
+        unit, amount = self.budget_unit
+        if unit == "steps":
+            return amount
+        if unit == "examples":
+            return amount // self.batch_size
+        return amount * steps_per_epoch
+
+    def run_epochs(self, steps_per_epoch: int) -> int:
+        """Passes over the training data (the last one partial under a steps or examples budget)."""
+        return math.ceil(self.total_steps(steps_per_epoch) / steps_per_epoch)
 
     @property
     def resolved_lr(self) -> float:
@@ -127,6 +156,9 @@ class CompareConfig:
         train = dataclasses.asdict(self.train)
         train.update(lr=self.train.resolved_lr, weight_decay=self.train.resolved_weight_decay,
                      norm_weight_decay=self.train.resolved_norm_weight_decay)
+        # one length: an epoch budget writes `epochs` (and no budget key, so its config hash is as before
+        # budgets existed), a steps or examples budget writes `budget` and no unused `epochs`
+        train.pop("epochs" if self.train.budget is not None else "budget")
         own = {key: getattr(self, key) for key in EXTERNAL_KEYS if getattr(self, key) is not None}
         return {"norms": list(self.norms), "seeds": list(self.seeds), "baseline": self.baseline_norm,
                 "diagnostics": self.diagnostics, "select": self.select, "metric": self.metric,

@@ -62,13 +62,26 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
+def training_length(config: Mapping[str, Any]) -> str:
+    """How long each run trained, for titles and captions: "1 epoch", "1, 3 epochs" (swept), "600 optimizer
+    steps" or "1200 training examples" (a budget; config.yaml then has no `epochs`)."""
+    budget, sweep = config.get("budget"), config.get("sweep") or {}
+    if budget:
+        unit, _, amount = str(budget).partition("=")
+        return f"{amount} optimizer steps" if unit == "steps" else f"{amount} training examples"
+    epochs = config.get("epochs")
+    if "epochs" in sweep:
+        return f"{_values(sweep['epochs'])} epochs"
+    return _plural(epochs, "epoch") if isinstance(epochs, int) else f"{epochs} epochs"
+
+
 def caption(config: Mapping[str, Any], *, seeds: int, comparisons: int, baseline: str) -> str:
     """The paragraph for a comparison saved with `config` (config.yaml's mapping)."""
     if config.get("command") or config.get("train_function"):
         return _own_code_caption(config, seeds=seeds, comparisons=comparisons, baseline=baseline)
     norms = list(config.get("norms") or ())
     tune, sweep = config.get("tune") or {}, config.get("sweep") or {}
-    batch, epochs = config.get("batch_size"), config.get("epochs")
+    batch = config.get("batch_size")
     tuned_lr = "lr" in tune
     if tuned_lr:
         lr = f"each norm at its own learning rate, tuned on the validation split over {_values(tune['lr'])}"
@@ -77,8 +90,7 @@ def caption(config: Mapping[str, Any], *, seeds: int, comparisons: int, baseline
     else:
         lr = (f"every norm at the same learning rate ({config.get('optimizer')} lr {_values([config.get('lr')])}, "
               f"not tuned per norm)")
-    length = (f"{_values(sweep['epochs'])} epochs" if "epochs" in sweep
-              else _plural(epochs, "epoch") if isinstance(epochs, int) else f"{epochs} epochs")
+    budget, length = config.get("budget"), training_length(config)
     size = (f"batches of {_values(sweep['batch_size'])} samples" if "batch_size" in sweep
             else f"a batch of {batch} samples")
     shows = (f"Shows: {config.get('model')} on {config.get('dataset')}, {length} at {size}, {lr}, "
@@ -94,6 +106,10 @@ def caption(config: Mapping[str, Any], *, seeds: int, comparisons: int, baseline
                   f"over a batch of {batch}: this is the small-batch regime of detection and segmentation, which "
                   f"batch-independent norms (group, layer, proxy) were made for, so the verdicts say which "
                   f"norms tolerate a tiny batch.")
+    if "batch_size" in sweep and not budget:
+        shows += (" Every cell trains the same epochs, so a smaller batch takes more optimizer steps: steps "
+                  "differ by cell, and a gap that changes with batch size may come from training length (hold "
+                  "steps equal with --budget steps=N).")
     not_shown = ["how the norms rank at other batch sizes, models, datasets or longer training"]
     if not tuned_lr:
         not_shown.append("whether a learning rate tuned per norm would change the verdicts "

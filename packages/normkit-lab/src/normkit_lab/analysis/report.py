@@ -19,6 +19,7 @@ import yaml
 
 from normkit_lab import lm_baselines, safe_yaml
 from normkit_lab.analysis import plots
+from normkit_lab.analysis.caption import training_length
 from normkit_lab.analysis.report_html import render_html
 from normkit_lab.analysis.summary import Run, Summary, cell_key, runs_from_results, runs_from_rows, summarize
 from normkit_lab.diagnostics.report import write_report as write_diagnostics_files
@@ -160,8 +161,7 @@ def _title(results: Results) -> str:
     if cfg.get("command") or cfg.get("train_function"):
         code = f"`{cfg['command']}`" if cfg.get("command") else f"{cfg['train_function']}()"
         return f"{code}: {', '.join(results.norms)} against {results.baseline}"
-    epochs = cfg.get("epochs")
-    return (f"{cfg.get('model')} on {cfg.get('dataset')}, {epochs} epoch{'' if epochs == 1 else 's'}: "
+    return (f"{cfg.get('model')} on {cfg.get('dataset')}, {training_length(cfg)}: "
             f"{', '.join(results.norms)} against {results.baseline}")
 
 

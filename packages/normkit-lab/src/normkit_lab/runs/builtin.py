@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from normkit_lab.records import RunId, RunResult, selected_epoch
-from normkit_lab.runs.checks import check_config, resolved_threads
+from normkit_lab.runs.checks import check_config, planned_epochs, resolved_threads
 from normkit_lab.runs.device import split_threads
 from normkit_lab.runs.trainer import RunContext
 from normkit_lab.runs.training import train_run
@@ -51,7 +51,7 @@ class BuiltinTrainer:
 def val_accuracy_score(cfg: CompareConfig, run: RunResult | None, run_id: RunId) -> float:
     """A tuning run's val accuracy at the selected epoch; -inf when it diverged or is incomplete (the
     built-in trainer's score; other trainers pass their own to `choose`)."""
-    epochs = run_id.train_config(cfg.train).epochs
+    epochs = planned_epochs(run_id.train_config(cfg.train))
     if run is None or run.status != "ok" or len(run.epochs) < epochs:
         return -math.inf
     record = selected_epoch(run.epochs, cfg.select)

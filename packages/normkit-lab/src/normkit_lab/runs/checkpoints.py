@@ -181,12 +181,14 @@ def _optimizer_problem(saved: Any, fresh: dict[str, Any], params: list[torch.Ten
 
 
 def check_state(checkpoint: Checkpointing, saved: dict[str, Any], fresh: dict[str, Any],
-                params: list[torch.Tensor], record_fields: list[str], epochs: int, steps_per_epoch: int) -> None:
+                params: list[torch.Tensor], record_fields: list[str], epochs: int, steps_per_epoch: int,
+                total_steps: int | None = None) -> None:
     """Refuse (DamagedRunFile) a checkpoint that does not fit the run about to use it, before anything is loaded.
 
     `fresh` is the state the run would save now (same model, optimizer, generators); `params` the optimizer's
     parameters in order. The records must be epochs 0..n-1 with n <= `epochs`, and the step counts must
-    agree with n epochs of `steps_per_epoch` steps, so edited records are caught."""
+    agree with n epochs of `steps_per_epoch` steps (at most `total_steps`, a run's budget), so edited
+    records are caught."""
     problems = [_layout_problem(saved["model"], fresh["model"], "model")]
     rng, fresh_rng = saved["rng"], fresh["rng"]
     if isinstance(rng, dict):  # CUDA generators exist only where CUDA does (restored only there)
@@ -211,6 +213,8 @@ def check_state(checkpoint: Checkpointing, saved: dict[str, Any], fresh: dict[st
         steps = saved["steps"]
         last = saved["scheduler"].get("last_epoch") if isinstance(saved["scheduler"], dict) else None
         expected = len(records) * steps_per_epoch
+        if total_steps is not None:
+            expected = min(expected, total_steps)
         if not (isinstance(steps, int) and steps == expected and last == expected):
             problems.append(f"steps ({steps!r}, scheduler {last!r}) do not match {len(records)} epochs of "
                             f"{steps_per_epoch} steps")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from typing import Any
 
 import torch
@@ -27,6 +28,7 @@ from normkit_lab.limits import (
     MAX_MODEL_PARAMS,
     MAX_NPROC_PER_NODE,
     MAX_NUM_WORKERS,
+    MAX_STEPS,
 )
 from normkit_lab.models import build_model, model_params
 from normkit_lab.runs.device import cpu_threads, resolve_device
@@ -72,8 +74,12 @@ def _check_numbers(cfg: TrainConfig) -> None:
         ("weight_decay_policy", cfg.weight_decay_policy in WEIGHT_DECAY_POLICIES,
          f"one of {', '.join(WEIGHT_DECAY_POLICIES)}"),
         ("schedule", cfg.schedule in SCHEDULES, f"one of {', '.join(SCHEDULES)}"),
-        ("warmup_epochs", at_least(cfg.warmup_epochs, 0) and cfg.warmup_epochs <= cfg.epochs,
-         f"an integer in [0, epochs={cfg.epochs}]"),
+        ("budget", cfg.budget is None or (isinstance(cfg.budget, str) and re.fullmatch(
+            r"(steps|examples)=[1-9][0-9]{0,11}", cfg.budget) is not None and cfg.budget_unit[1] <= (
+            MAX_STEPS * (cfg.batch_size if cfg.budget.startswith("examples") else 1))),
+         f"steps=N (N at most {MAX_STEPS:,}), examples=N or unset (the epochs)"),
+        ("warmup_epochs", at_least(cfg.warmup_epochs, 0)  # under a budget: checked against its steps
+         and (cfg.budget is not None or cfg.warmup_epochs <= cfg.epochs), f"an integer in [0, epochs={cfg.epochs}]"),
         ("step_size", at_least(cfg.step_size, 1, MAX_EPOCHS), f"an integer in [1, {MAX_EPOCHS:,}]"),
         ("gamma", _is_number(cfg.gamma) and 0 < cfg.gamma <= 1, "in (0, 1]"),
         ("label_smoothing", within(cfg.label_smoothing, 0, 1), "in [0, 1)"),
@@ -91,6 +97,38 @@ def _check_numbers(cfg: TrainConfig) -> None:
     for key, ok, expected in checks:
         _require(ok, f"{key} must be {expected}, got {short_repr(getattr(cfg, key))}")
     check_divisible(cfg.batch_size, cfg.nproc_per_node)
+
+
+def steps_per_epoch(cfg: TrainConfig, train_size: int) -> int:
+    """Optimizer steps of one pass over `train_size` training examples, as the run's loader makes them
+    (a last partial batch dropped when there is more than one batch; under DDP per process)."""
+    world = cfg.nproc_per_node
+    per_rank, shard = cfg.batch_size // world, train_size // world if world > 1 else train_size
+    return shard // per_rank if shard > per_rank else 1
+
+
+def planned_epochs(cfg: TrainConfig) -> int:
+    """The passes over the training data a run of `cfg` makes: `epochs`, or under a steps or examples
+    budget as many as its steps need (the dataset is loaded to count them)."""
+    if cfg.budget is None:
+        return cfg.epochs
+    return cfg.run_epochs(steps_per_epoch(cfg, len(run_dataset(cfg).train)))
+
+
+def _check_budget(cfg: TrainConfig, train_size: int) -> None:
+    """A steps or examples budget that the batch size can meet exactly, with the warmup inside it."""
+    unit, amount = cfg.budget_unit
+    if unit == "examples":
+        _require(amount % cfg.batch_size == 0,
+                 f"budget examples={amount} is not a multiple of batch_size {cfg.batch_size}, so runs could not "
+                 f"train exactly that many; use a multiple of every swept batch size, e.g. examples="
+                 f"{math.ceil(amount / cfg.batch_size) * cfg.batch_size}")
+    per_epoch = steps_per_epoch(cfg, train_size)
+    total = cfg.total_steps(per_epoch)
+    _require(total >= 1, f"budget {cfg.budget} gives no optimizer step at batch_size {cfg.batch_size}")
+    _require(cfg.warmup_epochs * per_epoch <= total,
+             f"warmup_epochs {cfg.warmup_epochs} ({cfg.warmup_epochs * per_epoch} steps at batch_size "
+             f"{cfg.batch_size}) is longer than the budget's {total} steps; shorten the warmup")
 
 
 def check_divisible(batch_size: int, processes: int) -> None:
@@ -220,6 +258,7 @@ def check_config(cfg: TrainConfig, norms: list[str]) -> None:
     model_params(cfg.model, cfg.model_params)
     data = run_dataset(cfg)
     _check_size(cfg, list(norms), data)
+    _check_budget(cfg, len(data.train))
     _require(len(data.val) > 0 and len(data.test) > 0,
              f"dataset {cfg.dataset!r} leaves no validation or test images (too few per class); "
              "use a larger dataset or a larger val_fraction")

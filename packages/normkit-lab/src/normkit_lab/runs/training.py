@@ -212,8 +212,9 @@ class _Step:
         return loss.detach(), logits.detach()
 
 
-def _train_epoch(step: _Step, loader: DataLoader) -> tuple[float, float, int, int | None]:
-    """One pass over the training data: (mean loss, accuracy, samples, failing step or None).
+def _train_epoch(step: _Step, loader: DataLoader, limit: int) -> tuple[float, float, int, int | None]:
+    """One pass over the training data, or its first `limit` steps (the end of a steps budget):
+    (mean loss, accuracy, samples, failing step or None).
 
     Under DDP the loss, accuracy and samples are over all processes, and every process stops at the
     same failing step."""
@@ -223,6 +224,8 @@ def _train_epoch(step: _Step, loader: DataLoader) -> tuple[float, float, int, in
     seen = 0
     check_every = CUDA_FINITE_CHECK_EVERY if step.device.type == "cuda" else 1
     for i, (x, y) in enumerate(loader):
+        if i == limit:
+            break
         x, y = step.inputs(x, y)
         loss, logits = step.train(x, y)
         loss_sum += loss * y.numel()
@@ -231,7 +234,7 @@ def _train_epoch(step: _Step, loader: DataLoader) -> tuple[float, float, int, in
         if (i + 1) % check_every == 0 and not _finite(loss_sum):
             return math.nan, math.nan, seen, i
     if not _finite(loss_sum):
-        return math.nan, math.nan, seen, len(loader) - 1
+        return math.nan, math.nan, seen, min(len(loader), limit) - 1
     if _world()[1] > 1:
         total_loss, total_correct, total = _sum_over_ranks([loss_sum, correct, seen], step.device)
         return total_loss / total, total_correct / total, int(total), None
@@ -360,7 +363,9 @@ def _fit(cfg: TrainConfig, model: nn.Module, data: DatasetBundle, device: torch.
     train_loader, val_loader, test_loader = _loaders(cfg, data, result.seed, device)
     distributed = _world()[1] > 1
     optimizer = _optimizer(cfg, model)
-    factor = lr_factor(cfg.schedule, epochs=cfg.epochs, steps_per_epoch=len(train_loader),
+    per_epoch = len(train_loader)
+    total_steps, epochs = cfg.total_steps(per_epoch), cfg.run_epochs(per_epoch)
+    factor = lr_factor(cfg.schedule, total_steps=total_steps, steps_per_epoch=per_epoch,
                        warmup_epochs=cfg.warmup_epochs, step_size=cfg.step_size, gamma=cfg.gamma)
     amp_dtype = _amp_dtype() if cfg.amp else None
     trained = _ddp(model, device) if distributed else model
@@ -379,17 +384,17 @@ def _fit(cfg: TrainConfig, model: nn.Module, data: DatasetBundle, device: torch.
     with _local_statistics(model):
         for cb in hooks.callbacks:
             cb.on_start(model, data, device)
-    start_epoch = _resume(hooks, model, step, train_loader, result, cfg.epochs)
-    for epoch in range(start_epoch, cfg.epochs):
+    start_epoch = _resume(hooks, model, step, train_loader, result, epochs, total_steps)
+    for epoch in range(start_epoch, epochs):
         if isinstance(train_loader.sampler, DistributedSampler):
             train_loader.sampler.set_epoch(epoch)
         lr = optimizer.param_groups[0]["lr"]
         reset_peak_memory(device)
         synchronize(device)
-        start = time.perf_counter()
-        train_loss, train_acc, seen, failed_step = _train_epoch(step, train_loader)
+        start, cpu_start = time.perf_counter(), time.process_time()
+        train_loss, train_acc, seen, failed_step = _train_epoch(step, train_loader, total_steps - step.steps)
         synchronize(device)
-        elapsed = time.perf_counter() - start
+        elapsed, cpu_time = time.perf_counter() - start, time.process_time() - cpu_start
         if failed_step is not None:
             result.status, result.extras["diverged_at"] = "diverged", {"epoch": epoch, "step": failed_step}
             break
@@ -399,7 +404,8 @@ def _fit(cfg: TrainConfig, model: nn.Module, data: DatasetBundle, device: torch.
             break
         test_loss, test_acc, _ = _evaluate(step, test_loader, top5=False)
         record = EpochRecord(epoch, train_loss, train_acc, val_loss, val_acc, val_top5, elapsed,
-                             seen / elapsed, peak_memory_mb(device), lr, test_loss=test_loss, test_acc=test_acc)
+                             seen / elapsed, peak_memory_mb(device), lr, test_loss=test_loss, test_acc=test_acc,
+                             steps=step.steps, cpu_time_s=cpu_time)
         add_bits_per_byte(record, data)
         result.epochs.append(record)
         for logger in hooks.loggers:
@@ -438,7 +444,7 @@ def _checkpoint_state(model: nn.Module, step: _Step, loader: DataLoader, result:
 
 
 def _resume(hooks: _Hooks, model: nn.Module, step: _Step, loader: DataLoader, result: RunResult,
-            cfg_epochs: int) -> int:
+            epochs: int, total_steps: int) -> int:
     """Load the run's checkpoint, if it has one, after checking every part of it against this run
     (`checkpoints.check_state`; anything off is DamagedRunFile); returns the first epoch still to train."""
     state = hooks.checkpoint.load() if hooks.checkpoint is not None else None
@@ -448,7 +454,7 @@ def _resume(hooks: _Hooks, model: nn.Module, step: _Step, loader: DataLoader, re
         return 0
     params = [p for group in step.optimizer.param_groups for p in group["params"]]
     check_state(hooks.checkpoint, state, _checkpoint_state(model, step, loader, result, hooks.callbacks), params,
-                [f.name for f in dataclasses.fields(EpochRecord)], cfg_epochs, len(loader))
+                [f.name for f in dataclasses.fields(EpochRecord)], epochs, len(loader), total_steps)
     model.load_state_dict(state["model"])
     step.optimizer.load_state_dict(state["optimizer"])
     step.scheduler.load_state_dict(state["scheduler"])

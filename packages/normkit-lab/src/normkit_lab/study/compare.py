@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,7 @@ from normkit_lab.errors import ConfigError
 from normkit_lab.executors import Executor, ExecutorOptions, make_executor
 from normkit_lab.records import RunId
 from normkit_lab.runs import environment
+from normkit_lab.runs.checks import planned_epochs
 from normkit_lab.runs.execute import Job, RunOptions
 from normkit_lab.runs.kinds import make_trainer
 from normkit_lab.runs.trainer import Trainer
@@ -97,6 +99,16 @@ def _tuning_column(cfg: CompareConfig) -> tuple[str, float] | None:
     return metric.select_by, metric.sign
 
 
+def run_epochs(cfg: CompareConfig) -> Callable[[RunId], int]:
+    """The epochs each run trains (a sweep's cells or a steps budget make them differ): what progress
+    counts against. The user's own code runs `epochs` (its `{epochs}`)."""
+    @functools.cache
+    def of(run_id: RunId) -> int:  # a command's cells and tuned values are its own keys, not TrainConfig's
+        return cfg.train.epochs if cfg.external else planned_epochs(run_id.train_config(cfg.train))
+
+    return of
+
+
 def run_compare(cfg: CompareConfig, store: ResultsDir, *, progress: Progress | None = None,
                 on_tuned: TuningTable | None = None, executor: Executor | None = None,
                 options: RunOptions | None = None, trainer: Trainer | None = None) -> Results:
@@ -116,8 +128,11 @@ def run_compare(cfg: CompareConfig, store: ResultsDir, *, progress: Progress | N
     finished = store.finished()
     n_tune, n_compare = run_count(cfg)
     tuning = [run_id for run_id in tune_plan(cfg) if run_id not in finished]
+    epochs_of = run_epochs(cfg)
+    comparing = [run_id for run_id in compare_plan(cfg, {}) if run_id not in finished]  # tuned values aside
     progress.start(total=n_tune + n_compare, done=n_tune - len(tuning) + len(
-        [r for r in finished if r.phase == "compare"]), epochs=cfg.train.epochs)
+        [r for r in finished if r.phase == "compare"]), epochs=epochs_of,
+        left=sum(map(epochs_of, tuning + comparing)))
 
     def on_event(kind: str, value: Any) -> None:
         if kind == "start":

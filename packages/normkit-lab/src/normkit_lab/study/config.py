@@ -27,6 +27,7 @@ from normkit_lab.limits import MAX_SEED, MAX_SEEDS
 from normkit_lab.metrics import metric_named, metric_spec, needs_margin
 from normkit_lab.records import RUNTIME_KEYS, SELECTIONS
 from normkit_lab.spec import (
+    BUDGET_UNITS,
     COMPARE_KEYS,
     DEFAULT_TUNE_SEEDS,
     EXTERNAL_KEYS,
@@ -141,7 +142,7 @@ def _grid_items(value: Any, what: str) -> dict[str, list[Any]]:
     return out
 
 
-_NOT_GRIDDABLE = RUNTIME_KEYS | {"model", "dataset", "model_params", "dataset_params", "cpu_threads"}
+_NOT_GRIDDABLE = RUNTIME_KEYS | {"model", "dataset", "model_params", "dataset_params", "cpu_threads", "budget"}
 
 
 def parse_grid(value: Any, what: str, *, numeric: bool, free: bool = False) -> dict[str, list[Any]]:
@@ -251,6 +252,47 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return normalize_keys(raw, str(path))
 
 
+_BUDGET_HINT = "budget must be UNIT=N with UNIT epochs, steps or examples, e.g. --budget steps=600"
+
+
+def parse_budget(value: Any) -> tuple[str, int]:
+    """(unit, amount) from "steps=600" (or YAML's `{steps: 600}`); one unit, a positive integer."""
+    if isinstance(value, dict) and len(value) == 1:
+        (unit, amount), = value.items()
+    elif isinstance(value, str) and "=" in value:
+        unit, _, amount = value.partition("=")
+        amount = amount.strip()
+        amount = int(amount) if re.fullmatch(r"[0-9]{1,12}", amount) else amount
+    else:
+        raise ConfigError(f"{_BUDGET_HINT}, not {short_repr(value)}")
+    unit = str(unit).strip()
+    if unit not in BUDGET_UNITS:
+        raise ConfigError(f"budget unit {short_repr(unit)} is not one of {', '.join(BUDGET_UNITS)}"
+                          f"{did_you_mean(unit, list(BUDGET_UNITS))}; e.g. --budget steps=600")
+    if not (isinstance(amount, int) and not isinstance(amount, bool) and amount >= 1):
+        raise ConfigError(f"budget {unit}={short_repr(amount)} must be a whole number >= 1, e.g. {unit}=600")
+    return unit, amount
+
+
+def _resolve_budget(merged: dict[str, Any], given: dict[str, Any]) -> None:
+    """Turn `budget` into the TrainConfig's: an epoch budget sets `epochs` (budget None), a steps or
+    examples budget is kept as canonical "unit=N" text; the length is given once, never both ways."""
+    raw = merged.get("budget")
+    if raw is None:
+        return
+    unit, amount = parse_budget(raw)
+    if unit == "epochs":
+        if "epochs" in given and given["epochs"] != amount:
+            raise ConfigError(f"epochs {short_repr(given['epochs'])} and budget epochs={amount} disagree; give the "
+                              f"training length once")
+        merged["epochs"], merged["budget"] = amount, None
+        return
+    if "epochs" in given:
+        raise ConfigError(f"budget {unit}={amount} sets the training length, so epochs "
+                          f"{short_repr(given['epochs'])} would be unused; give the length once (drop epochs)")
+    merged["budget"] = f"{unit}={amount}"
+
+
 def build_config(values: dict[str, Any]) -> CompareConfig:
     """A CompareConfig from a flat mapping of known keys (model defaults, then global defaults
     fill what is missing)."""
@@ -258,6 +300,7 @@ def build_config(values: dict[str, Any]) -> CompareConfig:
     of_model = registered_train_defaults("model", values.get("model", base["model"]))
     of_dataset = registered_train_defaults("dataset", values.get("dataset", of_model.get("dataset", base["dataset"])))
     merged = {**base, **of_dataset, **of_model, **values}
+    _resolve_budget(merged, values)
     if merged.get("norms") is None:
         raise ConfigError("no norms to compare; pass --norms, e.g. --norms bn,bnn,gn+pn")
     norms = parse_norms(merged.pop("norms"))
@@ -291,6 +334,9 @@ def build_config(values: dict[str, Any]) -> CompareConfig:
     if both:
         raise ConfigError(f"{both[0]!r} is both tuned and swept; use it in --tune or --sweep, not both")
     tune_seeds = _tune_seeds(merged.pop("tune_seeds"), tune, seeds)
+    if merged["budget"] is not None and "epochs" in {*tune, *sweep}:
+        raise ConfigError(f"budget {merged['budget']} sets the training length, so epochs would change nothing; "
+                          f"tune or sweep another key (batch_size, lr), or drop the budget")
     if baseline is not None:
         baseline = normkit.parse(baseline).text
         if baseline not in norms:

@@ -13,6 +13,7 @@ import importlib.util
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
 from normkit_lab.records import EpochRecord, RunId, RunResult
@@ -22,15 +23,25 @@ class Progress:
     """Receives the events of a comparison (runs may overlap); shows nothing."""
 
     def __init__(self) -> None:
-        self.total = self.done = self.epochs = 0
+        self.total = self.done = 0
+        self._epochs_of: Callable[[RunId], int] = lambda run_id: 0
         self._epochs_done: dict[RunId, int] = {}  # epochs finished by each run in progress
         self._trained = 0  # epochs trained in this session
+        self._left = 0  # epochs still to train over every unfinished run
         self._started = time.monotonic()
 
-    def start(self, total: int, done: int, epochs: int) -> None:
-        """`total` runs planned, `done` of them already finished (resume), `epochs` per run."""
-        self.total, self.done, self.epochs = total, done, epochs
+    def start(self, total: int, done: int, epochs: int | Callable[[RunId], int], left: int | None = None) -> None:
+        """`total` runs planned, `done` of them already finished (resume), `epochs` per run (a number, or
+        the run's own count: cells of a sweep or a steps budget differ), `left` the epochs of the runs
+        still to train (default: the runs left times a number `epochs`)."""
+        self.total, self.done = total, done
+        self._epochs_of = epochs if callable(epochs) else (lambda run_id: epochs)
+        self._left = left if left is not None else (total - done) * (epochs if isinstance(epochs, int) else 0)
         self._started = time.monotonic()
+
+    def epochs(self, run_id: RunId) -> int:
+        """The epochs `run_id` trains (its passes over the data)."""
+        return self._epochs_of(run_id)
 
     def run_start(self, run_id: RunId) -> None:
         self._epochs_done[run_id] = 0
@@ -38,14 +49,16 @@ class Progress:
     def epoch_end(self, run_id: RunId, record: EpochRecord) -> None:
         self._epochs_done[run_id] = record.epoch + 1
         self._trained += 1
+        self._left -= 1
 
     def run_end(self, result: RunResult) -> None:
-        self._epochs_done.pop(RunId.of_run(result), None)
+        run_id = RunId.of_run(result)
+        self._left -= max(self.epochs(run_id) - self._epochs_done.pop(run_id, 0), 0)
         self.done += 1
 
     def run_skipped(self, run_id: RunId) -> None:
         """A run another process finished (several writers on one store): counted as done."""
-        self._epochs_done.pop(run_id, None)
+        self._left -= max(self.epochs(run_id) - self._epochs_done.pop(run_id, 0), 0)
         self.done += 1
 
     def close(self) -> None: ...
@@ -54,8 +67,7 @@ class Progress:
         """Seconds until every planned run has finished, from this session's pace; None before an epoch."""
         if self._trained == 0:
             return None
-        left = (self.total - self.done) * self.epochs - sum(self._epochs_done.values())
-        return max(left, 0) * (time.monotonic() - self._started) / self._trained
+        return max(self._left, 0) * (time.monotonic() - self._started) / self._trained
 
 
 def format_eta(seconds: float | None) -> str:
@@ -87,8 +99,8 @@ class PlainProgress(Progress):
     def _say(self, line: str) -> None:
         print(line, file=self.stream, flush=True)
 
-    def start(self, total: int, done: int, epochs: int) -> None:
-        super().start(total, done, epochs)
+    def start(self, total: int, done: int, epochs: int | Callable[[RunId], int], left: int | None = None) -> None:
+        super().start(total, done, epochs, left)
         resumed = f", {done} already finished" if done else ""
         self._say(f"compare: {total} run{'' if total == 1 else 's'}{resumed}")
 
@@ -98,7 +110,7 @@ class PlainProgress(Progress):
         if hasattr(record, "metrics"):
             self._say(f"{where} epoch {record.epoch + 1}: {_reported(record)}")
             return
-        self._say(f"{where} epoch {record.epoch + 1}/{self.epochs}: train loss {record.train_loss:.4f}, "
+        self._say(f"{where} epoch {record.epoch + 1}/{self.epochs(run_id)}: train loss {record.train_loss:.4f}, "
                   f"val acc {_acc(record.val_acc)}, {record.epoch_time_s:.1f}s")
 
     def run_end(self, result: RunResult) -> None:
@@ -136,17 +148,17 @@ class RichProgress(Progress):
     def _overall_status(self) -> str:
         return f"{self.done}/{self.total} runs, {format_eta(self.eta_seconds())}"
 
-    def start(self, total: int, done: int, epochs: int) -> None:
-        super().start(total, done, epochs)
+    def start(self, total: int, done: int, epochs: int | Callable[[RunId], int], left: int | None = None) -> None:
+        super().start(total, done, epochs, left)
         self.bars.start()
-        self.overall = self.bars.add_task("all runs", total=max(total * epochs, 1), completed=done * epochs,
+        self.overall = self.bars.add_task("all runs", total=max(self._left, 1), completed=0,
                                           status=self._overall_status())
 
     def run_start(self, run_id: RunId) -> None:
         super().run_start(run_id)
         if run_id in self.current:  # started again after its worker died: one bar per run
             self.bars.remove_task(self.current[run_id])
-        self.current[run_id] = self.bars.add_task(run_id.label(), total=self.epochs, status="")
+        self.current[run_id] = self.bars.add_task(run_id.label(), total=self.epochs(run_id), status="")
 
     def epoch_end(self, run_id: RunId, record: EpochRecord) -> None:
         super().epoch_end(run_id, record)
@@ -171,12 +183,12 @@ class RichProgress(Progress):
         final = f"{'' if own else 'val acc '}{final}"
         ending = result.error if result.status == "failed" else f"{result.status}, final {final}"
         self.bars.console.print(f"{run_id.label()}: {ending}", highlight=False, soft_wrap=True)
-        self.bars.update(self.overall, advance=self.epochs - seen, status=self._overall_status())
+        self.bars.update(self.overall, advance=max(self.epochs(run_id) - seen, 0), status=self._overall_status())
 
     def run_skipped(self, run_id: RunId) -> None:
         seen = self._epochs_done.get(run_id, 0)
         super().run_skipped(run_id)
-        self.bars.update(self.overall, advance=self.epochs - seen, status=self._overall_status())
+        self.bars.update(self.overall, advance=max(self.epochs(run_id) - seen, 0), status=self._overall_status())
 
     def close(self) -> None:
         self.bars.stop()
