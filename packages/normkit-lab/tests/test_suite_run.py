@@ -33,18 +33,42 @@ class TinyWorkloads:
         register("tinyvit", TINY_VIT)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def tiny_workloads():
     with temporary_plugin(TinyWorkloads(), "tiny-workloads"):
         yield
 
 
-def test_equal_tuning_budgets_verdicts_and_a_norm_left_out(tmp_path: Path, tiny_workloads: None) -> None:
+def test_every_norm_of_every_workload_gets_the_same_tuning_budget_on_its_own_seeds() -> None:
+    """The plan alone (nothing trains): the same candidates and tuning seeds for each norm, disjoint from
+    the comparison seeds, on every built-in workload at every scale."""
+    from normkit_lab.study import config as lab_config
+    from normkit_lab.study.plan import tune_plan
+
+    for scale in ("cpu", "quick"):
+        plan = SuitePlan.make("bn,ln,gn+pn", seeds=3, scale=scale, holdout=True)
+        for task in plan.tasks():
+            cfg = lab_config.build_config(plan.task_values(task, plan.norms))
+            trials = {norm: sorted((r.seed, r.tuned) for r in tune_plan(cfg) if r.norm == norm) for norm in cfg.norms}
+            _, tune, _ = task.workload.resolved(scale, task.variant)
+            assert len(trials["bn"]) == len(next(iter(tune.values()))) * len(cfg.tune_seeds) >= 2
+            assert trials["bn"] == trials["ln"] == trials["gn+pn"], task.name
+            assert cfg.tune_seeds == [3] and not set(cfg.tune_seeds) & set(cfg.seeds)
+
+
+@pytest.fixture(scope="module")
+def tiny_suite(tmp_path_factory: pytest.TempPathFactory, tiny_workloads: None):
+    """bn and gn+pn on the two tiny workloads, trained once for the tests that read the result."""
     plan = SuitePlan.make("bn,gn+pn", seeds=3, workloads=["demo", "tinyvit"])
     assert planned_runs(plan) == 2 * (2 + 3) + 2 * (1 + 3)
-    suite = create_suite(plan, tmp_path / "suite")
+    suite = create_suite(plan, tmp_path_factory.mktemp("tiny") / "suite")
     run_suite(suite)
-    card = write_scorecard(suite)
+    return suite, write_scorecard(suite)
+
+
+@pytest.mark.slow
+def test_equal_tuning_budgets_verdicts_and_a_norm_left_out(tiny_suite) -> None:
+    suite, card = tiny_suite
     demo, vit = card["workloads"]
     rows = ResultsDir.open(suite.path / "demo").rows()
     for norm in ("bn", "gn+pn"):
@@ -82,6 +106,7 @@ class StopAfter(Progress):
             raise KeyboardInterrupt
 
 
+@pytest.mark.slow
 def test_an_interrupted_suite_resumes_where_it_stopped(tmp_path: Path, tiny_workloads: None) -> None:
     plan = SuitePlan.make("bn,ln", seeds=3, workloads=["demo", "tinyvit"])
     suite = create_suite(plan, tmp_path / "suite")
@@ -100,3 +125,27 @@ def test_an_interrupted_suite_resumes_where_it_stopped(tmp_path: Path, tiny_work
     assert len({RunId.of_row(r) for r in vit_rows}) == 8 and all(r in vit_rows for r in partial)
     card = write_scorecard(resumed)
     assert card["missing"] == [] and all(w["complete"] for w in card["workloads"])
+
+
+@pytest.mark.slow
+def test_the_scorecard_page_renders_in_headless_chromium(tiny_suite, tmp_path: Path) -> None:
+    """What a person sees: the scorecard page rendered by Debian's Chromium, screenshotted, not blank."""
+    import shutil
+    import subprocess
+
+    pytest.importorskip("matplotlib")
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("needs Debian's chromium package (apt-get install chromium)")
+    suite, card = tiny_suite
+    shot = tmp_path / "scorecard.png"
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                    "--window-size=1400,2200", f"--screenshot={shot}", (suite.path / "report.html").as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    from matplotlib import image
+
+    pixels = image.imread(str(shot))
+    assert pixels.shape[:2] == (2200, 1400)
+    assert pixels[..., :3].std() > 0.05  # text, tables and the profile figure, not an empty page
+    figure = image.imread(str(suite.path / "profile.png"))
+    assert figure.shape[0] > 300 and figure[..., :3].std() > 0.05

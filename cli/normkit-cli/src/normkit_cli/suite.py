@@ -11,6 +11,8 @@ DIR/cnn` reads it); scorecard.json, profile.png and report.html sit at the top.
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -122,6 +124,7 @@ def _run(suite: Any, run_executor: Any, parallel: int) -> None:
             typer.echo(f"  {norm} left out: {why}")
 
     hint = f"continue with: normkit suite --resume {suite.path}"
+    started, load_start = time.monotonic(), os.getloadavg()[0]
     try:
         run_suite(suite, executor=run_executor, progress=_progress, on_task=on_task, parallel=parallel)
     except KeyboardInterrupt as exc:
@@ -131,7 +134,9 @@ def _run(suite: Any, run_executor: Any, parallel: int) -> None:
         if show_tracebacks() or not (is_normkit_error(exc) or isinstance(exc, OSError)):
             raise
         raise fail(f"{exc} (finished runs are kept; {hint})") from None
-    card = write_scorecard(suite, environment(plan.runtime.get("device", "auto")), command_line())
+    session = {"wall_s": time.monotonic() - started, "load_start": load_start, "load_end": os.getloadavg()[0]}
+    card = write_scorecard(suite, {**environment(plan.runtime.get("device", "auto")), "session": session},
+                           command_line())
     _print(card)
     typer.echo(f"written: {suite.path / 'scorecard.json'}, {suite.path / 'report.html'}"
                + (f", {suite.path / 'profile.png'}" if (suite.path / "profile.png").is_file() else ""))

@@ -14,6 +14,7 @@ from normkit_lab.analysis.plots import available as plots_available
 from normkit_lab.analysis.report_html import PAGE_STYLE
 
 PROFILE_PNG = "profile.png"
+_STYLES = ("-", "--", ":", "-.")
 _STYLE = PAGE_STYLE + """
 .miss { color: #888; } .ex { color: #888; font-style: italic; } .scope { color: #555; font-size: 0.9em; }
 """
@@ -43,9 +44,10 @@ def profile_png(card: dict[str, Any]) -> bytes | None:
 
     fig, axes = plt.subplots(1, len(parts), figsize=(6.2 * len(parts), 4.2), squeeze=False)
     for ax, (title, agg) in zip(axes[0], parts, strict=True):
-        for norm in card["norms"]:
+        for i, norm in enumerate(card["norms"]):  # line styles tell apart norms whose profiles coincide
             score = agg["profile_score"].get(norm, 0.0)
-            ax.step(agg["taus"], agg["profile"][norm], where="post", linewidth=2, label=f"{norm} (score {score:.2f})")
+            ax.step(agg["taus"], agg["profile"][norm], where="post", linewidth=2, linestyle=_STYLES[i % len(_STYLES)],
+                    label=f"{norm} (score {score:.2f})")
         ax.set_xlim(1, agg["r_max"])
         ax.set_ylim(-0.03, 1.03)
         ax.set_xlabel("τ: steps to target within τ × the fastest norm's")
@@ -126,7 +128,13 @@ def render(card: dict[str, Any], figure: bytes | None) -> str:
     norms = ", ".join(card["norms"])
     title = f"normkit suite scorecard: {norms}"
     env = card.get("environment") or {}
-    machine = env.get("cpu_model") or env.get("platform") or ""
+    session = env.get("session") or {}
+    machine = ", ".join(str(x) for x in (env.get("cpu"), f"{env['cpu_count']} cores" if env.get("cpu_count") else None,
+                                         f"torch {env.get('versions', {}).get('torch')}" if env.get("versions") else None)
+                        if x)
+    if session:
+        machine += (f"\nthis session: {session['wall_s'] / 60:.1f} min wall, load average {session['load_start']:.2f} "
+                    f"at start, {session['load_end']:.2f} at end")
     img = (f'<img alt="performance profiles" src="data:image/png;base64,{base64.b64encode(figure).decode()}">'
            if figure else "<p class='note'>No figure: matplotlib is not installed.</p>")
     missing = (f"<p class='note'>Not run yet: {_e(', '.join(card['missing']))}; continue with "
