@@ -109,12 +109,13 @@ def _run(suite: Any, run_executor: Any, parallel: int) -> None:
     from normkit_lab.analysis.report import command_line
     from normkit_lab.runs.environment import environment
     from normkit_lab.study.plan import run_count
-    from normkit_lab.suite.run import run_suite
+    from normkit_lab.suite.run import planned_runs, run_suite
     from normkit_lab.suite.scorecard import write_scorecard
 
     plan = suite.plan
     typer.echo(f"suite {', '.join(plan.norms)} on {plural(len(plan.tasks()), 'workload')} "
-               f"(scale {plan.scale}, seeds {','.join(map(str, plan.seeds))}) -> {suite.path}")
+               f"(scale {plan.scale}, seeds {','.join(map(str, plan.seeds))}): at most "
+               f"{plural(planned_runs(plan), 'run')} -> {suite.path}")
 
     def on_task(task: Any, cfg: Any, excluded: dict[str, str]) -> None:
         n_tune, n_compare = run_count(cfg)

@@ -6,8 +6,8 @@ each workload is an ordinary comparison in its own results directory. Across wor
 scores time to a per-workload target (performance profiles) and ranks with a bootstrap interval, and
 writes scorecard.json and a scorecard report.html.
 
-    from normkit_lab.suite import available, run_suite
-    for w in available(): print(w.line())
+    from normkit_lab.suite import available
+    for w in available(): print(w.name, w.recipe(), w.question)
 """
 
 from normkit_lab.suite.workloads import Workload, available, load_workload

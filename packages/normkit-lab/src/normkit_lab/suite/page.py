@@ -90,7 +90,7 @@ def _metrics(card: dict[str, Any]) -> list[str]:
     return sorted({w["metric"] for w in card["workloads"]})
 
 
-def _workload(w: dict[str, Any], unit_fmt: str = ".2f") -> str:
+def _workload(w: dict[str, Any]) -> str:
     rows = []
     for n in w["norms"]:
         if n["excluded"]:
@@ -105,8 +105,8 @@ def _workload(w: dict[str, Any], unit_fmt: str = ".2f") -> str:
         cpu = _num(n["cpu_s_to_target"], ".1f")
         rows.append(
             f'<tr><td class="l">{_e(n["norm"])}</td><td>{_e(tuned)}</td>'
-            f'<td>{_num(n["metric_mean"], unit_fmt)} ± {_num(n["metric_sem"], unit_fmt)}</td>'
-            f'<td>{_num(n["diff_mean"], unit_fmt, True)} {_e(ci)}</td>'
+            f'<td>{_num(n["metric_mean"], ".2f")} ± {_num(n["metric_sem"], ".2f")}</td>'
+            f'<td>{_num(n["diff_mean"], ".2f", True)} {_e(ci)}</td>'
             f'<td class="l v-{_e(verdict.split()[0])}">{_e(verdict)}</td><td>{_num(n["mde"], ".2f")}</td>'
             f'<td>{n["reached"]}/{n["runs"]}</td><td>{steps}</td><td>{cpu}</td></tr>')
     direction = "higher" if w["higher_is_better"] else "lower"

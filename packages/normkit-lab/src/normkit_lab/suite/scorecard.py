@@ -57,18 +57,17 @@ def task_card(suite: Suite, task: Task) -> dict[str, Any] | None:
     _, _, target = task.workload.resolved(suite.plan.scale, task.variant)
     summary = {row["norm"]: row for row in _load(where / SUMMARY_JSON)}
     chosen = {row["norm"]: row["values"] for row in _load(where / TUNING_FILE) if row.get("chosen")}
-    tuning_runs: dict[str, int] = {}
     runs = runs_from_rows(store.rows())
     norms = []
     for norm in suite.plan.norms:
         mine = [r for r in runs if r.norm == norm and r.phase == "compare"]
-        tuning_runs[norm] = sum(r.norm == norm and r.phase == "tune" for r in runs)
         reached = [time_to_target(r.epochs, metric, target) if r.status == "ok" else None for r in mine]
         values = {r.seed: v for r in mine if r.status == "ok"
                   and (v := run_value(r.epochs, metric, config.get("select", "final"))) is not None}
         row = summary.get(norm, {})
         norms.append({
-            "norm": norm, "runs": len(mine), "tuning_runs": tuning_runs[norm], "tuned": chosen.get(norm),
+            "norm": norm, "runs": len(mine),
+            "tuning_runs": sum(r.norm == norm and r.phase == "tune" for r in runs), "tuned": chosen.get(norm),
             "excluded": suite.plan.excluded.get(task.name, {}).get(norm),
             "values": {str(s): v for s, v in sorted(values.items())},
             "metric_mean": row.get("metric_mean"), "metric_sem": row.get("metric_sem"),

@@ -152,15 +152,17 @@ def parse_workload(name: str, plugin: str, raw: Mapping[str, Any]) -> Workload:
             raise ConfigError(f"{where} needs {key!r} (see docs/suite.md, 'Adding a workload')")
     if not isinstance(data["question"], str) or not data["question"].strip():
         raise ConfigError(f"{where}: question must be a sentence saying what the workload asks")
-    overrides = _OVERRIDE_EXTRA
-    variants = {str(v): _override(o, f"{where} variant {v!r}", overrides)
+    variants = {str(v): _override(o, f"{where} variant {v!r}", _OVERRIDE_EXTRA)
                 for v, o in _mapping(data.get("variants", {}), f"{where} variants").items()}
     workload = Workload(name=name, plugin=plugin, question=data["question"].strip(),
                         config=_config(data["config"], f"{where} config"), tune=_tune(data["tune"], f"{where} tune"),
                         target=_target(data["target"], f"{where} target"), variants=variants,
-                        quick=_override(data.get("quick", {}), f"{where} quick", overrides),
-                        paper=_override(data.get("paper", {}), f"{where} paper", overrides + _PAPER_EXTRA))
-    workload.metric  # noqa: B018 - an unknown metric fails here, with the workload named by the caller
+                        quick=_override(data.get("quick", {}), f"{where} quick", _OVERRIDE_EXTRA),
+                        paper=_override(data.get("paper", {}), f"{where} paper", _OVERRIDE_EXTRA + _PAPER_EXTRA))
+    try:  # the values' types and the metric, as `normkit compare` checks them
+        workload.full_config()
+    except ConfigError as exc:
+        raise ConfigError(f"{where} config: {exc}") from None
     return workload
 
 
