@@ -64,3 +64,11 @@ def test_mean_rank_bootstrap_resamples_seeds_paired_within_workloads() -> None:
     assert ranks["x"].low == 1.0 and ranks["x"].high == 1.5
     assert ranks["y"].low == 1.5 and ranks["y"].high == 2.0
     assert mean_ranks(values, ["x", "y"], draws=400) == ranks  # a fixed generator: repeatable
+
+
+def test_a_choice_at_an_end_of_the_grid_is_flagged() -> None:
+    from normkit_lab.suite.scorecard import at_edge
+
+    tune = {"lr": [0.01, 0.02, 0.05], "weight_decay": [0.0005]}
+    assert at_edge({"lr": 0.01, "weight_decay": 0.0005}, tune) == ["lr"]
+    assert at_edge({"lr": 0.05}, tune) == ["lr"] and at_edge({"lr": 0.02}, tune) == []

@@ -168,6 +168,8 @@ def _print(card: dict[str, Any]) -> None:
             else:
                 mean = "-" if n["metric_mean"] is None else f"{n['metric_mean']:.2f}"
                 cells.append(f"{n['norm']} {mean} {n['verdict'] or '-'}")
+            if n["tuned_at_edge"]:
+                cells[-1] += f" [{', '.join(n['tuned_at_edge'])} at grid edge]"
         typer.echo(f"{w['task']:<18} {w['metric']}: " + "; ".join(cells))
     for key, title in (("visible", "visible workloads"), ("held_out", "held-out variants")):
         agg = card.get(key)

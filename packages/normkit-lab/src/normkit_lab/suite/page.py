@@ -90,6 +90,12 @@ def _metrics(card: dict[str, Any]) -> list[str]:
     return sorted({w["metric"] for w in card["workloads"]})
 
 
+def _tuned(n: dict[str, Any]) -> str:
+    """`lr=0.01 (edge)`: the values tuning chose, marked where a value is at an end of the grid."""
+    return ", ".join((f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}") + (" (edge)" if k in n["tuned_at_edge"] else "")
+                     for k, v in (n["tuned"] or {}).items())
+
+
 def _workload(w: dict[str, Any]) -> str:
     rows = []
     for n in w["norms"]:
@@ -100,7 +106,7 @@ def _workload(w: dict[str, Any]) -> str:
         verdict = n["verdict"] or "-"
         ci = (f"[{n['diff_ci95_low']:+.2f}, {n['diff_ci95_high']:+.2f}]" if n["diff_ci95_low"] is not None
               and n["diff_ci95_high"] is not None else "")
-        tuned = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in (n["tuned"] or {}).items())
+        tuned = _tuned(n)
         steps = _num(n["steps_to_target"], ",.0f")
         cpu = _num(n["cpu_s_to_target"], ".1f")
         rows.append(
@@ -120,7 +126,9 @@ def _workload(w: dict[str, Any]) -> str:
             f"{_e(w['dir'])}/report.html</a>.</p>"
             f"<div class='wide'><table><tr><th class='l'>norm</th><th>tuned</th><th>{_e(w['metric'])}</th>"
             f"<th>vs {_e(w['baseline'])} [95% CI]</th><th class='l'>verdict (Holm)</th><th>MDE</th>"
-            f"<th>reached</th><th>steps to target</th><th>CPU s to target</th></tr>{''.join(rows)}</table></div>")
+            f"<th>reached</th><th>steps to target</th><th>CPU s to target</th></tr>{''.join(rows)}</table></div>"
+            + ("<p class='scope'>(edge): tuning chose the smallest or largest candidate, so the best value may lie "
+               "beyond the workload's grid.</p>" if any(n["tuned_at_edge"] for n in w["norms"]) else ""))
 
 
 def render(card: dict[str, Any], figure: bytes | None) -> str:

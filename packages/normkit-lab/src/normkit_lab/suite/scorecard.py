@@ -46,6 +46,13 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def at_edge(tuned: dict[str, Any], tune: dict[str, list[Any]]) -> list[str]:
+    """The tuned keys whose chosen value is the smallest or largest candidate: the best value may lie
+    beyond the grid, so the norm may be handicapped there."""
+    return [key for key, value in tuned.items() if len(tune.get(key, [])) > 1 and value in (min(tune[key]),
+                                                                                              max(tune[key]))]
+
+
 def task_card(suite: Suite, task: Task) -> dict[str, Any] | None:
     """One workload's part of the scorecard (None when its directory does not exist yet)."""
     where = suite.task_dir(task)
@@ -54,7 +61,7 @@ def task_card(suite: Suite, task: Task) -> dict[str, Any] | None:
     store = ResultsDir.open(where)
     config = load_yaml(store.config_path)
     metric = metric_named(config["metric"])
-    _, _, target = task.workload.resolved(suite.plan.scale, task.variant)
+    _, tune, target = task.workload.resolved(suite.plan.scale, task.variant)
     summary = {row["norm"]: row for row in _load(where / SUMMARY_JSON)}
     chosen = {row["norm"]: row["values"] for row in _load(where / TUNING_FILE) if row.get("chosen")}
     runs = runs_from_rows(store.rows())
@@ -68,6 +75,7 @@ def task_card(suite: Suite, task: Task) -> dict[str, Any] | None:
         norms.append({
             "norm": norm, "runs": len(mine),
             "tuning_runs": sum(r.norm == norm and r.phase == "tune" for r in runs), "tuned": chosen.get(norm),
+            "tuned_at_edge": at_edge(chosen.get(norm) or {}, tune),
             "excluded": suite.plan.excluded.get(task.name, {}).get(norm),
             "values": {str(s): v for s, v in sorted(values.items())},
             "metric_mean": row.get("metric_mean"), "metric_sem": row.get("metric_sem"),
