@@ -48,5 +48,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], messa
 def test_resume_needs_a_suite_directory_and_takes_no_new_plan(tmp_path: Path) -> None:
     result = runner.invoke(app, ["suite", "--resume", str(tmp_path)])
     assert result.exit_code == 2 and "has no suite.json" in result.output
+    (tmp_path / "suite.json").write_text('{"norms": ["bn"], "colour": "red"}')
+    result = runner.invoke(app, ["suite", "--resume", str(tmp_path)])
+    assert result.exit_code == 2 and "is not a suite plan written by `normkit suite`" in result.output
     result = runner.invoke(app, ["suite", "--resume", str(tmp_path), "--norms", "bn"])
     assert result.exit_code == 2 and "continues a suite with its saved plan" in result.output

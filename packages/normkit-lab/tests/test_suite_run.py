@@ -19,7 +19,7 @@ from normkit_lab.suite.run import SuitePlan, create_suite, open_suite, planned_r
 from normkit_lab.suite.scorecard import SCORECARD_JSON, write_scorecard
 
 DEMO = {"question": "does it train a small net?", "config": {"model": "small-cnn", "batch_size": 128, "epochs": 1},
-        "tune": {"lr": [0.05, 0.1]}, "target": 50.0}
+        "tune": {"lr": [0.05, 0.1]}, "target": 50.0, "variants": {"wide": {"model_params": {"width": 48}}}}
 TINY_VIT = {"question": "does it train a tiny ViT?", "config": {"model": "vit-small", "optimizer": "adamw",
                                                                  "model_params": {"width": 16, "mlp_width": 16},
                                                                  "batch_size": 128, "epochs": 1},
@@ -59,8 +59,9 @@ def test_every_norm_of_every_workload_gets_the_same_tuning_budget_on_its_own_see
 @pytest.fixture(scope="module")
 def tiny_suite(tmp_path_factory: pytest.TempPathFactory, tiny_workloads: None):
     """bn and gn+pn on the two tiny workloads, trained once for the tests that read the result."""
-    plan = SuitePlan.make("bn,gn+pn", seeds=3, workloads=["demo", "tinyvit"])
-    assert planned_runs(plan) == 2 * (2 + 3) + 2 * (1 + 3)
+    plan = SuitePlan.make("bn,gn+pn", seeds=3, workloads=["demo", "tinyvit"], holdout=True)
+    assert [t.name for t in plan.tasks()] == ["demo", "tinyvit", "demo@wide"]
+    assert planned_runs(plan) == 2 * (2 + 3) + 2 * (1 + 3) + 2 * (2 + 3)
     suite = create_suite(plan, tmp_path_factory.mktemp("tiny") / "suite")
     run_suite(suite)
     return suite, write_scorecard(suite)
@@ -69,7 +70,9 @@ def tiny_suite(tmp_path_factory: pytest.TempPathFactory, tiny_workloads: None):
 @pytest.mark.slow
 def test_equal_tuning_budgets_verdicts_and_a_norm_left_out(tiny_suite) -> None:
     suite, card = tiny_suite
-    demo, vit = card["workloads"]
+    demo, vit, wide = card["workloads"]
+    assert wide["held_out"] and wide["recipe"].startswith("small-cnn(width=48)")
+    assert card["visible"]["workloads"] == ["demo", "tinyvit"] and card["held_out"]["workloads"] == ["demo@wide"]
     rows = ResultsDir.open(suite.path / "demo").rows()
     for norm in ("bn", "gn+pn"):
         tuning = {(r["seed"], json.dumps(r["tuned"])) for r in rows if r["norm"] == norm and r["phase"] == "tune"}
@@ -88,7 +91,8 @@ def test_equal_tuning_budgets_verdicts_and_a_norm_left_out(tiny_suite) -> None:
     assert card["visible"]["ratios"]["tinyvit"]["gn+pn"] is None  # a miss: infinite time
     assert load_results([suite.path / "demo"]).norms == ["bn", "gn+pn"]  # `normkit report` reads each workload
     assert json.loads((suite.path / SCORECARD_JSON).read_text())["norms"] == ["bn", "gn+pn"]
-    assert "<h1>normkit suite scorecard: bn, gn+pn</h1>" in (suite.path / "report.html").read_text()
+    page = (suite.path / "report.html").read_text()
+    assert "<h1>normkit suite scorecard: bn, gn+pn</h1>" in page and "Across the held-out variants" in page
 
 
 class StopAfter(Progress):

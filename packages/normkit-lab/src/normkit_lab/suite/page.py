@@ -117,7 +117,7 @@ def _workload(w: dict[str, Any]) -> str:
             f'<td>{n["reached"]}/{n["runs"]}</td><td>{steps}</td><td>{cpu}</td></tr>')
     direction = "higher" if w["higher_is_better"] else "lower"
     op = ">=" if w["higher_is_better"] else "<="
-    title = w["task"] + (" (held out)" if w["held_out"] else "")
+    title = w["task"] + (" (held out)" if w["held_out"] else "") + ("" if w["complete"] else " (runs missing)")
     return (f"<h3>{_e(title)}: {_e(w['question'])}</h3>"
             f"<p class='scope'>{_e(w['recipe'])}; tuning budget per norm {_e(w['budget'])} on tune seeds "
             f"{_e(w['tune_seeds'])}, chosen on validation; comparison seeds {_e(w['seeds'])}; {_e(w['metric_label'])} "

@@ -123,8 +123,12 @@ def open_suite(path: str | Path) -> Suite:
         raise ConfigError(f"{str(path)!r} has no {SUITE_JSON}; give a directory written by `normkit suite`") from None
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot read {str(path / SUITE_JSON)!r}: {one_line(str(exc))}") from None
-    data.pop("format", None)
-    return Suite(path, SuitePlan(**data))
+    try:
+        data.pop("format", None)
+        return Suite(path, SuitePlan(**data))
+    except (AttributeError, TypeError):
+        raise ConfigError(f"{str(path / SUITE_JSON)!r} is not a suite plan written by `normkit suite` (edited or "
+                          f"damaged); start a new suite") from None
 
 
 def hosted(plan: SuitePlan, task: Task, parallel: int = 1) -> tuple[CompareConfig, dict[str, str]]:
