@@ -62,6 +62,10 @@ def suite_cmd(
     resume: Annotated[Path | None, typer.Option(help="Continue a suite directory with its saved plan; finished "
                                                      "runs are skipped and the scorecard rewritten.",
                                                 show_default=False)] = None,
+    allow_version_change: Annotated[bool, typer.Option(help="With --resume: continue although torch, normkit or "
+                                                             "a plugin has another version than the saved runs "
+                                                             "(recorded in each workload's environment.json).")]
+    = False,
     jobs: Annotated[int | None, typer.Option(parser=ascii_int(), help="Runs at once on this machine (default 1 on "
                                                                       "CPU).", show_default=False)] = None,
     executor: Annotated[str, typer.Option(help="Where runs train: local, ray or slurm (docs/scaling.md).")]
@@ -88,6 +92,8 @@ def suite_cmd(
     if quick and scale != "cpu":
         raise fail("--quick is the workloads' smoke-test form; drop --scale with it")
     options = _executor_options(executor, jobs, 1, None, None, 60, -1, None, None)
+    if allow_version_change and resume is None:
+        raise fail("--allow-version-change lets --resume continue under other versions; give it with --resume")
     if resume is not None:
         if norms is not None or out is not None or workloads is not None or holdout or quick:
             raise fail("--resume continues a suite with its saved plan; drop --norms/--workloads/--holdout/"
@@ -102,10 +108,10 @@ def suite_cmd(
                               runtime=_runtime(data_dir, device))
         run_executor = make_executor(options)  # a missing engine: before any directory is made
         suite = create_suite(plan, out)
-    _run(suite, run_executor, options.parallel_runs)
+    _run(suite, run_executor, options.parallel_runs, allow_version_change)
 
 
-def _run(suite: Any, run_executor: Any, parallel: int) -> None:
+def _run(suite: Any, run_executor: Any, parallel: int, allow_version_change: bool) -> None:
     from normkit_lab.analysis.report import command_line
     from normkit_lab.runs.environment import environment
     from normkit_lab.study.plan import run_count
@@ -127,7 +133,8 @@ def _run(suite: Any, run_executor: Any, parallel: int) -> None:
     hint = f"continue with: normkit suite --resume {suite.path}"
     started, load_start = time.monotonic(), os.getloadavg()[0]
     try:
-        run_suite(suite, executor=run_executor, progress=_progress, on_task=on_task, parallel=parallel)
+        run_suite(suite, executor=run_executor, progress=_progress, on_task=on_task, parallel=parallel,
+                  allow_version_change=allow_version_change)
     except KeyboardInterrupt as exc:
         typer.echo(f"interrupted: finished runs are saved in {suite.path}; {hint}", err=True)
         raise typer.Exit(interrupted_code(exc)) from None

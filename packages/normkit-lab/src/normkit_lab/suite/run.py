@@ -162,13 +162,14 @@ TaskStart = Callable[[Task, CompareConfig, dict[str, str]], None]
 
 
 def run_suite(suite: Suite, *, executor: Executor | None = None, progress: Callable[[], Progress] | None = None,
-              on_task: TaskStart | None = None, parallel: int = 1) -> None:
+              on_task: TaskStart | None = None, parallel: int = 1, allow_version_change: bool = False) -> None:
     """Train every task's runs that its directory does not hold yet (a resume continues where it stopped).
-    `on_task(task, cfg, excluded)` is told as each task starts; `progress()` makes each task's progress."""
+    `on_task(task, cfg, excluded)` is told as each task starts; `progress()` makes each task's progress;
+    `allow_version_change` lets a resume continue under other versions, as `normkit compare --resume`."""
     for task in suite.plan.tasks():
         where = suite.task_dir(task)
         if (where / "config.yaml").is_file():
-            cfg, store = open_store(where, suite.plan.runtime)
+            cfg, store = open_store(where, suite.plan.runtime, allow_version_change=allow_version_change)
             check(cfg, parallel=parallel)
             excluded = suite.plan.excluded.get(task.name, {})
         else:
