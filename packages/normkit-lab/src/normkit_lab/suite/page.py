@@ -42,7 +42,7 @@ def profile_png(card: dict[str, Any]) -> bytes | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(parts), figsize=(6.2 * len(parts), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(parts), figsize=(7.4 * len(parts), 4.2), squeeze=False)
     for ax, (title, agg) in zip(axes[0], parts, strict=True):
         for i, norm in enumerate(card["norms"]):  # line styles tell apart norms whose profiles coincide
             score = agg["profile_score"].get(norm, 0.0)
@@ -54,7 +54,7 @@ def profile_png(card: dict[str, Any]) -> bytes | None:
         ax.set_ylabel("fraction of workloads")
         ax.set_title(f"performance profile, {title} ({len(agg['workloads'])})")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))  # outside: curves stay visible
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, dpi=110, format="png")
