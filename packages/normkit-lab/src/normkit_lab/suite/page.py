@@ -24,6 +24,10 @@ def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def _num(value: float | None, fmt: str, signed: bool = False) -> str:
     return "-" if value is None else format(value, ("+" if signed else "") + fmt)
 
@@ -81,7 +85,7 @@ def _aggregate_table(card: dict[str, Any], key: str, title: str) -> str:
             f"<th>95% bootstrap</th><th>profile score</th>{heads}</tr>{''.join(rows)}</table></div>"
             f"<p class='scope'>Mean rank: each workload ranks the norms by their mean {'/'.join(_metrics(card))} "
             f"(1 = best; a norm that cannot run a workload shares its last places), averaged over the "
-            f"{len(agg['workloads'])} workloads; the interval resamples seeds within each workload "
+            f"{_plural(len(agg['workloads']), 'workload')}; the interval resamples seeds within each workload "
             f"(2,000 draws), not workloads. Profile score: area under the profile from τ = 1 to {agg['r_max']:g}, "
             f"1 = fastest to target on every workload. Columns: steps to target over the fastest norm's.</p>")
 
@@ -149,10 +153,11 @@ def render(card: dict[str, Any], figure: bytes | None) -> str:
                f"<code>normkit suite --resume DIR</code>.</p>" if card["missing"] else "")
     visible = [w for w in card["workloads"] if not w["held_out"]]
     held = [w for w in card["workloads"] if w["held_out"]]
+    scope = _plural(len(visible), "workload") + (f" and {_plural(len(held), 'held-out variant')}" if held else "")
     parts = [
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_e(title)}</title><style>{_STYLE}</style></head>"
         f"<body><h1>{_e(title)}</h1>", missing,
-        f"<p class='caption'>{len(visible)} workloads{f' and {len(held)} held-out variants' if held else ''}, "
+        f"<p class='caption'>{scope}, "
         f"scale {_e(card['scale'])}, comparison seeds {_e(card['seeds'])}. Every norm got the same tuning budget on "
         f"every workload (the same learning-rate candidates on separate tuning seeds, chosen on validation), then "
         f"ran the comparison seeds; verdicts are paired by seed against the first norm that runs there, "
@@ -162,6 +167,7 @@ def render(card: dict[str, Any], figure: bytes | None) -> str:
         _aggregate_table(card, "visible", "Across the visible workloads"),
         _aggregate_table(card, "held_out", "Across the held-out variants"),
         "<h2>Per workload</h2>", *(_workload(w) for w in visible + held),
-        f"<h2>Provenance</h2><pre>{_e(card.get('command', ''))}\n{_e(machine)}</pre></body></html>",
+        (f"<h2>Provenance</h2><pre>{_e(card['command'])}\n{_e(machine)}</pre>" if card.get("command") else ""),
+        "</body></html>",
     ]
     return "".join(parts)
