@@ -30,7 +30,7 @@ def _specs(distribution: str) -> list[tuple[str, str | None]]:
 
     mine = {p.name for p in plugins.plugins() if p.distribution == distribution}
     entries = [e for e in plugins.registry().entries if e.plugin in mine
-               and e.kind not in ("model", "dataset", "preset")]
+               and e.kind not in ("model", "dataset", "preset", "workload")]  # data, read by normkit-lab
     for preset in (e for e in plugins.registry().entries if e.plugin in mine and e.kind == "preset"):
         # a preset is a data file: the wheel must ship it (normkit-lab reads it, see docs/reproduce.md)
         if "hypotheses:" not in preset.meta["path"].read_text(encoding="utf-8"):

@@ -20,7 +20,7 @@ def test_example_plugin_installs_is_discovered_and_passes_its_tests(tmp_path: Pa
              "print(info.distribution, info.version, sorted(info.registered));"
              "print(normkit.build('scbn', 4).steps)")
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
-    assert "normkit-example 0.1.0 ['scbn', 'scgn', 'softclip']" in out.stdout
+    assert "normkit-example 0.1.0 ['narrow-cnn', 'scbn', 'scgn', 'softclip']" in out.stdout
     assert "softclip(limit=3.0)" in out.stdout
     tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(EXAMPLE / "tests")],
                            env=env, capture_output=True, text=True, cwd=tmp_path)

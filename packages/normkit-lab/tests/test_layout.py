@@ -32,6 +32,7 @@ ALLOWED = {
     "analysis": {"leaves", "store", "diagnostics"},
     "study": {"leaves", "store", "runs", "executors", "analysis", "diagnostics", "models", "datasets"},
     "reproduce": {"leaves", "store", "runs", "executors", "analysis", "study", "diagnostics", "models", "datasets"},
+    "suite": {"leaves", "store", "runs", "executors", "analysis", "study", "diagnostics", "models", "datasets"},
 }
 # the only modules of runs/ an executor may import: the job runner and the Trainer protocol
 EXECUTOR_ENTRIES = {"normkit_lab.runs.execute", "normkit_lab.runs.trainer"}

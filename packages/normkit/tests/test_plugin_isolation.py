@@ -243,7 +243,7 @@ def test_misspelled_hooks_are_a_warning_and_strict_mode_rejects_them(monkeypatch
     with temporary_plugin(Misspelled(), "misspelled") as info:
         assert info.warnings == ["normkit_register_norm is not a normkit hook (hooks: normkit_register_norms, "
                                  "normkit_register_stages, normkit_register_models, normkit_register_datasets, "
-                                 "normkit_register_presets)"]
+                                 "normkit_register_presets, normkit_register_workloads)"]
     monkeypatch.setenv("NORMKIT_STRICT_PLUGINS", "1")
     with pytest.raises(normkit.PluginError, match="normkit_register_norm is not a normkit hook"):
         with temporary_plugin(Misspelled(), "misspelled"):

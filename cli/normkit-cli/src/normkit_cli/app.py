@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from normkit_cli import bench, catalog, compare, diagnose, report, reproduce
+from normkit_cli import bench, catalog, compare, diagnose, report, reproduce, suite
 from normkit_cli.errors import TRACEBACK_ENV, interrupted_code, one_line, show_tracebacks
 
 app = typer.Typer(
@@ -35,7 +35,7 @@ def main_options(
         os.environ[TRACEBACK_ENV] = "1"
 
 
-for module in (catalog, bench, compare, report, diagnose, reproduce):
+for module in (catalog, bench, compare, report, diagnose, reproduce, suite):
     module.register(app)
 
 

@@ -1,4 +1,5 @@
-"""A minimal normkit plugin: the `softclip` stage and the `scbn` (= bn+softclip) and `scgn` norms.
+"""A minimal normkit plugin: the `softclip` stage, the `scbn` (= bn+softclip) and `scgn` norms, and a
+workload for `normkit suite` (`narrow-cnn`).
 
 softclip bounds standardized values smoothly, `limit * tanh(h / limit)`, which tames outliers
 while staying the identity near zero. It works after any partition: `bn+softclip`,
@@ -14,7 +15,7 @@ import torch
 from torch import Tensor
 
 import normkit
-from normkit.hookspecs import RegisterNorm, RegisterStage
+from normkit.hookspecs import RegisterNorm, RegisterStage, RegisterWorkload
 from normkit.stages import BuildContext, Groups, Partition, Pipeline, Standardize, Step, make_step
 
 
@@ -54,3 +55,20 @@ def normkit_register_stages(register: RegisterStage) -> None:
 def normkit_register_norms(register: RegisterNorm) -> None:
     register("scbn", compose="bn+softclip", summary="batch norm with soft-clipped outputs")
     register("scgn", pipeline=softclip_group_norm, summary="group norm with soft-clipped outputs")
+
+
+# A workload is plain data (docs/suite.md, "Adding a workload"): the model, data and recipe every norm
+# trains, the learning rates each norm is tuned over, the validation target, and a held-out variant.
+NARROW_CNN = {
+    "question": "does the norm train a narrow CNN (8 channels) in a few epochs?",
+    "config": {"model": "small-cnn", "model_params": {"width": 8}, "dataset": "digits", "batch_size": 64,
+               "epochs": 3},
+    "tune": {"lr": [0.05, 0.1]},
+    "target": 80.0,
+    "variants": {"wider": {"model_params": {"width": 16}}},
+}
+
+
+@normkit.hookimpl
+def normkit_register_workloads(register: RegisterWorkload) -> None:
+    register("narrow-cnn", NARROW_CNN, summary=NARROW_CNN["question"])

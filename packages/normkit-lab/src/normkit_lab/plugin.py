@@ -1,4 +1,4 @@
-"""The lab's built-in models and datasets, registered through the normkit plugin hooks."""
+"""The lab's built-in models, datasets, presets and suite workloads, registered through the normkit plugin hooks."""
 
 from __future__ import annotations
 
@@ -30,3 +30,11 @@ def normkit_register_presets(register: Callable[..., Any]) -> None:
     for path in sorted(resources.files("normkit_lab").joinpath("presets").iterdir(), key=lambda p: p.name):
         if path.name.endswith(".yaml"):
             register(path.name.removesuffix(".yaml"), path)
+
+
+@normkit.hookimpl
+def normkit_register_workloads(register: Callable[..., Any]) -> None:
+    """The suite's own workloads (`normkit suite --list`)."""
+    from normkit_lab.suite.builtin import register_builtin_workloads
+
+    register_builtin_workloads(register)

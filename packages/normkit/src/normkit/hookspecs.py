@@ -71,8 +71,16 @@ class RegisterPreset(Protocol):
     def __call__(self, name: str, path: Any, *, summary: str = "", citation: str = "") -> None: ...
 
 
+class RegisterWorkload(Protocol):
+    """`register` of `normkit_register_workloads`: a workload of the norm benchmark (`normkit suite`), a
+    mapping of plain data (model, data, recipe, target, held-out variants) that normkit-lab reads and
+    checks (see docs/suite.md)."""
+
+    def __call__(self, name: str, workload: Mapping[str, Any], *, summary: str = "", citation: str = "") -> None: ...
+
+
 HOOK_NAMES = ("normkit_register_norms", "normkit_register_stages", "normkit_register_models",
-              "normkit_register_datasets", "normkit_register_presets")
+              "normkit_register_datasets", "normkit_register_presets", "normkit_register_workloads")
 
 
 @hookspec
@@ -99,3 +107,8 @@ def normkit_register_datasets(register: RegisterItem) -> None:
 def normkit_register_presets(register: RegisterPreset) -> None:
     """Register reproduction presets: `register(name, path)` with `path` a YAML file in the plugin's
     package (`importlib.resources.files(__name__) / "presets" / "x.yaml"`)."""
+
+
+@hookspec
+def normkit_register_workloads(register: RegisterWorkload) -> None:
+    """Register workloads of the norm benchmark: `register(name, {"config": {...}, "tune": {...}, ...})`."""

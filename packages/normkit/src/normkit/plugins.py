@@ -305,8 +305,8 @@ def temporary_plugin(plugin: Any, name: str = "temporary") -> Iterator[PluginInf
     with _lock:
         st = state()
         reg = st.registry
-        saved = (dict(reg.spec_names), dict(reg.models), dict(reg.datasets), dict(reg.presets), list(reg.entries),
-                 list(reg.failed_plugins), list(st.plugins))
+        saved = (dict(reg.spec_names), dict(reg.models), dict(reg.datasets), dict(reg.presets), dict(reg.workloads),
+                 list(reg.entries), list(reg.failed_plugins), list(st.plugins))
         taken = {i.name for i in st.plugins}
         label = name if name not in taken else f"{name} (temporary {next(_temporary_ids)})"
         info = PluginInfo(label, IN_PROCESS_DISTRIBUTION, "0")
@@ -324,5 +324,5 @@ def temporary_plugin(plugin: Any, name: str = "temporary") -> Iterator[PluginInf
         with _lock:
             if st.manager.has_plugin(manager_name):
                 st.manager.unregister(name=manager_name)
-            (reg.spec_names, reg.models, reg.datasets, reg.presets, reg.entries, reg.failed_plugins,
+            (reg.spec_names, reg.models, reg.datasets, reg.presets, reg.workloads, reg.entries, reg.failed_plugins,
              st.plugins[:]) = saved

@@ -1,7 +1,7 @@
-"""The registry of norms, stages, models, datasets and presets, filled by plugins through `register`.
+"""The registry of norms, stages, models, datasets, presets and workloads, filled by plugins through `register`.
 
 Norms and stages share one namespace (both appear in spec strings); models, datasets and
-reproduction presets have their own. Every name and alias is unique: a second registration fails
+reproduction presets and suite workloads have their own. Every name and alias is unique: a second registration fails
 naming both plugins.
 """
 
@@ -16,7 +16,7 @@ from normkit.errors import PluginError, SpecError, did_you_mean
 from normkit.grammar import canonical_name
 from normkit.params import Param, signature_params
 
-Kind = Literal["norm", "step", "activation", "post_activation", "model", "dataset", "preset"]
+Kind = Literal["norm", "step", "activation", "post_activation", "model", "dataset", "preset", "workload"]
 STAGE_KINDS = ("step", "activation", "post_activation")
 # Keyword arguments `normkit.build` passes to a factory= norm itself; never spec parameters.
 BUILD_ARGUMENTS = ("channel_dim",)
@@ -97,13 +97,15 @@ class Registry:
         self.models: dict[str, Entry] = {}
         self.datasets: dict[str, Entry] = {}
         self.presets: dict[str, Entry] = {}  # reproduction presets: meta["path"] is the YAML file
+        self.workloads: dict[str, Entry] = {}  # suite workloads: meta["workload"] is their mapping
         self.entries: list[Entry] = []
         self.failed_plugins: list[str] = []  # set by the loader: named in "unknown name" errors
 
     # -- registration -----------------------------------------------------------------------
 
     def _table(self, kind: Kind) -> dict[str, Entry]:
-        return {"model": self.models, "dataset": self.datasets, "preset": self.presets}.get(kind, self.spec_names)
+        return {"model": self.models, "dataset": self.datasets, "preset": self.presets,
+                "workload": self.workloads}.get(kind, self.spec_names)
 
     def add(self, entry: Entry) -> None:
         table = self._table(entry.kind)
@@ -125,7 +127,7 @@ class Registry:
     def remove_plugin(self, plugin: str) -> None:
         """Roll back everything a plugin registered (used when its hook fails half-way)."""
         self.entries = [e for e in self.entries if e.plugin != plugin]
-        for table in (self.spec_names, self.models, self.datasets, self.presets):
+        for table in (self.spec_names, self.models, self.datasets, self.presets, self.workloads):
             for key in [k for k, e in table.items() if e.plugin == plugin]:
                 del table[key]
 
@@ -196,12 +198,21 @@ class Registry:
                                   f"not {type(path).__name__}")
             self.add(Entry(name, "preset", plugin, summary, citation, meta={"path": path}))
 
+        def register_workload(name: str, workload: Mapping[str, Any], *, summary: str = "",
+                              citation: str = "") -> None:
+            owner = _owner(plugin, "workload", name)
+            if not isinstance(workload, Mapping):
+                raise PluginError(f"{owner}: the workload must be a mapping (see docs/suite.md), "
+                                  f"not {type(workload).__name__}")
+            self.add(Entry(name, "workload", plugin, summary, citation, meta={"workload": dict(workload)}))
+
         return {
             "normkit_register_norms": register_norm,
             "normkit_register_stages": register_stage,
             "normkit_register_models": register_item("model"),
             "normkit_register_datasets": register_item("dataset"),
             "normkit_register_presets": register_preset,
+            "normkit_register_workloads": register_workload,
         }
 
     # -- lookup -----------------------------------------------------------------------------
@@ -214,7 +225,7 @@ class Registry:
                             f" (see `normkit list`){self._failed_note()}")
         return self.spec_names[key]
 
-    def lookup_item(self, kind: Literal["model", "dataset", "preset"], name: str) -> Entry:
+    def lookup_item(self, kind: Literal["model", "dataset", "preset", "workload"], name: str) -> Entry:
         table = self._table(kind)
         key = canonical_name(name)
         if key not in table:

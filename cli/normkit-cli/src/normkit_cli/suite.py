@@ -1,0 +1,193 @@
+"""`normkit suite`: every norm on every workload under one protocol, scored across workloads.
+
+    normkit suite --list                                  # the workloads, one line each
+    normkit suite --norms bn,gn+pn,mynorm                 # the CPU suite here (docs/suite.md)
+    normkit suite --norms bn,gn+pn --quick                # a smoke test in seconds per workload
+    normkit suite --resume runs/...-suite                 # continue; rewrites the scorecard
+
+Each workload is an ordinary comparison in its own directory inside the suite's (`normkit report
+DIR/cnn` reads it); scorecard.json, profile.png and report.html sit at the top.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from normkit_cli.ascii_ints import ascii_int
+from normkit_cli.errors import fail, interrupted_code, is_normkit_error, one_line_errors, show_tracebacks
+from normkit_cli.text import plural
+
+# The lab (torch) is imported inside the command: `normkit suite --help` must not load it.
+
+
+def _list(scale: str) -> None:
+    from normkit_lab.suite import available
+
+    workloads = available()
+    if not workloads:
+        typer.echo("no workloads registered (plugins register them; see docs/suite.md)")
+        return
+    width = max(len(w.name) for w in workloads)
+    for w in workloads:
+        variants = ", ".join(w.variants) or "none"
+        typer.echo(f"{w.name:<{width}}  {w.recipe(scale)}; tune {w.budget_text(scale)}; target {w.target_text(scale)}")
+        typer.echo(f"{'':<{width}}  asks: {w.question} (held out: {variants}; plugin {w.plugin})")
+
+
+def _runtime(data_dir: Path | None, device: str | None) -> dict[str, Any]:
+    return {k: v for k, v in (("data_dir", str(data_dir) if data_dir else None), ("device", device)) if v is not None}
+
+
+@one_line_errors
+def suite_cmd(
+    norms: Annotated[str | None, typer.Option(help="Norm specs, comma-separated; the first is every workload's "
+                                                   "baseline, e.g. bn,gn+pn,mynorm.", show_default=False)] = None,
+    list_: Annotated[bool, typer.Option("--list", help="List the workloads and exit.")] = False,
+    seeds: Annotated[str, typer.Option(help="Comparison seeds: a count N, a list 0,1,5 or a range 0-4 (tuning "
+                                            "uses the seed after them).")] = "3",
+    workloads: Annotated[str | None, typer.Option(help="Only these workloads, comma-separated (default: all).",
+                                                  show_default=False)] = None,
+    holdout: Annotated[bool, typer.Option(help="Also run every workload's held-out variants; the scorecard shows "
+                                               "them beside the visible ones.")] = False,
+    quick: Annotated[bool, typer.Option(help="The workloads' quick forms: a smoke test (CI), not a result.")] = False,
+    scale: Annotated[str, typer.Option(help="cpu (runs here), or paper (each workload's GPU recipe; docs/suite.md)."
+                                       )] = "cpu",
+    out: Annotated[Path | None, typer.Option(help="Suite directory (default runs/<timestamp>-suite).",
+                                             show_default=False)] = None,
+    resume: Annotated[Path | None, typer.Option(help="Continue a suite directory with its saved plan; finished "
+                                                     "runs are skipped and the scorecard rewritten.",
+                                                show_default=False)] = None,
+    allow_version_change: Annotated[bool, typer.Option(help="With --resume: continue although torch, normkit or "
+                                                             "a plugin has another version than the saved runs "
+                                                             "(recorded in each workload's environment.json).")]
+    = False,
+    jobs: Annotated[int | None, typer.Option(parser=ascii_int(), help="Runs at once on this machine (default 1 on "
+                                                                      "CPU).", show_default=False)] = None,
+    executor: Annotated[str, typer.Option(help="Where runs train: local, ray or slurm (docs/scaling.md).")]
+    = "local",
+    data_dir: Annotated[Path | None, typer.Option(help="Where datasets are stored (paper scale).",
+                                                  show_default=False)] = None,
+    device: Annotated[str | None, typer.Option(help="Device instead of the workloads' (auto, cpu, cuda, ...).",
+                                               show_default=False)] = None,
+) -> None:
+    """Run every norm on every workload with equal tuning budgets and score them across workloads.
+
+    Per workload: the same learning-rate candidates for every norm on a tuning seed, chosen on
+    validation; then the comparison seeds, paired verdicts against the first norm, and the steps and
+    CPU seconds to the workload's target. Across workloads: performance profiles and the mean rank
+    with a bootstrap interval over seeds. Writes scorecard.json, profile.png and report.html.
+    """
+    if list_:
+        _list("quick" if quick else scale)
+        return
+    from normkit_cli.compare import _executor_options
+    from normkit_lab.executors import make_executor
+    from normkit_lab.suite.run import SuitePlan, create_suite, open_suite
+
+    if quick and scale != "cpu":
+        raise fail("--quick is the workloads' smoke-test form; drop --scale with it")
+    options = _executor_options(executor, jobs, 1, None, None, 60, -1, None, None)
+    if allow_version_change and resume is None:
+        raise fail("--allow-version-change lets --resume continue under other versions; give it with --resume")
+    if resume is not None:
+        if norms is not None or out is not None or workloads is not None or holdout or quick:
+            raise fail("--resume continues a suite with its saved plan; drop --norms/--workloads/--holdout/"
+                       "--quick/--out")
+        suite = open_suite(resume)
+        run_executor = make_executor(options)
+    else:
+        if norms is None:
+            raise fail("give the norms to compare, e.g. --norms bn,gn+pn (or --list to see the workloads)")
+        names = [w.strip() for w in workloads.split(",") if w.strip()] if workloads is not None else None
+        plan = SuitePlan.make(norms, seeds, names, "quick" if quick else scale, holdout,
+                              runtime=_runtime(data_dir, device))
+        run_executor = make_executor(options)  # a missing engine: before any directory is made
+        suite = create_suite(plan, out)
+    _run(suite, run_executor, options.parallel_runs, allow_version_change)
+
+
+def _run(suite: Any, run_executor: Any, parallel: int, allow_version_change: bool) -> None:
+    from normkit_lab.analysis.report import command_line
+    from normkit_lab.runs.environment import environment
+    from normkit_lab.study.plan import run_count
+    from normkit_lab.suite.run import planned_runs, run_suite
+    from normkit_lab.suite.scorecard import write_scorecard
+
+    plan = suite.plan
+    typer.echo(f"suite {', '.join(plan.norms)} on {plural(len(plan.tasks()), 'workload')} "
+               f"(scale {plan.scale}, seeds {','.join(map(str, plan.seeds))}): at most "
+               f"{plural(planned_runs(plan), 'run')} -> {suite.path}")
+
+    def on_task(task: Any, cfg: Any, excluded: dict[str, str]) -> None:
+        n_tune, n_compare = run_count(cfg)
+        typer.echo(f"{task.name}: {task.workload.recipe(plan.scale, task.variant)}; {n_tune} tuning + "
+                   f"{n_compare} comparison runs")
+        for norm, why in excluded.items():
+            typer.echo(f"  {norm} left out: {why}")
+
+    hint = f"continue with: normkit suite --resume {suite.path}"
+    started, load_start = time.monotonic(), os.getloadavg()[0]
+    try:
+        run_suite(suite, executor=run_executor, progress=_progress, on_task=on_task, parallel=parallel,
+                  allow_version_change=allow_version_change)
+    except KeyboardInterrupt as exc:
+        typer.echo(f"interrupted: finished runs are saved in {suite.path}; {hint}", err=True)
+        raise typer.Exit(interrupted_code(exc)) from None
+    except Exception as exc:
+        if show_tracebacks() or not (is_normkit_error(exc) or isinstance(exc, OSError)):
+            raise
+        raise fail(f"{exc} (finished runs are kept; {hint})") from None
+    session = {"wall_s": time.monotonic() - started, "load_start": load_start, "load_end": os.getloadavg()[0]}
+    card = write_scorecard(suite, {**environment(plan.runtime.get("device", "auto")), "session": session},
+                           command_line())
+    _print(card)
+    typer.echo(f"written: {suite.path / 'scorecard.json'}, {suite.path / 'report.html'}"
+               + (f", {suite.path / 'profile.png'}" if (suite.path / "profile.png").is_file() else ""))
+
+
+def _progress() -> Any:
+    """Rich bars on a terminal; elsewhere one line per finished run (a suite has hundreds of epochs)."""
+    from normkit_lab.study.progress import PlainProgress, choose_progress
+
+    class RunLines(PlainProgress):
+        def epoch_end(self, run_id: Any, record: Any) -> None:
+            """Only finished runs are reported."""
+
+    chosen = choose_progress()
+    return RunLines() if isinstance(chosen, PlainProgress) else chosen
+
+
+def _print(card: dict[str, Any]) -> None:
+    """Per workload the verdicts; then the aggregate: mean rank [bootstrap], profile score."""
+    for w in card["workloads"]:
+        cells = []
+        for n in w["norms"]:
+            if n["excluded"]:
+                cells.append(f"{n['norm']} n/a")
+            elif n["norm"] == w["baseline"]:
+                cells.append(f"{n['norm']} {n['metric_mean']:.2f} (baseline)" if n["metric_mean"] is not None
+                             else f"{n['norm']} -")
+            else:
+                mean = "-" if n["metric_mean"] is None else f"{n['metric_mean']:.2f}"
+                cells.append(f"{n['norm']} {mean} {n['verdict'] or '-'}")
+            if n["tuned_at_edge"]:
+                cells[-1] += f" [{', '.join(n['tuned_at_edge'])} at grid edge]"
+        typer.echo(f"{w['task']:<18} {w['metric']}: " + "; ".join(cells))
+    for key, title in (("visible", "visible workloads"), ("held_out", "held-out variants")):
+        agg = card.get(key)
+        if not agg:
+            continue
+        typer.echo(f"across the {len(agg['workloads'])} {title}: mean rank [95% bootstrap over seeds], profile score")
+        for norm in sorted(card["norms"], key=lambda n: agg["mean_rank"][n]["mean"]):
+            r = agg["mean_rank"][norm]
+            typer.echo(f"  {norm:<12} {r['mean']:.2f} [{r['low']:.2f}, {r['high']:.2f}]  "
+                       f"{agg['profile_score'][norm]:.2f}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("suite")(suite_cmd)

@@ -1,0 +1,85 @@
+"""normkit's own workloads, registered through the `normkit_register_workloads` hook like a plugin's.
+
+Five that run offline on two CPU cores in minutes and stress different things: a normalization batch
+of 2, an ordinary batch with the same optimizer steps, depth in a pre-activation residual net,
+token-wise norm sites in a vision transformer, and a causal language model. Each has a held-out
+variant (another width or depth) that `--holdout` runs, a `quick` form for smoke tests and a `paper`
+form for a GPU (docs/suite.md). Targets sit on the validation counterpart of the metric, where the
+default recipe's better norms arrive within the budget and weaker ones may not (measured:
+docs/suite.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+CIFAR = {"dataset": "cifar10", "device": "cuda", "augment": True}
+NEEDS_CIFAR = "a GPU and CIFAR-10 under --data-dir (add --download once)"
+# small-batch and cnn train the same optimizer steps (one pass over digits' 1,120 training images at batch
+# 2, 16 at batch 32), so the batch size is the only difference between them
+STEPS, QUICK_STEPS, PAPER_STEPS = "steps=560", "steps=140", "steps=20000"
+
+WORKLOADS: dict[str, dict[str, Any]] = {
+    "small-batch": {
+        "question": "does the norm train when it normalizes over a batch of 2?",
+        "config": {"model": "small-cnn", "dataset": "digits", "batch_size": 2, "budget": STEPS},
+        "tune": {"lr": [0.01, 0.02, 0.05]},
+        "target": 93.0,
+        "variants": {"narrow": {"model_params": {"width": 16}}},
+        "quick": {"model_params": {"width": 8}, "batch_size": 8, "budget": QUICK_STEPS, "tune": {"lr": [0.02, 0.05]},
+                  "target": 80.0},
+        "paper": {**CIFAR, "model": "preact-resnet18", "batch_size": 2, "budget": PAPER_STEPS, "target": 85.0,
+                  "needs": NEEDS_CIFAR},
+    },
+    "cnn": {
+        "question": "with an ordinary batch of 32 and the optimizer steps of small-batch, which norm trains best?",
+        "config": {"model": "small-cnn", "dataset": "digits", "batch_size": 32, "budget": STEPS},
+        "tune": {"lr": [0.03, 0.1, 0.3]},
+        "target": 97.0,
+        "variants": {"shallow": {"model_params": {"depth": 2}}},
+        "quick": {"model_params": {"width": 8}, "budget": QUICK_STEPS, "tune": {"lr": [0.1, 0.3]}, "target": 80.0},
+        "paper": {**CIFAR, "model": "preact-resnet18", "batch_size": 128, "budget": PAPER_STEPS, "target": 92.0,
+                  "needs": NEEDS_CIFAR},
+    },
+    "deep-resnet": {
+        "question": "does the norm keep a 28-layer pre-activation residual net trainable (depth is where "
+                    "layer norm falls behind)?",
+        "config": {"model": "wrn", "model_params": {"depth": 28, "width": 1}, "dataset": "digits",
+                   "batch_size": 32, "epochs": 5},
+        "tune": {"lr": [0.03, 0.1, 0.3]},
+        "target": 96.0,
+        "variants": {"depth16": {"model_params": {"depth": 16}}},
+        "quick": {"model_params": {"depth": 10}, "epochs": 1, "tune": {"lr": [0.1, 0.3]}, "target": 50.0},
+        "paper": {**CIFAR, "model_params": {"depth": 28, "width": 10}, "batch_size": 128, "epochs": 100,
+                  "target": 94.0, "needs": NEEDS_CIFAR},
+    },
+    "vit": {
+        "question": "does the norm work at a transformer's token-wise norm sites (a ViT on 16 patches)?",
+        "config": {"model": "vit-small", "dataset": "digits", "optimizer": "adamw", "batch_size": 32, "epochs": 8},
+        "tune": {"lr": [0.001, 0.003, 0.01]},
+        "target": 90.0,
+        "variants": {"deeper": {"model_params": {"depth": 4}}},
+        "quick": {"epochs": 2, "tune": {"lr": [0.003, 0.01]}, "target": 50.0},
+        "paper": {**CIFAR, "model": "vit", "batch_size": 128, "epochs": 100, "target": 80.0, "needs": NEEDS_CIFAR},
+    },
+    "lm": {
+        "question": "does the norm train a small causal language model (bits per byte of Python source)?",
+        "config": {"model": "gpt-tiny", "dataset": "pysrc", "epochs": 3,
+                   "dataset_params": {"seq_len": 32, "train_windows": 1600, "test_windows": 512}},
+        "tune": {"lr": [0.002, 0.005, 0.01]},
+        "target": 3.6,
+        "variants": {"wider": {"model_params": {"width": 96}}},
+        "quick": {"epochs": 1, "warmup_epochs": 0, "dataset_params": {"train_windows": 160, "test_windows": 64},
+                  "tune": {"lr": [0.005, 0.01]}, "target": 6.0},
+        "paper": {"model": "gpt", "model_params": {"width": 256, "depth": 6, "heads": 8, "context": 256},
+                  "dataset_params": {"seq_len": 256, "train_windows": 200000, "test_windows": 4096},
+                  "batch_size": 64, "epochs": 10, "device": "cuda", "target": 2.5, "needs": "a GPU"},
+    },
+}
+
+
+def register_builtin_workloads(register: Callable[..., Any]) -> None:
+    """Register normkit's workloads (called from the lab's `normkit_register_workloads` hook)."""
+    for name, workload in WORKLOADS.items():
+        register(name, workload, summary=workload["question"])

@@ -1,0 +1,173 @@
+"""The scorecard page (report.html) and its performance-profile figure (profile.png).
+
+Self-contained like every normkit page: inline style, the figure embedded as base64 PNG, every text
+from results or configs escaped. It reads only the scorecard mapping (scorecard.json).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from typing import Any
+
+from normkit_lab.analysis.plots import available as plots_available
+from normkit_lab.analysis.report_html import PAGE_STYLE
+
+PROFILE_PNG = "profile.png"
+_STYLES = ("-", "--", ":", "-.")
+_STYLE = PAGE_STYLE + """
+.miss { color: #888; } .ex { color: #888; font-style: italic; } .scope { color: #555; font-size: 0.9em; }
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _num(value: float | None, fmt: str, signed: bool = False) -> str:
+    return "-" if value is None else format(value, ("+" if signed else "") + fmt)
+
+
+def profile_png(card: dict[str, Any]) -> bytes | None:
+    """The performance profiles of the visible workloads (and of the held-out variants beside them), or
+    None without matplotlib or without anything scored."""
+    parts = [(title, card[key]) for key, title in (("visible", "visible workloads"), ("held_out", "held-out variants"))
+             if card.get(key)]
+    if not parts or not plots_available():
+        return None
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(parts), figsize=(7.4 * len(parts), 4.2), squeeze=False)
+    for ax, (title, agg) in zip(axes[0], parts, strict=True):
+        for i, norm in enumerate(card["norms"]):  # line styles tell apart norms whose profiles coincide
+            score = agg["profile_score"].get(norm, 0.0)
+            ax.step(agg["taus"], agg["profile"][norm], where="post", linewidth=2, linestyle=_STYLES[i % len(_STYLES)],
+                    label=f"{norm} (score {score:.2f})")
+        ax.set_xlim(1, agg["r_max"])
+        ax.set_ylim(-0.03, 1.03)
+        ax.set_xlabel("τ: steps to target within τ × the fastest norm's")
+        ax.set_ylabel("fraction of workloads")
+        ax.set_title(f"performance profile, {title} ({len(agg['workloads'])})")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))  # outside: curves stay visible
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=110, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _aggregate_table(card: dict[str, Any], key: str, title: str) -> str:
+    agg = card.get(key)
+    if not agg:
+        return ""
+    rows = []
+    order = sorted(card["norms"], key=lambda n: agg["mean_rank"][n]["mean"])
+    for norm in order:
+        rank = agg["mean_rank"][norm]
+        cells = [f'<td class="l">{_e(norm)}</td>', f"<td>{rank['mean']:.2f}</td>",
+                 f"<td>[{rank['low']:.2f}, {rank['high']:.2f}]</td>", f"<td>{agg['profile_score'][norm]:.2f}</td>"]
+        for workload in agg["workloads"]:
+            ratio = agg["ratios"][workload].get(norm)
+            cells.append(f"<td>{ratio:.2f}</td>" if ratio is not None else '<td class="miss">miss</td>')
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    heads = "".join(f"<th>{_e(w)}</th>" for w in agg["workloads"])
+    return (f"<h2>{_e(title)}</h2><div class='wide'><table><tr><th class='l'>norm</th><th>mean rank</th>"
+            f"<th>95% bootstrap</th><th>profile score</th>{heads}</tr>{''.join(rows)}</table></div>"
+            f"<p class='scope'>Mean rank: each workload ranks the norms by their mean {'/'.join(_metrics(card))} "
+            f"(1 = best; a norm that cannot run a workload shares its last places), averaged over the "
+            f"{_plural(len(agg['workloads']), 'workload')}; the interval resamples seeds within each workload "
+            f"(2,000 draws), not workloads. Profile score: area under the profile from τ = 1 to {agg['r_max']:g}, "
+            f"1 = fastest to target on every workload. Columns: steps to target over the fastest norm's.</p>")
+
+
+def _metrics(card: dict[str, Any]) -> list[str]:
+    return sorted({w["metric"] for w in card["workloads"]})
+
+
+def _tuned(n: dict[str, Any]) -> str:
+    """`lr=0.01 (edge)`: the values tuning chose, marked where a value is at an end of the grid."""
+    return ", ".join((f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}") + (" (edge)" if k in n["tuned_at_edge"] else "")
+                     for k, v in (n["tuned"] or {}).items())
+
+
+def _workload(w: dict[str, Any]) -> str:
+    rows = []
+    for n in w["norms"]:
+        if n["excluded"]:
+            rows.append(f'<tr><td class="l">{_e(n["norm"])}</td><td class="ex wrap" colspan="8">cannot run here: '
+                        f'{_e(n["excluded"])}</td></tr>')
+            continue
+        verdict = n["verdict"] or "-"
+        ci = (f"[{n['diff_ci95_low']:+.2f}, {n['diff_ci95_high']:+.2f}]" if n["diff_ci95_low"] is not None
+              and n["diff_ci95_high"] is not None else "")
+        tuned = _tuned(n)
+        steps = _num(n["steps_to_target"], ",.0f")
+        cpu = _num(n["cpu_s_to_target"], ".1f")
+        rows.append(
+            f'<tr><td class="l">{_e(n["norm"])}</td><td>{_e(tuned)}</td>'
+            f'<td>{_num(n["metric_mean"], ".2f")} ± {_num(n["metric_sem"], ".2f")}</td>'
+            f'<td>{_num(n["diff_mean"], ".2f", True)} {_e(ci)}</td>'
+            f'<td class="l v-{_e(verdict.split()[0])}">{_e(verdict)}</td><td>{_num(n["mde"], ".2f")}</td>'
+            f'<td>{n["reached"]}/{n["runs"]}</td><td>{steps}</td><td>{cpu}</td></tr>')
+    direction = "higher" if w["higher_is_better"] else "lower"
+    op = ">=" if w["higher_is_better"] else "<="
+    title = w["task"] + (" (held out)" if w["held_out"] else "") + ("" if w["complete"] else " (runs missing)")
+    return (f"<h3>{_e(title)}: {_e(w['question'])}</h3>"
+            f"<p class='scope'>{_e(w['recipe'])}; tuning budget per norm {_e(w['budget'])} on tune seeds "
+            f"{_e(w['tune_seeds'])}, chosen on validation; comparison seeds {_e(w['seeds'])}; {_e(w['metric_label'])} "
+            f"({_e(w['unit'])}, {direction} is better), paired against {_e(w['baseline'])}; target "
+            f"{_e(w['target_field'])} {op} {w['target']:g}. Report: <a href='{_e(w['dir'])}/report.html'>"
+            f"{_e(w['dir'])}/report.html</a>.</p>"
+            f"<div class='wide'><table><tr><th class='l'>norm</th><th>tuned</th><th>{_e(w['metric'])}</th>"
+            f"<th>vs {_e(w['baseline'])} [95% CI]</th><th class='l'>verdict (Holm)</th><th>MDE</th>"
+            f"<th>reached</th><th>steps to target</th><th>CPU s to target</th></tr>{''.join(rows)}</table></div>"
+            + ("<p class='scope'>(edge): tuning chose the smallest or largest candidate, so the best value may lie "
+               "beyond the workload's grid.</p>" if any(n["tuned_at_edge"] for n in w["norms"]) else ""))
+
+
+def render(card: dict[str, Any], figure: bytes | None) -> str:
+    """The scorecard page of `card` (scorecard.json's mapping)."""
+    norms = ", ".join(card["norms"])
+    title = f"normkit suite scorecard: {norms}"
+    env = card.get("environment") or {}
+    session = env.get("session") or {}
+    machine = ", ".join(str(x) for x in (env.get("cpu"), f"{env['cpu_count']} cores" if env.get("cpu_count") else None,
+                                         f"torch {env.get('versions', {}).get('torch')}" if env.get("versions") else None)
+                        if x)
+    if session:
+        machine += (f"\nthis session: {session['wall_s'] / 60:.1f} min wall, load average {session['load_start']:.2f} "
+                    f"at start, {session['load_end']:.2f} at end")
+    img = (f'<img alt="performance profiles" src="data:image/png;base64,{base64.b64encode(figure).decode()}">'
+           if figure else "<p class='note'>No figure: matplotlib is not installed.</p>")
+    missing = (f"<p class='note'>Not run yet: {_e(', '.join(card['missing']))}; continue with "
+               f"<code>normkit suite --resume DIR</code>.</p>" if card["missing"] else "")
+    visible = [w for w in card["workloads"] if not w["held_out"]]
+    held = [w for w in card["workloads"] if w["held_out"]]
+    scope = _plural(len(visible), "workload") + (f" and {_plural(len(held), 'held-out variant')}" if held else "")
+    parts = [
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_e(title)}</title><style>{_STYLE}</style></head>"
+        f"<body><h1>{_e(title)}</h1>", missing,
+        f"<p class='caption'>{scope}, "
+        f"scale {_e(card['scale'])}, comparison seeds {_e(card['seeds'])}. Every norm got the same tuning budget on "
+        f"every workload (the same learning-rate candidates on separate tuning seeds, chosen on validation), then "
+        f"ran the comparison seeds; verdicts are paired by seed against the first norm that runs there, "
+        f"Holm-adjusted within each workload. Time to target is counted at the end of each pass over the data, "
+        f"where validation runs; a miss counts as infinite.</p>",
+        img,
+        _aggregate_table(card, "visible", "Across the visible workloads"),
+        _aggregate_table(card, "held_out", "Across the held-out variants"),
+        "<h2>Per workload</h2>", *(_workload(w) for w in visible + held),
+        (f"<h2>Provenance</h2><pre>{_e(card['command'])}\n{_e(machine)}</pre>" if card.get("command") else ""),
+        "</body></html>",
+    ]
+    return "".join(parts)

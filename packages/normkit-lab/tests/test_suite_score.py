@@ -1,0 +1,74 @@
+"""The suite's scores against cases worked by hand: time to target, performance profiles, ranks."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from normkit_lab.metrics import metric_named
+from normkit_lab.suite.score import (
+    Reached,
+    mean_ranks,
+    median_time,
+    performance_ratios,
+    profile,
+    profile_score,
+    ranks_of,
+    time_to_target,
+)
+
+INF = math.inf
+
+
+def test_time_to_target_is_the_first_validation_epoch_that_meets_it() -> None:
+    rows = [{"epoch": 0, "val_acc": 0.50, "test_acc": 0.99, "steps": 10, "cpu_time_s": 1.0},
+            {"epoch": 1, "val_acc": 0.91, "test_acc": 0.10, "steps": 20, "cpu_time_s": 2.0},
+            {"epoch": 2, "val_acc": 0.97, "steps": 30, "cpu_time_s": 3.0}]
+    acc = metric_named("test_acc")
+    assert time_to_target(rows, acc, 90.0) == Reached(epoch=1, steps=20, cpu_s=3.0)  # % unit; test never read
+    assert time_to_target(rows, acc, 98.0) is None
+    bpb = [{"epoch": 0, "val_bpb": 4.0, "steps": 5}, {"epoch": 1, "val_bpb": 3.5, "steps": 9}]
+    assert time_to_target(bpb, metric_named("test_bpb"), 3.6) == Reached(epoch=1, steps=9, cpu_s=None)
+    assert median_time([10, INF, 30]) == 30 and median_time([10, INF, INF]) == INF
+
+
+def test_profile_and_score_match_a_hand_computed_case() -> None:
+    # workload a: x 100, y 200, z misses; b: x 300, y 150, z 600; c: nobody reaches the target
+    times = {"a": {"x": 100, "y": 200, "z": INF}, "b": {"x": 300, "y": 150, "z": 600},
+             "c": {"x": INF, "y": INF, "z": INF}}
+    ratios = performance_ratios(times)
+    assert ratios == {"a": {"x": 1.0, "y": 2.0, "z": INF}, "b": {"x": 2.0, "y": 1.0, "z": 4.0},
+                      "c": {"x": INF, "y": INF, "z": INF}}
+    rho = profile(ratios, [1.0, 1.5, 2.0, 3.9, 4.0])
+    assert rho == {"x": pytest.approx([1 / 3, 1 / 3, 2 / 3, 2 / 3, 2 / 3]),
+                   "y": pytest.approx([1 / 3, 1 / 3, 2 / 3, 2 / 3, 2 / 3]),
+                   "z": pytest.approx([0, 0, 0, 0, 1 / 3])}
+    # area under rho from 1 to 4 over 3: x gets (4-1)/3 on a and (4-2)/3 on b, over 3 workloads = 5/9
+    assert profile_score(ratios) == pytest.approx({"x": 5 / 9, "y": 5 / 9, "z": 0.0})
+
+
+def test_ranks_share_ties_and_put_missing_norms_last() -> None:
+    assert ranks_of({"x": 90.0, "y": 90.0, "z": None, "w": 95.0}, ["x", "y", "z", "w"], 1.0) == \
+        {"w": 1.0, "x": 2.5, "y": 2.5, "z": 4.0}
+    assert ranks_of({"x": 3.2, "y": 3.5}, ["x", "y"], -1.0) == {"x": 1.0, "y": 2.0}  # lower is better
+
+
+def test_mean_rank_bootstrap_resamples_seeds_paired_within_workloads() -> None:
+    # w1: x beats y on every seed; w2: y beats x on seeds 0 and 1, x beats y by far on seed 2
+    values = {"w1": ({"x": {0: 2.0, 1: 2.0, 2: 2.0}, "y": {0: 1.0, 1: 1.0, 2: 1.0}}, 1.0),
+              "w2": ({"x": {0: 1.0, 1: 1.0, 2: 10.0}, "y": {0: 2.0, 1: 2.0, 2: 2.0}}, 1.0)}
+    ranks = mean_ranks(values, ["x", "y"], draws=400)
+    assert ranks["x"].mean == 1.0 and ranks["y"].mean == 2.0  # w2's means: x 4.0, y 2.0
+    # a draw without seed 2 makes y best on w2 (mean rank 1.5 each): the interval shows it
+    assert ranks["x"].low == 1.0 and ranks["x"].high == 1.5
+    assert ranks["y"].low == 1.5 and ranks["y"].high == 2.0
+    assert mean_ranks(values, ["x", "y"], draws=400) == ranks  # a fixed generator: repeatable
+
+
+def test_a_choice_at_an_end_of_the_grid_is_flagged() -> None:
+    from normkit_lab.suite.scorecard import at_edge
+
+    tune = {"lr": [0.01, 0.02, 0.05], "weight_decay": [0.0005]}
+    assert at_edge({"lr": 0.01, "weight_decay": 0.0005}, tune) == ["lr"]
+    assert at_edge({"lr": 0.05}, tune) == ["lr"] and at_edge({"lr": 0.02}, tune) == []
