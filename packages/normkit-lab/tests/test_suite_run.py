@@ -141,7 +141,7 @@ def test_the_scorecard_page_renders_in_headless_chromium(tiny_suite, tmp_path: P
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         pytest.skip("needs Debian's chromium package (apt-get install chromium)")
-    suite, card = tiny_suite
+    suite, _card = tiny_suite
     shot = tmp_path / "scorecard.png"
     subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                     "--window-size=1400,2200", f"--screenshot={shot}", (suite.path / "report.html").as_uri()],

@@ -96,8 +96,10 @@ def _metrics(card: dict[str, Any]) -> list[str]:
 
 def _tuned(n: dict[str, Any]) -> str:
     """`lr=0.01 (edge)`: the values tuning chose, marked where a value is at an end of the grid."""
-    return ", ".join((f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}") + (" (edge)" if k in n["tuned_at_edge"] else "")
-                     for k, v in (n["tuned"] or {}).items())
+    def one(k: str, v: Any) -> str:
+        return (f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}") + (" (edge)" if k in n["tuned_at_edge"] else "")
+
+    return ", ".join(one(k, v) for k, v in (n["tuned"] or {}).items())
 
 
 def _workload(w: dict[str, Any]) -> str:
@@ -141,9 +143,9 @@ def render(card: dict[str, Any], figure: bytes | None) -> str:
     title = f"normkit suite scorecard: {norms}"
     env = card.get("environment") or {}
     session = env.get("session") or {}
-    machine = ", ".join(str(x) for x in (env.get("cpu"), f"{env['cpu_count']} cores" if env.get("cpu_count") else None,
-                                         f"torch {env.get('versions', {}).get('torch')}" if env.get("versions") else None)
-                        if x)
+    parts = (env.get("cpu"), f"{env['cpu_count']} cores" if env.get("cpu_count") else None,
+             f"torch {env.get('versions', {}).get('torch')}" if env.get("versions") else None)
+    machine = ", ".join(str(x) for x in parts if x)
     if session:
         machine += (f"\nthis session: {session['wall_s'] / 60:.1f} min wall, load average {session['load_start']:.2f} "
                     f"at start, {session['load_end']:.2f} at end")

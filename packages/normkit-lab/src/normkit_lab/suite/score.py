@@ -121,7 +121,8 @@ class MeanRank:
         return {"mean": self.mean, "low": self.low, "high": self.high}
 
 
-def _means(values: Mapping[str, Mapping[int, float]], norms: Sequence[str], seeds: Sequence[int]) -> dict[str, float | None]:
+def _means(values: Mapping[str, Mapping[int, float]], norms: Sequence[str],
+           seeds: Sequence[int]) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for norm in norms:
         mine = [values.get(norm, {})[s] for s in seeds if s in values.get(norm, {})]
