@@ -16,7 +16,6 @@ one-line error; either way the comparison goes on. Resuming retries failed runs.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import warnings
@@ -60,21 +59,32 @@ def open_store(path: str | Path, overrides: dict[str, Any] | None = None, *, all
     """Reopen a results directory to resume it, with its saved config (plus runtime `overrides`);
     a config.yaml edited after runs were written is refused (see `ResultsDir.check_config_unchanged`),
     and so is a torch, normkit or plugin version other than the runs were made with, unless
-    `allow_version_change` (then the running environment is recorded in environment.json; see
-    `normkit_lab.study.versions`). `warn` gets the line saying an older directory's versions could not
-    be checked (default: `warnings.warn`)."""
+    `allow_version_change` (see `normkit_lab.study.versions`). Nothing is written here: an allowed change
+    is recorded by `run_compare(..., allow_version_change=True)`, once every check of the resume has
+    passed, so a resume refused later (a changed script, a bad option) leaves environment.json as it
+    was. `warn` gets the line saying an older directory's versions could not be checked (default:
+    `warnings.warn`)."""
     store = ResultsDir.open(path)
     cfg = build_config({**load_yaml(store.config_path), **(overrides or {})})
-    running = environment.environment(cfg.train.device)
-    # only an allowed change writes: then read, compare and record as one step against a concurrent resume
-    with store.environment_lock() if allow_version_change else contextlib.nullcontext():
-        updated, warning = versions.check_resume(repr(str(store.path / ENVIRONMENT_FILE)), store.environment(),
-                                                 running, allow_version_change)
-        if updated is not None:
-            store.write_environment(updated)
+    _, warning = versions.check_resume(_environment_name(store), store.environment(),
+                                       environment.environment(cfg.train.device), allow_version_change)
     if warning is not None:
         (warn or _warn)(warning)
     return cfg, store
+
+
+def _environment_name(store: ResultsDir) -> str:
+    return repr(str(store.path / ENVIRONMENT_FILE))
+
+
+def _record_version_change(cfg: CompareConfig, store: ResultsDir) -> None:
+    """Record in environment.json the versions an allowed resume runs under, if they changed: read,
+    compare and record as one step against a concurrent resume (which then finds them recorded)."""
+    with store.environment_lock():
+        updated, _ = versions.check_resume(_environment_name(store), store.environment(),
+                                           environment.environment(cfg.train.device), allow_change=True)
+        if updated is not None:
+            store.write_environment(updated)
 
 
 def _warn(line: str) -> None:
@@ -135,13 +145,16 @@ def run_steps(cfg: CompareConfig) -> Callable[[RunId], int] | None:
 
 def run_compare(cfg: CompareConfig, store: ResultsDir, *, progress: Progress | None = None,
                 on_tuned: TuningTable | None = None, executor: Executor | None = None,
-                options: RunOptions | None = None, trainer: Trainer | None = None) -> Results:
+                options: RunOptions | None = None, trainer: Trainer | None = None,
+                allow_version_change: bool = False) -> Results:
     """Train the plan's runs that `store` does not hold yet; return all comparison runs.
 
     Tuning runs (if any) go first; their table is written to tuning.json and passed to
     `on_tuned`. `executor` trains them (default: one after another in this process); `options`
     say how (checkpoints kept, loggers; diagnostics follow the config); `trainer` what a run executes
-    (default: `make_trainer(cfg)`, normkit's own loop). The summary is rewritten
+    (default: `make_trainer(cfg)`, normkit's own loop); `allow_version_change` (a resume that
+    `open_store` allowed to continue under other versions) records the running versions in
+    environment.json before any run, as the resume goes ahead. The summary is rewritten
     after every finished comparison run, so an interruption loses at most the epochs since the
     runs in progress last saved a checkpoint.
     """
@@ -149,6 +162,8 @@ def run_compare(cfg: CompareConfig, store: ResultsDir, *, progress: Progress | N
     trainer = trainer or make_trainer(cfg)
     executor = executor or make_executor(ExecutorOptions())
     options = dataclasses.replace(options or RunOptions(), diagnostics=cfg.diagnostics)
+    if allow_version_change:
+        _record_version_change(cfg, store)
     finished = store.finished()
     n_tune, n_compare = run_count(cfg)
     tuning = [run_id for run_id in tune_plan(cfg) if run_id not in finished]
