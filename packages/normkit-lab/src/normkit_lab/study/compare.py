@@ -31,6 +31,7 @@ from normkit_lab.runs import environment
 from normkit_lab.runs.checks import planned_epochs, planned_steps
 from normkit_lab.runs.execute import Job, RunOptions
 from normkit_lab.runs.kinds import make_trainer
+from normkit_lab.runs.template import CommandTemplate
 from normkit_lab.runs.trainer import Trainer
 from normkit_lab.spec import CompareConfig
 from normkit_lab.store.results import ENVIRONMENT_FILE, ResultsDir
@@ -120,12 +121,17 @@ def _record_load(store: ResultsDir) -> None:
             store.write_environment({**saved, "load_average_end": list(environment.load_average())})
 
 
-def run_epochs(cfg: CompareConfig) -> Callable[[RunId], int]:
+def run_epochs(cfg: CompareConfig) -> Callable[[RunId], int | None]:
     """The epochs each run trains (a sweep's cells or a steps budget make them differ): what progress
-    counts against. The user's own code runs `epochs` (its `{epochs}`)."""
+    counts against. The user's own code trains its own number: known only for a command that is
+    given `{epochs}`; None otherwise (progress then learns it from the runs that finish)."""
+    if cfg.external:
+        told = cfg.command is not None and "epochs" in CommandTemplate.parse(cfg.command).fields()
+        return lambda run_id: cfg.train.epochs if told else None
+
     @functools.cache
-    def of(run_id: RunId) -> int:  # a command's cells and tuned values are its own keys, not TrainConfig's
-        return cfg.train.epochs if cfg.external else planned_epochs(run_id.train_config(cfg.train))
+    def of(run_id: RunId) -> int:
+        return planned_epochs(run_id.train_config(cfg.train))
 
     return of
 
@@ -169,9 +175,10 @@ def run_compare(cfg: CompareConfig, store: ResultsDir, *, progress: Progress | N
     tuning = [run_id for run_id in tune_plan(cfg) if run_id not in finished]
     epochs_of, steps_of = run_epochs(cfg), run_steps(cfg)
     comparing = [run_id for run_id in compare_plan(cfg, {}) if run_id not in finished]  # tuned values aside
+    units = [(steps_of or epochs_of)(run_id) for run_id in tuning + comparing]
     progress.start(total=n_tune + n_compare, done=n_tune - len(tuning) + len(
         [r for r in finished if r.phase == "compare"]), epochs=epochs_of,
-        left=sum(map(steps_of or epochs_of, tuning + comparing)), steps=steps_of)
+        left=None if None in units else sum(units), steps=steps_of)
 
     def on_event(kind: str, value: Any) -> None:
         if kind == "start":
