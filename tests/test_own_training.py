@@ -25,6 +25,7 @@ from normkit_lab import ExecutorOptions, compare_norms, read_result
 from normkit_lab.errors import ConfigError
 from normkit_lab.records import RunId
 from normkit_lab.store.results import ResultsDir
+from normkit_lab.study import config as lab_config
 from normkit_lab.study.progress import Progress
 
 REPO = Path(__file__).resolve().parents[1]
@@ -135,6 +136,36 @@ def test_a_tiny_script_gives_verdicts_and_keeps_its_output(tmp_path: Path) -> No
     config = yaml.safe_load((result.path / "config.yaml").read_text())
     assert config["command"].endswith("--run-dir {run_dir}")
     assert list(config["code_files"]) == ["tiny.py"] and config["code_files"]["tiny.py"].startswith("sha256:")
+
+
+# normkit's own loop's recipe (TrainConfig's keys but where runs go and a command's {epochs}): never run by own code
+RECIPE = {"model", "model_params", "dataset", "dataset_params", "data_dir", "download", "batch_size", "lr",
+          "optimizer", "momentum", "weight_decay", "norm_weight_decay", "weight_decay_policy", "schedule",
+          "warmup_epochs", "step_size", "gamma", "label_smoothing", "augment", "amp", "channels_last", "compile",
+          "num_workers", "budget"}
+
+
+def test_config_yaml_and_the_report_record_what_ran_not_normkits_recipe(tmp_path: Path) -> None:
+    write(tmp_path, "tiny.py", TINY)
+    command = f"{PY} tiny.py --norm {{norm}} --seed {{seed}} --width {{cell.width}} --lr {{lr}}"
+    result = compare(tmp_path, "bn,gn+pn", command, seeds=1, sweep=["width=4,8"], tune=["lr=0.1,0.3"], tune_seeds=1,
+                     margin=1.0)
+    config = yaml.safe_load((result.path / "config.yaml").read_text())
+    assert config["command"] == command and config["metric"] == "test_acc" and config["margin"] == 1.0
+    assert config["sweep"] == {"width": [4, 8]} and config["tune"] == {"lr": [0.1, 0.3]}
+    assert config["seeds"] == [0] and config["tune_seeds"] == [1]
+    assert RECIPE.isdisjoint(config) and config["epochs"] == result.config["epochs"]  # {epochs}, as the program got it
+    assert config == result.config
+    page = (result.path / "report.html").read_text()
+    assert "small-cnn" not in page and "digits" not in page and "batch_size" not in page and "momentum" not in page
+    assert "tiny.py" in page
+    again = lab_config.resolve({}, result.path / "config.yaml")  # reusable as --config: nothing refused
+    assert again.command == command and again.sweep == {"width": [4, 8]}
+    fn = compare_norms("bn,gn+pn", train=my_train, seeds=1, out=tmp_path / "fn", progress=quiet())
+    assert RECIPE.isdisjoint(fn.config) and "epochs" not in fn.config  # a function is given no epochs
+    assert fn.config["train_function"] == f"{__name__}:my_train"
+    with pytest.raises(ConfigError, match="a train function is given none"):
+        compare_norms("bn", train=my_train, epochs=3, out=tmp_path / "x", progress=quiet())
 
 
 def test_a_crashing_silent_lying_malformed_or_hanging_script_is_a_failed_run_and_the_others_finish(

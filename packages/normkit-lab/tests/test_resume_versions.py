@@ -4,6 +4,7 @@ a change is refused (nothing written) unless allowed, and an allowed one is reco
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -98,9 +99,18 @@ def test_a_changed_version_is_refused_in_one_line_and_nothing_is_written(store_d
     assert snapshot(store_dir) == before
 
 
+def resume_allowed(store_dir: Path) -> None:
+    """A resume allowed to continue under other versions, going ahead (its runs are all finished)."""
+    cfg, store = compare.open_store(store_dir, allow_version_change=True)
+    compare.run_compare(cfg, store, progress=Progress(), allow_version_change=True)
+
+
 def test_an_allowed_change_is_recorded_and_the_next_resume_compares_with_it(store_dir):
     original = fake_older_plugin(store_dir)
+    before = snapshot(store_dir)
     compare.open_store(store_dir, allow_version_change=True)
+    assert snapshot(store_dir) == before  # recorded only once the resume goes ahead
+    resume_allowed(store_dir)
     env = json.loads((store_dir / ENVIRONMENT_FILE).read_text())
     (resume,) = env.pop("resumes")
     assert env == original  # the original environment is kept as it was
@@ -120,13 +130,13 @@ def test_two_allowed_resumes_at_once_record_the_change_once(store_dir):
     fake_older_plugin(store_dir)
     errors: list[BaseException] = []
 
-    def resume() -> None:
+    def resume_once() -> None:
         try:
-            compare.open_store(store_dir, allow_version_change=True)
+            resume_allowed(store_dir)
         except BaseException as err:  # noqa: BLE001 (reported by the assertion below)
             errors.append(err)
 
-    threads = [threading.Thread(target=resume) for _ in range(4)]
+    threads = [threading.Thread(target=resume_once) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
@@ -162,6 +172,21 @@ def test_compare_norms_resume_takes_the_same_option(store_dir):
     result = compare_norms("bn", resume=store_dir, progress=Progress(), allow_version_change=True)
     assert len(result.runs) == 1
     assert len(json.loads((store_dir / ENVIRONMENT_FILE).read_text())["resumes"]) == 1
+
+
+def test_an_allowed_change_is_not_recorded_when_the_resume_is_then_refused(tmp_path):
+    """--allow-version-change with a script changed since the runs: the resume is refused by the script's
+    check after the versions were allowed, and environment.json stays as it was."""
+    script = tmp_path / "train.py"
+    script.write_text("import json\nprint('normkit: ' + json.dumps({'epoch': 0, 'val_acc': 0.9, 'test_acc': 0.9}))\n")
+    first = compare_norms("bn", command=f"{sys.executable} train.py", command_dir=str(tmp_path), seeds=1,
+                          out=tmp_path / "out", progress=Progress())
+    fake_older_plugin(first.path)
+    script.write_text(script.read_text() + "# changed\n")
+    before = snapshot(first.path)
+    with pytest.raises(NormkitError, match="changed"):
+        compare_norms("bn", resume=first.path, progress=Progress(), allow_version_change=True)
+    assert snapshot(first.path) == before
 
 
 def test_a_version_deleted_from_environment_json_is_a_change_not_a_check_turned_off():

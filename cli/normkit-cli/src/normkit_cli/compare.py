@@ -329,7 +329,8 @@ def compare_cmd(
     resume_hint = f"continue with: normkit compare --resume {store.path}"
     try:
         results = run_compare(cfg, store, progress=choose_progress(), executor=run_executor, options=options,
-                              on_tuned=functools.partial(print_tuning, console=console))
+                              on_tuned=functools.partial(print_tuning, console=console),
+                              allow_version_change=allow_version_change)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (one_line_errors raises Terminated for it)
         saved = len(store.finished())
         typer.echo(f"interrupted: {saved} of {plural(n_tune + n_compare, 'run')} are saved in {store.path}; "

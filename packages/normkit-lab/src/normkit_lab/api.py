@@ -92,7 +92,7 @@ def compare_norms(norms: str | list[str], *, out: str | Path | None = None, conf
         check(cfg, parallel=executor.parallel_runs, trainer=trainer)
         store = create_store(cfg, out)
     run_compare(cfg, store, progress=progress, executor=make_executor(executor), options=run_options,
-                trainer=trainer)
+                trainer=trainer, allow_version_change=allow_version_change)
     return read_result(store)
 
 

@@ -162,17 +162,28 @@ class CompareConfig:
     def to_dict(self) -> dict[str, Any]:
         """The flat mapping saved as config.yaml (and accepted by `--config`), every default resolved."""
         train = dataclasses.asdict(self.train)
-        train.update(lr=self.train.resolved_lr, weight_decay=self.train.resolved_weight_decay,
-                     norm_weight_decay=self.train.resolved_norm_weight_decay)
-        # one length: an epoch budget writes `epochs` (and no budget key, so its config hash is as before
-        # budgets existed), a steps or examples budget writes `budget` and no unused `epochs`
-        train.pop("epochs" if self.train.budget is not None else "budget")
+        if self.external:  # normkit's own recipe never ran: only the keys the user's code gets are recorded
+            train = {key: train[key] for key in own_code_train_keys(self.command is not None)}
+        else:
+            train.update(lr=self.train.resolved_lr, weight_decay=self.train.resolved_weight_decay,
+                         norm_weight_decay=self.train.resolved_norm_weight_decay)
+            # one length: an epoch budget writes `epochs` (and no budget key, so its config hash is as before
+            # budgets existed), a steps or examples budget writes `budget` and no unused `epochs`
+            train.pop("epochs" if self.train.budget is not None else "budget")
         own = {key: getattr(self, key) for key in EXTERNAL_KEYS if getattr(self, key) is not None}
         return {"norms": list(self.norms), "seeds": list(self.seeds), "baseline": self.baseline_norm,
                 "diagnostics": self.diagnostics, "select": self.select, "metric": self.metric,
                 "margin": metric_named(self.metric).default_margin if self.margin is None else self.margin,
                 "tune": {k: list(v) for k, v in self.tune.items()}, "tune_seeds": list(self.tune_seeds),
                 "sweep": {k: list(v) for k, v in self.sweep.items()}, "ablate": self.ablate, **own, **train}
+
+
+def own_code_train_keys(command: bool) -> tuple[str, ...]:
+    """The training keys the user's own code still gets: where its runs go (device, CPU threads, processes
+    per run for its GPU slots) and, for a command, `epochs` (its `{epochs}` and NORMKIT_EPOCHS; a train
+    function is given none). The rest of `TrainConfig` is normkit's own loop's recipe (model, data, lr,
+    ...), which never runs for it: refused as options and left out of config.yaml."""
+    return ("device", "cpu_threads", "nproc_per_node", *(("epochs",) if command else ()))
 
 
 # written to config.yaml only when set, so a built-in comparison's config (and its hash) is as before

@@ -16,7 +16,6 @@ one-line error; either way the comparison goes on. Resuming retries failed runs.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import warnings
@@ -32,6 +31,7 @@ from normkit_lab.runs import environment
 from normkit_lab.runs.checks import planned_epochs, planned_steps
 from normkit_lab.runs.execute import Job, RunOptions
 from normkit_lab.runs.kinds import make_trainer
+from normkit_lab.runs.template import CommandTemplate
 from normkit_lab.runs.trainer import Trainer
 from normkit_lab.spec import CompareConfig
 from normkit_lab.store.results import ENVIRONMENT_FILE, ResultsDir
@@ -60,21 +60,32 @@ def open_store(path: str | Path, overrides: dict[str, Any] | None = None, *, all
     """Reopen a results directory to resume it, with its saved config (plus runtime `overrides`);
     a config.yaml edited after runs were written is refused (see `ResultsDir.check_config_unchanged`),
     and so is a torch, normkit or plugin version other than the runs were made with, unless
-    `allow_version_change` (then the running environment is recorded in environment.json; see
-    `normkit_lab.study.versions`). `warn` gets the line saying an older directory's versions could not
-    be checked (default: `warnings.warn`)."""
+    `allow_version_change` (see `normkit_lab.study.versions`). Nothing is written here: an allowed change
+    is recorded by `run_compare(..., allow_version_change=True)`, once every check of the resume has
+    passed, so a resume refused later (a changed script, a bad option) leaves environment.json as it
+    was. `warn` gets the line saying an older directory's versions could not be checked (default:
+    `warnings.warn`)."""
     store = ResultsDir.open(path)
     cfg = build_config({**load_yaml(store.config_path), **(overrides or {})})
-    running = environment.environment(cfg.train.device)
-    # only an allowed change writes: then read, compare and record as one step against a concurrent resume
-    with store.environment_lock() if allow_version_change else contextlib.nullcontext():
-        updated, warning = versions.check_resume(repr(str(store.path / ENVIRONMENT_FILE)), store.environment(),
-                                                 running, allow_version_change)
-        if updated is not None:
-            store.write_environment(updated)
+    _, warning = versions.check_resume(_environment_name(store), store.environment(),
+                                       environment.environment(cfg.train.device), allow_version_change)
     if warning is not None:
         (warn or _warn)(warning)
     return cfg, store
+
+
+def _environment_name(store: ResultsDir) -> str:
+    return repr(str(store.path / ENVIRONMENT_FILE))
+
+
+def _record_version_change(cfg: CompareConfig, store: ResultsDir) -> None:
+    """Record in environment.json the versions an allowed resume runs under, if they changed: read,
+    compare and record as one step against a concurrent resume (which then finds them recorded)."""
+    with store.environment_lock():
+        updated, _ = versions.check_resume(_environment_name(store), store.environment(),
+                                           environment.environment(cfg.train.device), allow_change=True)
+        if updated is not None:
+            store.write_environment(updated)
 
 
 def _warn(line: str) -> None:
@@ -110,12 +121,17 @@ def _record_load(store: ResultsDir) -> None:
             store.write_environment({**saved, "load_average_end": list(environment.load_average())})
 
 
-def run_epochs(cfg: CompareConfig) -> Callable[[RunId], int]:
+def run_epochs(cfg: CompareConfig) -> Callable[[RunId], int | None]:
     """The epochs each run trains (a sweep's cells or a steps budget make them differ): what progress
-    counts against. The user's own code runs `epochs` (its `{epochs}`)."""
+    counts against. The user's own code trains its own number: known only for a command that is
+    given `{epochs}`; None otherwise (progress then learns it from the runs that finish)."""
+    if cfg.external:
+        told = cfg.command is not None and "epochs" in CommandTemplate.parse(cfg.command).fields()
+        return lambda run_id: cfg.train.epochs if told else None
+
     @functools.cache
-    def of(run_id: RunId) -> int:  # a command's cells and tuned values are its own keys, not TrainConfig's
-        return cfg.train.epochs if cfg.external else planned_epochs(run_id.train_config(cfg.train))
+    def of(run_id: RunId) -> int:
+        return planned_epochs(run_id.train_config(cfg.train))
 
     return of
 
@@ -135,13 +151,16 @@ def run_steps(cfg: CompareConfig) -> Callable[[RunId], int] | None:
 
 def run_compare(cfg: CompareConfig, store: ResultsDir, *, progress: Progress | None = None,
                 on_tuned: TuningTable | None = None, executor: Executor | None = None,
-                options: RunOptions | None = None, trainer: Trainer | None = None) -> Results:
+                options: RunOptions | None = None, trainer: Trainer | None = None,
+                allow_version_change: bool = False) -> Results:
     """Train the plan's runs that `store` does not hold yet; return all comparison runs.
 
     Tuning runs (if any) go first; their table is written to tuning.json and passed to
     `on_tuned`. `executor` trains them (default: one after another in this process); `options`
     say how (checkpoints kept, loggers; diagnostics follow the config); `trainer` what a run executes
-    (default: `make_trainer(cfg)`, normkit's own loop). The summary is rewritten
+    (default: `make_trainer(cfg)`, normkit's own loop); `allow_version_change` (a resume that
+    `open_store` allowed to continue under other versions) records the running versions in
+    environment.json before any run, as the resume goes ahead. The summary is rewritten
     after every finished comparison run, so an interruption loses at most the epochs since the
     runs in progress last saved a checkpoint.
     """
@@ -149,14 +168,17 @@ def run_compare(cfg: CompareConfig, store: ResultsDir, *, progress: Progress | N
     trainer = trainer or make_trainer(cfg)
     executor = executor or make_executor(ExecutorOptions())
     options = dataclasses.replace(options or RunOptions(), diagnostics=cfg.diagnostics)
+    if allow_version_change:
+        _record_version_change(cfg, store)
     finished = store.finished()
     n_tune, n_compare = run_count(cfg)
     tuning = [run_id for run_id in tune_plan(cfg) if run_id not in finished]
     epochs_of, steps_of = run_epochs(cfg), run_steps(cfg)
     comparing = [run_id for run_id in compare_plan(cfg, {}) if run_id not in finished]  # tuned values aside
+    units = [(steps_of or epochs_of)(run_id) for run_id in tuning + comparing]
     progress.start(total=n_tune + n_compare, done=n_tune - len(tuning) + len(
         [r for r in finished if r.phase == "compare"]), epochs=epochs_of,
-        left=sum(map(steps_of or epochs_of, tuning + comparing)), steps=steps_of)
+        left=None if None in units else sum(units), steps=steps_of)
 
     def on_event(kind: str, value: Any) -> None:
         if kind == "start":

@@ -35,6 +35,7 @@ from normkit_lab.spec import (
     CompareConfig,
     TrainConfig,
     defaults,
+    own_code_train_keys,
     registered_train_defaults,
 )
 
@@ -367,20 +368,19 @@ def build_config(values: dict[str, Any]) -> CompareConfig:
                          ablate=ablate, **own)
 
 
-# The keys a command or train function still uses: where runs go (device, CPU threads, processes per
-# run for its GPU slots) and the epochs progress counts against (`{epochs}`).
-_EXTERNAL_TRAIN_KEYS = frozenset({"device", "cpu_threads", "epochs", "nproc_per_node"})
-
-
 def _refuse_builtin_keys(values: dict[str, Any]) -> None:
     """With the user's own code, a key of normkit's own loop (lr, model, ...) would be silently ignored:
     refuse it, saying how the program gets such a value."""
     if values.get("command") is None and values.get("train_function") is None:
         return
-    unused = sorted(k for k in values if k in {f.name for f in dataclasses.fields(TrainConfig)}
-                    and k not in _EXTERNAL_TRAIN_KEYS)
+    kept = own_code_train_keys(values.get("command") is not None)
+    unused = sorted(k for k in values if k in {f.name for f in dataclasses.fields(TrainConfig)} and k not in kept)
     if unused:
         key = unused[0]
+        if key == "epochs":
+            raise ConfigError("epochs reaches a command as {epochs}; a train function is given none, so it would be "
+                              "unused: drop it (your function trains its own epochs, or sweep or tune them: "
+                              "--sweep epochs=... reaches it in cell)")
         raise ConfigError(f"{key} is a setting of normkit's own training loop, which your code replaces; pass it "
                           f"to your program instead (in the command, or swept or tuned: --sweep {key}=... with "
                           f"{{cell.{key}}}, --tune {key}=... with {{{key}}})")
