@@ -394,3 +394,8 @@ def test_environment_names_vector_instructions_threads_and_load_at_start_and_end
             "8.60</p>") in text
     older = page(summary, environment={"device": "cpu", "cpu": "x", "load_average_start": [None, None, None]})
     assert "<p>Load:" not in older and "vector instructions" not in older  # nothing recorded: nothing claimed
+
+
+def test_the_no_figures_hint_names_an_install_that_resolves():
+    """normkit-lab is on no package index, so `pip install normkit-lab[plots]` cannot work: name matplotlib."""
+    assert plots.PLOTS_HINT == "install matplotlib for plots (pip install matplotlib)"
