@@ -337,12 +337,12 @@ def _ablations(summary: Summary) -> str:
            f"switching the stage off moves it significantly back.</p>",
            '<div class="wide"><table>' + _head(heads, ("norm", "cell", "stage off", "the stage", "verdict"))]
     for t in tests:
-        e, w = t.effect, t.without
+        e, w = t.effect, t.without  # effect is norm - arm: the table shows arm - norm, as normkit report does
+        change = None if e.mean is None else 0.0 - e.mean
         interval = "" if e.low is None or e.high is None else interval_text(0.0 - e.high, 0.0 - e.low)
         cells = [t.ablation.norm, *([cell_label(t.cell) or "-"] if many else []),
-                 f"{t.ablation.stage}: {t.ablation.arm}", e.n, _num(None if e.mean is None else 0.0 - e.mean, ".2f",
-                                                                    True),
-                 interval, _p(t.effect_test.p_holm), t.role, _num(w.mean if w else None, ".2f", True)]
+                 f"{t.ablation.stage}: {t.ablation.arm}", e.n, _num(change, ".2f", True), interval,
+                 _p(t.effect_test.p_holm), t.role, _num(w.mean if w else None, ".2f", True)]
         tds = [f'<td class="{"l" if h in ("norm", "cell", "stage off", "the stage") else ""}">{_e(c)}</td>'
                for h, c in zip(heads[:-1], cells, strict=True)]
         verdict = t.without_test.verdict if t.without_test else ""
