@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import html
 import io
 import itertools
 import re
@@ -232,8 +233,11 @@ def test_caption_names_no_path_of_the_source_tree_and_the_machine_is_named():
     from normkit_lab.analysis.caption import summary_caption
     from normkit_lab.study.config import build_config
 
-    config = build_config({"norms": "bn,gn+pn"}).to_dict()  # the default recipe: its caption cites the ablation
-    assert "docs/experiments.md" in summary_caption(config, summary)
+    configs = [build_config(given).to_dict() for given in ({"norms": "bn,gn+pn"}, {"norms": "bn,gn", "ablate": True},
+                                                           {"norms": "ln,rms", "model": "gpt-tiny"})]
+    for terminal in (summary_caption(c, summary) for c in configs):  # the caption `normkit report` prints
+        assert not re.search(r"\bdocs/|\.md\b|\bpackages/", terminal), terminal
+    config = configs[0]
     text = page(summary, config=config, environment={"device": "cpu", "cpu": "Intel(R) Xeon(R) Processor",
                                                       "cpu_count": 2})
     caption = text.split('<p class="caption">', 1)[1].split("</p>", 1)[0]
@@ -331,3 +335,67 @@ def test_a_last_epoch_cut_short_by_a_step_budget_ends_early_on_the_step_axis(mon
     axes = _axes_by_title(plots.curves(summarize(runs, ["bn", "gn"], "bn", METRICS["test_acc"]), runs, logs))
     loss = axes["training loss per step"]
     assert loss.get_xlim() == (0.0, pytest.approx(1.4))  # 50 steps an epoch: 70 steps are 1.4 epochs
+
+
+def _stage_summary() -> Summary:
+    """bnn ~2.3 points under bn; without its noise back at bn, without its power transform still under."""
+    values = {"bn": [95.0, 96.0, 95.5, 94.8, 95.9], "bnn": [92.6, 93.9, 93.1, 92.4, 93.5],
+              "bn+nn(noise=0.0)": [94.9, 96.1, 95.3, 94.9, 95.7],
+              "bn+nn(lambda_min=1.0,lambda_max=1.0)": [92.9, 93.8, 93.4, 92.2, 93.6]}
+    out = [row for norm, accs in values.items() for seed, a in enumerate(accs)
+           for row in rows(norm, seed, [0.5, a / 100])]
+    return summarize(runs_from_rows(out), ["bn", "bnn"], "bn", METRICS["test_acc"])
+
+
+def test_stage_ablations_show_their_table_and_the_attribution_normkit_report_prints():
+    from normkit_lab.analysis.ablations import attribution
+
+    summary = _stage_summary()
+    text = page(summary)
+    section = text.split("<h2>Stage ablations</h2>", 1)[1].split("<h2>", 1)[0]
+    noise, transform = summary.ablations
+    assert "Holm-adjusted over the ablations' 4 tests" in section
+    assert '<td class="l">noise: bn+nn(noise=0.0)</td>' in section
+    assert f"<td class=\"\">{-noise.effect.mean:+.2f}</td>" in section and '<td class="l">hurts</td>' in section
+    assert '<td class="l v-equivalent">equivalent</td>' in section  # without its noise, bnn is bn again
+    verdict = summary.rows[1].verdict
+    for test in (noise, transform):
+        line = attribution(test, verdict, "bn", "%")
+        assert f"<li>{html.escape(line)}</li>" in section
+    assert "noise carries the difference" in section
+    assert "<h2>Stage ablations</h2>" not in page(comparison()[0])  # no --ablate: no section
+
+
+def test_table_shows_steps_and_cpu_seconds_beside_wall_seconds():
+    out = []
+    for norm, cpu in (("bn", 0.8), ("ln", 1.3)):
+        for seed in range(3):
+            out += [r | {"steps": 250 * (r["epoch"] + 1), "cpu_time_s": cpu, "epoch_time_s": 2.5}
+                    for r in rows(norm, seed, [0.5, 0.8 + 0.01 * seed])]
+    summary = summarize(runs_from_rows(out), ["bn", "ln"], "bn", METRICS["test_acc"])
+    table = page(summary).split("<h2>Table</h2>", 1)[1].split("</table>", 1)[0]
+    heads = re.findall(r"<th[^>]*>([^<]*)</th>", table)
+    assert heads[heads.index("steps"):heads.index("samples/s")] == ["steps", "s/epoch", "CPU s/epoch"]
+    body = re.findall(r"<tr>(.*?)</tr>", table)[1:]
+    cells = [re.findall(r"<td[^>]*>([^<]*)</td>", row) for row in body]
+    at = heads.index("steps")
+    assert [c[at:at + 3] for c in cells] == [["500", "2.50", "0.80"], ["500", "2.50", "1.30"]]
+
+
+def test_environment_names_vector_instructions_threads_and_load_at_start_and_end():
+    summary, _ = comparison()
+    env = {"device": "cpu", "cpu": "Intel(R) Xeon(R) Processor", "vector_isa": {"cpu": "AVX-512", "torch": "AVX512"},
+           "usable_cores": 2, "threads_per_run": 1, "load_average_start": [7.21, 8.0, 8.5],
+           "load_average_end": [9.1, 8.7, 8.6]}
+    text = page(summary, environment=env)
+    assert "vector instructions AVX-512 (torch&#x27;s kernels use AVX512)</p>" in text
+    assert ("<p>Load: 1 torch thread per run; 2 usable cores; load average (1, 5, 15 min) when the runs started "
+            "7.21, 8.00, 8.50; load average (1, 5, 15 min) when the first session of runs ended 9.10, 8.70, "
+            "8.60</p>") in text
+    older = page(summary, environment={"device": "cpu", "cpu": "x", "load_average_start": [None, None, None]})
+    assert "<p>Load:" not in older and "vector instructions" not in older  # nothing recorded: nothing claimed
+
+
+def test_the_no_figures_hint_names_an_install_that_resolves():
+    """normkit-lab is on no package index, so `pip install normkit-lab[plots]` cannot work: name matplotlib."""
+    assert plots.PLOTS_HINT == "install matplotlib for plots (pip install matplotlib)"

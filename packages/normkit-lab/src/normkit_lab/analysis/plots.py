@@ -34,7 +34,7 @@ from normkit_lab.records import RunId
 from normkit_lab.stats import mean_sem, t_interval
 from normkit_lab.store.atomic import atomic_replace_from
 
-PLOTS_HINT = "install normkit-lab[plots] for plots"
+PLOTS_HINT = "install matplotlib for plots (pip install matplotlib)"
 FIGURES = ("forest.png", "primary_metric.png", "curves.png", "sweep.png")
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import html
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -88,8 +87,8 @@ def _table(summary: Summary, many: bool) -> str:
     heads = ["norm", *tuned_head, "seeds (n)", f"{summary.label} ({unit}) ± s.e.", f"Δ vs {summary.baseline}",
              "95% CI of Δ", "p", "Holm p", "TOST Holm p (equivalence)", "verdict",
              f"MDE ({unit}): smallest Δ these seeds detect", f"seeds to detect a Δ of the margin ({m})",
-             f"seeds to show equivalence within {m}", "s/epoch", "samples/s", "peak MB", "params", "diverged",
-             "failed"]
+             f"seeds to show equivalence within {m}", "steps", "s/epoch", "CPU s/epoch", "samples/s", "peak MB",
+             "params", "diverged", "failed"]
     out = ['<div class="wide"><table>' + _head(heads, ("norm", *tuned_head, "verdict"))]
     for s in summary.rows:
         d, v = s.vs_baseline, s.verdict
@@ -103,7 +102,8 @@ def _table(summary: Summary, many: bool) -> str:
                  ci, _p(d.p_value if d else None), _p(v.p_holm if v else None),
                  _p(v.p_tost_holm if v else None), verdict, _num(v.mde if v else None, ".3g"), needed,
                  "" if v is None or v.seeds_equivalence is None else str(v.seeds_equivalence),
-                 _num(s.time_per_epoch_s, ".2f"), _num(s.throughput, ",.0f"), _num(s.peak_mem_mb, ",.0f"),
+                 _num(s.steps, ","), _num(s.time_per_epoch_s, ".2f"), _num(s.cpu_time_per_epoch_s, ".2f"),
+                 _num(s.throughput, ",.0f"), _num(s.peak_mem_mb, ",.0f"),
                  _num(s.params, ","), str(s.diverged), str(s.failed)]
         tds = []
         for head, cell in zip(heads, cells, strict=True):
@@ -315,10 +315,45 @@ def _metric_section(summary: Summary, many: bool) -> str:
         _readings(summary, many), _table(summary, many)])
 
 
-def _without_paths(text: str) -> str:
-    """A caption as a reader of a shared page needs it: a pointer into normkit's source tree
-    (`docs/experiments.md`) named as the guide it is, since the page travels without the docs."""
-    return re.sub(r"\bdocs/([\w-]+)\.md\b", lambda m: f"normkit's {m[1]} guide", text)
+def _ablations(summary: Summary) -> str:
+    """--ablate: per norm and declared stage, what switching the stage off changes and the gap left
+    without it, then the sentence `normkit report` prints on whether the stage carries the difference."""
+    from normkit_lab.analysis.ablations import attribution
+
+    tests = summary.ablations
+    if not tests:
+        return ""
+    many = len({cell_key(t.cell) for t in tests}) > 1
+    family = len(tests) + sum(t.without is not None for t in tests)
+    unit = summary.metric.unit
+    heads = ["norm", *(["cell"] if many else []), "stage off", "n", f"change ({unit})", "95% CI", "Holm p",
+             "the stage", f"arm vs {summary.baseline}", "verdict"]
+    out = ["<h2>Stage ablations</h2>",
+           f"<p>For every norm and every stage its plugin declared, the arm that switches the stage off, paired by "
+           f"seed: <i>change</i> is arm minus norm (what switching the stage off changes), <i>arm vs "
+           f"{_e(summary.baseline)}</i> the gap left without the stage. Both are tested like the comparison, "
+           f"Holm-adjusted over the ablations' {family} tests as a family of their own, apart from the verdicts "
+           f"above. A stage carries a norm's difference when the norm differs from {_e(summary.baseline)} and "
+           f"switching the stage off moves it significantly back.</p>",
+           '<div class="wide"><table>' + _head(heads, ("norm", "cell", "stage off", "the stage", "verdict"))]
+    for t in tests:
+        e, w = t.effect, t.without  # effect is norm - arm: the table shows arm - norm, as normkit report does
+        change = None if e.mean is None else 0.0 - e.mean
+        interval = "" if e.low is None or e.high is None else interval_text(0.0 - e.high, 0.0 - e.low)
+        cells = [t.ablation.norm, *([cell_label(t.cell) or "-"] if many else []),
+                 f"{t.ablation.stage}: {t.ablation.arm}", e.n, _num(change, ".2f", True), interval,
+                 _p(t.effect_test.p_holm), t.role, _num(w.mean if w else None, ".2f", True)]
+        tds = [f'<td class="{"l" if h in ("norm", "cell", "stage off", "the stage") else ""}">{_e(c)}</td>'
+               for h, c in zip(heads[:-1], cells, strict=True)]
+        verdict = t.without_test.verdict if t.without_test else ""
+        tds.append(f'<td class="l {_verdict_class(verdict) if verdict else ""}">{_e(verdict)}</td>')
+        out.append("<tr>" + "".join(tds) + "</tr>")
+    out.append("</table></div>")
+    gaps = {(s.norm, cell_key(s.cell)): s.verdict for s in summary.rows}
+    lines = [(f"[{cell_label(t.cell)}] " if t.cell else "")
+             + attribution(t, gaps.get((t.ablation.norm, cell_key(t.cell))), summary.baseline, unit) for t in tests]
+    out.append("<ul>\n" + "\n".join(f"<li>{_e(line)}</li>" for line in lines) + "\n</ul>")
+    return "\n".join(out)
 
 
 def _machine(environment: Any) -> str:
@@ -330,13 +365,41 @@ def _machine(environment: Any) -> str:
         return "".join(_machine(e) for e in env["merged_from"].values())
     cpu = {k: v for k, v in env.items() if k.startswith("cpu") and v not in (None, "", [], {})}
     if not cpu and "device" not in env:
-        return ""
+        return _load(env)
     parts = [f"device {env['device']}"] if env.get("device") else []
     parts += [f"{k.replace('_', ' ')} {', '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in cpu.items()]
-    if cpu and set(cpu) <= {"cpu", "cpu_count"}:
+    isa = env.get("vector_isa")
+    recorded_isa = isinstance(isa, Mapping) and bool(isa.get("cpu") or isa.get("torch"))
+    if recorded_isa:
+        parts.append(f"vector instructions {isa.get('cpu') or 'unknown'} (torch's kernels use "
+                     f"{isa.get('torch') or 'unknown'})")
+    if cpu and set(cpu) <= {"cpu", "cpu_count"} and not recorded_isa:
         parts.append("(the CPU name as the operating system reports it; these results record no model number or "
                      "instruction set)")
-    return f"<p>Machine: {_e('; '.join(parts))}</p>"
+    return f"<p>Machine: {_e('; '.join(parts))}</p>" + _load(env)
+
+
+def _load(env: Mapping[str, Any]) -> str:
+    """One line on how busy the machine was: torch threads per run, the cores runs could use, and the
+    1-, 5- and 15-minute load averages when the runs started and when the directory's first session ended
+    (wall times on a loaded machine are slower than CPU times say)."""
+    def loads(key: str) -> str | None:
+        values = env.get(key)
+        if not isinstance(values, list) or not values or any(v is None for v in values):
+            return None
+        return ", ".join(f"{v:.2f}" for v in values)
+
+    parts = []
+    if env.get("threads_per_run") is not None:
+        parts.append(f"{env['threads_per_run']} torch thread{'' if env['threads_per_run'] == 1 else 's'} per run")
+    if env.get("usable_cores") is not None:
+        parts.append(f"{env['usable_cores']} usable cores")
+    for key, when in (("load_average_start", "when the runs started"),
+                      ("load_average_end", "when the first session of runs ended")):
+        text = loads(key)
+        if text:
+            parts.append(f"load average (1, 5, 15 min) {when} {text}")
+    return f"<p>Load: {_e('; '.join(parts))}</p>" if parts else ""
 
 
 def render_html(summary: Summary, *, title: str, figures: Mapping[str, bytes], config: Mapping[str, Any],
@@ -355,13 +418,14 @@ def render_html(summary: Summary, *, title: str, figures: Mapping[str, bytes], c
         *(f'<p class="note">{_e(n)}</p>' for n in notes),
         "<h2>Verdicts</h2>", _readings(summary, many), _how_to_read(summary),
         "<h2>Table</h2>", _table(summary, many),
-        f'<p class="caption">{_e(_without_paths(family_caption(config, [summary, *more])))}</p>',
+        f'<p class="caption">{_e(family_caption(config, [summary, *more]))}</p>',
         *(_metric_section(other, many) for other in more),
         _tuning(tuning),
         _per_seed(summary, many),
         _interactions(summary),
         _diagnostics(summary),
         _ranking(summary),
+        _ablations(summary),
         "<h2>Figures</h2>",
     ]
     if figures_note:

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 LOG_KINDS = ("tensorboard",)  # optional loggers (`--log KIND`); the CSV logger is always on
 TENSORBOARD_DIR = "tensorboard"
-TENSORBOARD_MISSING = "--log tensorboard needs the tensorboard package: pip install 'normkit-lab[tensorboard]'"
+TENSORBOARD_MISSING = "--log tensorboard needs the tensorboard package: pip install 'tensorboard>=2.14'"
 LOSS_SYNC_EVERY = 50  # on an accelerator, read per-step losses back to the host once per this many steps
 
 
