@@ -110,7 +110,7 @@ def _hf_in_subprocess(tmp_path, fake_module: str, download: bool) -> subprocess.
 def test_hf_without_the_datasets_package_says_how_to_get_it(tmp_path):
     out = _hf_in_subprocess(tmp_path, "raise ImportError('not installed')\n", download=True)
     assert out.stdout.strip() == ("DatasetMissing hf: the optional 'datasets' package is not installed; "
-                                  "pip install 'normkit-lab[hf]', or use the offline --dataset pysrc")
+                                  "pip install 'datasets>=2.14', or use the offline --dataset pysrc")
 
 
 def test_hf_asks_for_download_before_touching_the_network(monkeypatch):

@@ -96,7 +96,7 @@ def list_cmd(
         if rows:
             console.print(t)
         else:
-            console.print(f"{title}: none installed (pip install normkit-lab)")
+            console.print(f"{title}: none installed (install normkit-lab from this checkout, see README)")
 
 
 @one_line_errors

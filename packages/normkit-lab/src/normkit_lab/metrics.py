@@ -66,8 +66,8 @@ _LOSS = {"unit": "nats", "higher_is_better": False, "scale": 1.0, "low": 0.0, "h
          "select_by": "val_loss", "default_margin": 0.01}
 
 # Bits per byte of a byte-level language model (lower is better). The default margin, 0.05 bits/byte,
-# is about 1.5% of the ~3.2 bits/byte gpt-tiny reaches on pysrc in its CPU recipe, below the gap
-# between it and a bigram table (~0.3), and about what five seeds can resolve there (docs/reproduce.md).
+# is about 2% of the ~2.37 bits/byte gpt-tiny reaches on pysrc in its streamed CPU recipe, well below
+# its gap to the trigram table (~0.3), and about what five seeds resolve (docs/reproduce.md).
 _BPB = {"unit": "bits/byte", "higher_is_better": False, "scale": 1.0, "low": 0.0, "high": None,
         "select_by": "val_bpb", "default_margin": 0.05}
 LAST_EPOCHS = 3  # the *_last3 metrics: a mean over the last epochs, smoothing the end of training

@@ -1,4 +1,4 @@
-"""PNG figures of a comparison (optional: needs matplotlib, `pip install normkit-lab[plots]`).
+"""PNG figures of a comparison (optional: needs matplotlib, `pip install matplotlib`).
 
     forest.png          paired difference to the baseline per (cell, norm): mean and 95% t interval,
                         the equivalence band (-margin, +margin) shaded, the verdict beside it; with

@@ -250,7 +250,7 @@ def hf(ctx: DatasetContext, name: str = "roneneldan/TinyStories", config: str | 
     try:
         import datasets
     except ImportError:
-        raise DatasetMissing("hf: the optional 'datasets' package is not installed; pip install 'normkit-lab[hf]', "
+        raise DatasetMissing("hf: the optional 'datasets' package is not installed; pip install 'datasets>=2.14', "
                              "or use the offline --dataset pysrc") from None
     if not ctx.download:
         raise DatasetMissing(f"hf: {name!r} streams from the Hugging Face Hub; pass --download "

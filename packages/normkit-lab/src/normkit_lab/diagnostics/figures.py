@@ -1,4 +1,4 @@
-"""PNG figures of the diagnostics (optional: need matplotlib, `pip install normkit-lab[plots]`).
+"""PNG figures of the diagnostics (optional: need matplotlib, `pip install matplotlib`).
 
     diagnostics_normality.png  mean Q-Q R^2 vs depth, one line per norm (init and after training)
     diagnostics_power.png      the four power shares vs depth, stacked, one column per norm

@@ -1,4 +1,4 @@
-"""Lightning's layer-sync plugin for normkit layers (optional: `pip install normkit[lightning]`).
+"""Lightning's layer-sync plugin for normkit layers (optional: `pip install lightning`).
 
 `Trainer(sync_batchnorm=True)` alone converts only torch's BatchNorm layers; normkit's batch-
 statistics layers stay per-process. Pass this plugin to sync both:
