@@ -103,7 +103,7 @@ def test_no_plots_without_matplotlib(tmp_path, monkeypatch):
     store = _two_norms(tmp_path)
     write_summary(store, load_results([store.path]), figures=True)
     assert not list(store.path.glob("*.png"))
-    assert "install normkit-lab[plots]" in (store.path / REPORT_HTML).read_text()
+    assert "pip install matplotlib" in (store.path / REPORT_HTML).read_text()
 
 
 def _tuned(norm: str, seed: int, lr: float, phase: str = "compare") -> RunResult:
