@@ -127,7 +127,15 @@ def test_a_catalog_with_the_right_fingerprint_but_ill_formed_content_is_rebuilt(
         command, expected = commands[i % len(commands)]
         catalog.write_text(json.dumps({**good, **damage}))
         out, loaded = normkit(tmp_path, *command)  # exits 0: asserted by normkit()
-        assert loaded and out.stdout.splitlines()[0] == expected.stdout.splitlines()[0], (damage, out.stderr)
+        assert loaded and _gist(out.stdout) == _gist(expected.stdout), (damage, out.stderr)
+
+
+def _gist(text: str) -> list[str]:
+    """What must not change when the catalog is rebuilt: a table's plugin and distribution cells (its
+    width, and so its centred title, follows the `load` column's milliseconds, which vary per run),
+    else the first line."""
+    rows = [[cell.strip() for cell in line.split("│")[1:3]] for line in text.splitlines() if line.startswith("│")]
+    return [" | ".join(row) for row in rows] if rows else text.splitlines()[:1]
 
 
 def test_no_catalog_while_a_plugin_fails(tmp_path: Path) -> None:
