@@ -19,12 +19,17 @@ NEEDS_CIFAR = "a GPU and CIFAR-10 under --data-dir (add --download once)"
 # small-batch and cnn train the same optimizer steps (one pass over digits' 1,120 training images at batch
 # 2, 16 at batch 32), so the batch size is the only difference between them
 STEPS, QUICK_STEPS, PAPER_STEPS = "steps=560", "steps=140", "steps=20000"
+# A workload's recipe is what its results mean, so it must not move when a model's training defaults
+# (which serve `normkit compare`) do: gpt-tiny's changed to a streamed recipe without warmup and the lm
+# workload, which had inherited its warmup, lost it. tests/test_suite_recipes.py holds every resolved
+# recipe and fails when one moves. The learning-rate grids reach one step past where the three-value
+# grids of the first scorecard stopped at an end (docs/suite.md).
 
 WORKLOADS: dict[str, dict[str, Any]] = {
     "small-batch": {
         "question": "does the norm train when it normalizes over a batch of 2?",
         "config": {"model": "small-cnn", "dataset": "digits", "batch_size": 2, "budget": STEPS},
-        "tune": {"lr": [0.01, 0.02, 0.05]},
+        "tune": {"lr": [0.005, 0.01, 0.02, 0.05, 0.1]},
         "target": 93.0,
         "variants": {"narrow": {"model_params": {"width": 16}}},
         "quick": {"model_params": {"width": 8}, "batch_size": 8, "budget": QUICK_STEPS, "tune": {"lr": [0.02, 0.05]},
@@ -35,7 +40,7 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     "cnn": {
         "question": "with an ordinary batch of 32 and the optimizer steps of small-batch, which norm trains best?",
         "config": {"model": "small-cnn", "dataset": "digits", "batch_size": 32, "budget": STEPS},
-        "tune": {"lr": [0.03, 0.1, 0.3]},
+        "tune": {"lr": [0.01, 0.03, 0.1, 0.3]},
         "target": 97.0,
         "variants": {"shallow": {"model_params": {"depth": 2}}},
         "quick": {"model_params": {"width": 8}, "budget": QUICK_STEPS, "tune": {"lr": [0.1, 0.3]}, "target": 80.0},
@@ -47,7 +52,7 @@ WORKLOADS: dict[str, dict[str, Any]] = {
                     "layer norm falls behind)?",
         "config": {"model": "wrn", "model_params": {"depth": 28, "width": 1}, "dataset": "digits",
                    "batch_size": 32, "epochs": 5},
-        "tune": {"lr": [0.03, 0.1, 0.3]},
+        "tune": {"lr": [0.01, 0.03, 0.1, 0.3]},
         "target": 96.0,
         "variants": {"depth16": {"model_params": {"depth": 16}}},
         "quick": {"model_params": {"depth": 10}, "epochs": 1, "tune": {"lr": [0.1, 0.3]}, "target": 50.0},
@@ -65,9 +70,9 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     },
     "lm": {
         "question": "does the norm train a small causal language model (bits per byte of Python source)?",
-        "config": {"model": "gpt-tiny", "dataset": "pysrc", "epochs": 3,
-                   "dataset_params": {"seq_len": 32, "train_windows": 1600, "test_windows": 512}},
-        "tune": {"lr": [0.002, 0.005, 0.01]},
+        "config": {"model": "gpt-tiny", "dataset": "pysrc", "epochs": 3, "warmup_epochs": 2,
+                   "dataset_params": {"seq_len": 32, "train_windows": 1600, "test_windows": 512, "stream": False}},
+        "tune": {"lr": [0.001, 0.002, 0.005, 0.01]},
         "target": 3.6,
         "variants": {"wider": {"model_params": {"width": 96}}},
         "quick": {"epochs": 1, "warmup_epochs": 0, "dataset_params": {"train_windows": 160, "test_windows": 64},
