@@ -14,7 +14,7 @@ from normkit_lab.analysis.plots import available as plots_available
 from normkit_lab.analysis.report_html import PAGE_STYLE
 
 PROFILE_PNG = "profile.png"
-_STYLES = ("-", "--", ":", "-.")
+_STYLES = ("-", "--", ":", "-.", (0, (6, 1.5, 1, 1.5, 1, 1.5)), (0, (3, 3)))
 _STYLE = PAGE_STYLE + """
 .miss { color: #888; } .ex { color: #888; font-style: italic; } .scope { color: #555; font-size: 0.9em; }
 """
@@ -48,10 +48,14 @@ def profile_png(card: dict[str, Any]) -> bytes | None:
 
     fig, axes = plt.subplots(1, len(parts), figsize=(7.4 * len(parts), 4.2), squeeze=False)
     for ax, (title, agg) in zip(axes[0], parts, strict=True):
-        for i, norm in enumerate(card["norms"]):  # line styles tell apart norms whose profiles coincide
+        norms = card["norms"]
+        for i, norm in enumerate(norms):
+            # where profiles coincide, each line is drawn thinner than those under it, so every one stays
+            # visible as a border around the next; line styles tell them apart too
+            width = 3.6 - 2.4 * i / max(len(norms) - 1, 1)
             score = agg["profile_score"].get(norm, 0.0)
-            ax.step(agg["taus"], agg["profile"][norm], where="post", linewidth=2, linestyle=_STYLES[i % len(_STYLES)],
-                    label=f"{norm} (score {score:.2f})")
+            ax.step(agg["taus"], agg["profile"][norm], where="post", linewidth=width,
+                    linestyle=_STYLES[i % len(_STYLES)], label=f"{norm} (score {score:.2f})")
         ax.set_xlim(1, agg["r_max"])
         ax.set_ylim(-0.03, 1.03)
         ax.set_xlabel("τ: steps to target within τ × the fastest norm's")
