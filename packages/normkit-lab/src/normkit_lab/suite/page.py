@@ -52,7 +52,7 @@ def profile_png(card: dict[str, Any]) -> bytes | None:
         for i, norm in enumerate(norms):
             # where profiles coincide, each line is drawn thinner than those under it, so every one stays
             # visible as a border around the next; line styles tell them apart too
-            width = 3.6 - 2.4 * i / max(len(norms) - 1, 1)
+            width = 3.6 - 2.0 * i / max(len(norms) - 1, 1)
             score = agg["profile_score"].get(norm, 0.0)
             ax.step(agg["taus"], agg["profile"][norm], where="post", linewidth=width,
                     linestyle=_STYLES[i % len(_STYLES)], label=f"{norm} (score {score:.2f})")
