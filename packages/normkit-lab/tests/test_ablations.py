@@ -118,3 +118,14 @@ def test_the_stage_that_carries_the_difference_is_named_in_a_family_of_its_own()
     row = with_arms.as_rows()[1]
     assert [a["stage"] for a in row["ablations"]] == ["noise", "power transform"]
     json.dumps(row)  # summary.json can hold it
+
+
+def test_a_compared_norm_that_is_an_arm_gives_the_attribution_without_ablate_and_no_empty_contrast():
+    # ln+ib-l without its compression is ln: comparing the two is already that stage's ablation, and
+    # the arm's gap to the baseline (ln - ln) is 0 by construction, so it is not a test
+    values = {"ln": [2.37, 2.36, 2.38, 2.37, 2.36], "ln+ib-l": [2.40, 2.41, 2.39, 2.42, 2.38]}
+    summary = summarize(_runs(values), ["ln", "ln+ib-l"], "ln", metric_named("test_acc"))
+    (compression,) = summary.ablations
+    assert (compression.ablation.stage, compression.ablation.arm) == ("compression", "ln")
+    assert compression.without is None and compression.without_test is None
+    assert compression.effect_test.p_holm == pytest.approx(compression.effect_test.p)  # a family of one

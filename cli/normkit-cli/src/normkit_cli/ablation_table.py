@@ -26,9 +26,10 @@ def ablation_table(summary: Summary) -> Table:
 
     tests = summary.ablations
     many = len({cell_label(t.cell) for t in tests}) > 1
+    family = len(tests) * 2 - sum(t.without is None for t in tests)
     table = Table(title=Text(f"stage ablations: what switching each stage off changes (arm - norm, paired by seed; "
-                             f"Holm over the ablations' {len(tests) * 2 - sum(t.without is None for t in tests)} "
-                             f"tests, apart from the verdicts above; margin ±{summary.margin:g})"),
+                             f"Holm over the ablations' {family} test{'' if family == 1 else 's'}, apart from the "
+                             f"verdicts above; margin ±{summary.margin:g})"),
                   box=box.SIMPLE_HEAD, title_justify="left", collapse_padding=True, pad_edge=False)
     columns = ["norm", *(["cell"] if many else []), "stage off", "n", "change", "95% CI", "Holm p", "the stage",
                f"arm vs {summary.baseline}", "verdict"]

@@ -1,10 +1,12 @@
 """Which stage carries a norm's difference: the stage ablations of `normkit compare --ablate`.
 
-For every compared norm and every stage its plugin declared (`normkit_lab.ablations`), in every
-cell, two paired-by-seed contrasts:
+For every compared norm and every stage its plugin declared (`normkit_lab.ablations`) whose arm has
+runs (trained by `--ablate`, or itself one of the compared norms: ln+ib-l's arm without its
+compression is ln), in every cell, two paired-by-seed contrasts:
 
     effect   norm - arm       what switching the stage off changes (+ = the stage helps, oriented)
-    without  arm - baseline   the gap left without the stage (not for the baseline's own stages)
+    without  arm - baseline   the gap left without the stage (not for the baseline's own stages, nor
+                              when the arm is the baseline)
 
 Each is tested like any comparison (verdicts.py: 95% t interval, paired t p or the exact sign test,
 TOST against the margin), all of them Holm-adjusted together as one family of their own, apart from
@@ -88,7 +90,9 @@ def stage_tests(per_cell: Sequence[tuple[dict[str, Any], Values]], ablations: Se
             seeds = sorted(set(norm) & set(arm))
             effect = paired_difference([norm[s] for s in seeds], [arm[s] for s in seeds])
             oriented = [sign * (norm[s] - arm[s]) for s in seeds]
-            left = sorted(set(arm) & set(base)) if a.norm != baseline else None
+            # the gap left without the stage: none for the baseline's own stages, and none when the arm
+            # is the baseline itself (ln+ib-l's compression off is ln), whose gap is 0 by construction
+            left = sorted(set(arm) & set(base)) if baseline not in (a.norm, a.arm) else None
             without = None if left is None else paired_difference([arm[s] for s in left], [base[s] for s in left])
             planned.append((a, cell, effect, oriented, without,
                             None if left is None else [sign * (arm[s] - base[s]) for s in left]))

@@ -332,8 +332,8 @@ def _ablations(summary: Summary) -> str:
            f"<p>For every norm and every stage its plugin declared, the arm that switches the stage off, paired by "
            f"seed: <i>change</i> is arm minus norm (what switching the stage off changes), <i>arm vs "
            f"{_e(summary.baseline)}</i> the gap left without the stage. Both are tested like the comparison, "
-           f"Holm-adjusted over the ablations' {family} tests as a family of their own, apart from the verdicts "
-           f"above. A stage carries a norm's difference when the norm differs from {_e(summary.baseline)} and "
+           f"Holm-adjusted over the ablations' {family} test{'' if family == 1 else 's'} as a family of their own, "
+           f"apart from the verdicts above. A stage carries a norm's difference when the norm differs from {_e(summary.baseline)} and "
            f"switching the stage off moves it significantly back.</p>",
            '<div class="wide"><table>' + _head(heads, ("norm", "cell", "stage off", "the stage", "verdict"))]
     for t in tests:
