@@ -267,3 +267,21 @@ def test_compare_reads_further_metrics_from_its_metric_option():
     given = {"metric": "test_acc,test_loss"}
     assert further_metrics(given) == ["test_loss"] and given == {"metric": "test_acc"}
     assert further_metrics({"metric": "f1:max"}) == [] and further_metrics({}) == []
+
+
+def test_a_language_model_comparison_shows_the_ngram_note_in_compare_and_in_report(tmp_path):
+    """The note on where runs end against the n-gram tables is part of the summary, so `normkit report`
+    prints it as `normkit compare` did (it was written only on the compare path)."""
+    out = tmp_path / "lm"
+    params = ["--model", "gpt-tiny", "--model-param", "width=16", "--model-param", "depth=1",
+              "--model-param", "heads=2", "--model-param", "context=16", "--dataset-param", "seq_len=16",
+              "--dataset-param", "max_files=40", "--dataset-param", "train_windows=64",
+              "--dataset-param", "eval_windows=16", "--dataset-param", "test_windows=16"]
+    compared = invoke("compare", "--norms", "ln,rms", "--seeds", "2", "--epochs", "1", *params, "--out", out)
+    assert compared.exit_code == 0, compared.output
+    reported = invoke("report", out)
+    assert reported.exit_code == 0, reported.output
+    for output in (compared.output, reported.output):
+        text = " ".join(output.split())  # the note wraps at the console's width
+        assert text.count("reference tables fitted on the train split") == 1, output
+        assert "of 4 finished runs end below the trigram" in text

@@ -60,8 +60,17 @@ class Results:
     def summary(self) -> Summary:
         """Statistics and verdicts per (cell, norm), with `select` and `margin` from the config."""
         metric = metric_named(self.metric)
-        return summarize(self.run_views(), self.norms, self.baseline, metric,
-                         select=select_of(self.config), margin=margin_of(self.config, metric), pairs=self.all_pairs)
+        summary = summarize(self.run_views(), self.norms, self.baseline, metric,
+                            select=select_of(self.config), margin=margin_of(self.config, metric), pairs=self.all_pairs)
+        baselines = self.lm_baselines()
+        line = lm_baselines.note(baselines, summary.rows, metric.unit) if baselines is not None else None
+        if line:  # language models: where the runs end against the n-gram tables, in every view of them
+            summary.notes.append(line)
+        return summary
+
+    def lm_baselines(self) -> dict[str, Any] | None:
+        """The n-gram tables recorded with a language model's runs (None for other data)."""
+        return lm_baselines.baselines_of(self.rows if self.rows is not None else self.runs)
 
     def summaries(self) -> list[Summary]:
         """The primary metric's summary, then one per further metric (`also`), their verdicts one Holm
@@ -210,13 +219,10 @@ def write_summary(store: ResultsDir, results: Results, figures: bool = False) ->
     summaries = results.summaries()
     summary = summaries[0]
     rows = summary.as_rows()
-    baselines = lm_baselines.baselines_of(results.rows if results.rows is not None else results.runs)
-    if baselines is not None:  # language models: unigram and bigram tables beside the results
+    baselines = results.lm_baselines()
+    if baselines is not None:  # language models: the n-gram tables' scores beside each row
         rows = [{**row, **lm_baselines.row_fields(baselines, s.values)} for row, s in zip(rows, summary.rows,
                                                                                           strict=True)]
-        line = lm_baselines.note(baselines, summary.rows, summary.metric.unit)
-        if line:
-            summary.notes.append(line)
     store.write_summary(rows)
     views = results.run_views()
     own_code = bool(results.config.get("command") or results.config.get("train_function"))
