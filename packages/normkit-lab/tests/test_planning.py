@@ -7,6 +7,7 @@ Zero spread: the exact sign test, never p = 0 or an MDE of 0. Labels inside the 
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 
@@ -67,7 +68,7 @@ def _tost_power_on_the_variance_scale(sd: float, n: int, margin: float, true: fl
 
     edges = np.linspace(0.0, top, 51)
     return sum(integrate.quad(density, a, b, epsabs=1e-13, epsrel=1e-12, limit=500)[0]
-               for a, b in zip(edges[:-1], edges[1:], strict=True))
+               for a, b in itertools.pairwise(edges))
 
 
 @pytest.mark.parametrize(("sd", "n", "margin", "true", "alpha"), [

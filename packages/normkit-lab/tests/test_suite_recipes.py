@@ -20,9 +20,9 @@ import pytest
 
 from normkit_lab.suite import load_workload
 from normkit_lab.suite.builtin import WORKLOADS
+from normkit_lab.suite.workloads import SUITE_KEYS
 
 FROZEN = Path(__file__).with_name("suite_recipes.json")
-DECIDED_BY_THE_SUITE = ("norms", "seeds", "baseline", "tune", "tune_seeds", "sweep", "ablate")
 
 
 def recipes(name: str) -> dict[str, Any]:
@@ -35,7 +35,7 @@ def recipes(name: str) -> dict[str, Any]:
         config = workload.full_config(scale, variant)
         _, tune, target = workload.resolved(scale, variant)
         out[scale if variant is None else f"{scale}/{variant}"] = {
-            "config": {k: v for k, v in config.items() if k not in DECIDED_BY_THE_SUITE},
+            "config": {k: v for k, v in config.items() if k not in SUITE_KEYS},
             "tune": tune, "target": target}
     return json.loads(json.dumps(out))  # tuples as lists, as the file holds them
 

@@ -22,13 +22,14 @@ def _num(value: float | None, fmt: str) -> str:
 def ablation_table(summary: Summary) -> Table:
     """One row per (cell, norm, stage): the change when the stage is off (arm - norm) with its interval
     and Holm p (the ablations' own family), the reading, and the arm's gap to the baseline."""
+    from normkit_cli.text import plural
+    from normkit_lab.analysis.ablations import family_size
     from normkit_lab.analysis.summary import cell_label, interval_text
 
     tests = summary.ablations
     many = len({cell_label(t.cell) for t in tests}) > 1
-    family = len(tests) * 2 - sum(t.without is None for t in tests)
     table = Table(title=Text(f"stage ablations: what switching each stage off changes (arm - norm, paired by seed; "
-                             f"Holm over the ablations' {family} test{'' if family == 1 else 's'}, apart from the "
+                             f"Holm over the ablations' {plural(family_size(tests), 'test')}, apart from the "
                              f"verdicts above; margin ±{summary.margin:g})"),
                   box=box.SIMPLE_HEAD, title_justify="left", collapse_padding=True, pad_edge=False)
     columns = ["norm", *(["cell"] if many else []), "stage off", "n", "change", "95% CI", "Holm p", "the stage",

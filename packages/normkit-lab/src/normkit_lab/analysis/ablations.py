@@ -103,6 +103,12 @@ def stage_tests(per_cell: Sequence[tuple[dict[str, Any], Values]], ablations: Se
             for (a, cell, effect, _, without, d), test in zip(planned, effects, strict=True)]
 
 
+def family_size(tests: Sequence[StageTest]) -> int:
+    """How many tests the ablations' Holm family holds: each stage's effect, and the gap left without
+    it where there is one."""
+    return len(tests) + sum(t.without is not None for t in tests)
+
+
 def carries(test: StageTest, gap: Verdict | None) -> bool:
     """Whether `test`'s stage carries its norm's difference to the baseline (`gap`, the norm's verdict in
     that cell): the norm differs, and switching the stage off moves it significantly back."""

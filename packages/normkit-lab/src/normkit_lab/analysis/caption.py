@@ -44,7 +44,8 @@ def _values(values: Sequence[Any]) -> str:
     return ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
 
 
-def _plural(n: int, word: str) -> str:
+def plural(n: int, word: str) -> str:
+    """'1 seed', '3 seeds'."""
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
@@ -62,7 +63,7 @@ def training_length(config: Mapping[str, Any]) -> str:
     epochs = config.get("epochs")
     if "epochs" in sweep:
         return f"{_values(sweep['epochs'])} epochs"
-    return _plural(epochs, "epoch") if isinstance(epochs, int) else f"{epochs} epochs"
+    return plural(epochs, "epoch") if isinstance(epochs, int) else f"{epochs} epochs"
 
 
 def _steps_by_batch(summary: Summary | None) -> dict[Any, int]:
@@ -157,9 +158,9 @@ def caption(config: Mapping[str, Any], *, seeds: int, comparisons: int, baseline
     size = (f"batches of {_values(sweep['batch_size'])} samples" if "batch_size" in sweep
             else f"a batch of {batch} samples")
     shows = (f"Shows: {config.get('model')} on {config.get('dataset')}, {training_length(config)} at {size}, {lr}, "
-             f"{_plural(seeds, 'seed')}{' paired by seed' if seeds > 1 else ''}; the {config.get('select')} epoch's "
+             f"{plural(seeds, 'seed')}{' paired by seed' if seeds > 1 else ''}; the {config.get('select')} epoch's "
              f"test-split value, each norm against {baseline} with Holm's adjustment over "
-             f"{_plural(comparisons, 'comparison')}.")
+             f"{plural(comparisons, 'comparison')}.")
     shows += _length_sentence(config, summary)
     smallest = min(sweep.get("batch_size") or [batch])
     pooled = pooling_over_batch(norms) if isinstance(smallest, int) and smallest <= SMALL_BATCH else []
@@ -205,9 +206,9 @@ def _own_code_caption(config: Mapping[str, Any], *, seeds: int, comparisons: int
     varied = [f"{key} tuned per norm on validation over {_values(values)}" for key, values in tune.items()]
     varied += [f"{key} = {_values(values)} (one cell each)" for key, values in sweep.items()]
     shows = (f"Shows: {code} (its own model, data and recipe){', ' + '; '.join(varied) if varied else ''}, "
-             f"{_plural(seeds, 'seed')}{' paired by seed' if seeds > 1 else ''}; the {config.get('select')} "
+             f"{plural(seeds, 'seed')}{' paired by seed' if seeds > 1 else ''}; the {config.get('select')} "
              f"epoch's {str(config.get('metric')).partition(':')[0]} as the program reported it, each norm against "
-             f"{baseline} with Holm's adjustment over {_plural(comparisons, 'comparison')}.")
+             f"{baseline} with Holm's adjustment over {plural(comparisons, 'comparison')}.")
     not_shown = ["how the norms rank under other recipes, models or data"]
     if "lr" not in tune:
         not_shown.append("whether a learning rate tuned per norm would change the verdicts (--tune lr=... with "

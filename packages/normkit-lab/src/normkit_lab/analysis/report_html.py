@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from normkit_lab.analysis.caption import plural
 from normkit_lab.analysis.metric_family import family_caption
 from normkit_lab.analysis.summary import NormSummary, Summary, cell_key, cell_label, interval_text
 from normkit_lab.analysis.tuning import score_label, tuned_norms
@@ -318,13 +319,12 @@ def _metric_section(summary: Summary, many: bool) -> str:
 def _ablations(summary: Summary) -> str:
     """--ablate: per norm and declared stage, what switching the stage off changes and the gap left
     without it, then the sentence `normkit report` prints on whether the stage carries the difference."""
-    from normkit_lab.analysis.ablations import attribution
+    from normkit_lab.analysis.ablations import attribution, family_size
 
     tests = summary.ablations
     if not tests:
         return ""
     many = len({cell_key(t.cell) for t in tests}) > 1
-    family = len(tests) + sum(t.without is not None for t in tests)
     unit = summary.metric.unit
     heads = ["norm", *(["cell"] if many else []), "stage off", "n", f"change ({unit})", "95% CI", "Holm p",
              "the stage", f"arm vs {summary.baseline}", "verdict"]
@@ -332,9 +332,9 @@ def _ablations(summary: Summary) -> str:
            f"<p>For every norm and every stage its plugin declared, the arm that switches the stage off, paired by "
            f"seed: <i>change</i> is arm minus norm (what switching the stage off changes), <i>arm vs "
            f"{_e(summary.baseline)}</i> the gap left without the stage. Both are tested like the comparison, "
-           f"Holm-adjusted over the ablations' {family} test{'' if family == 1 else 's'} as a family of their own, "
-           f"apart from the verdicts above. A stage carries a norm's difference when the norm differs from {_e(summary.baseline)} and "
-           f"switching the stage off moves it significantly back.</p>",
+           f"Holm-adjusted over the ablations' {plural(family_size(tests), 'test')} as a family of their own, "
+           f"apart from the verdicts above. A stage carries a norm's difference when the norm differs from "
+           f"{_e(summary.baseline)} and switching the stage off moves it significantly back.</p>",
            '<div class="wide"><table>' + _head(heads, ("norm", "cell", "stage off", "the stage", "verdict"))]
     for t in tests:
         e, w = t.effect, t.without  # effect is norm - arm: the table shows arm - norm, as normkit report does

@@ -10,6 +10,7 @@ import base64
 import html
 from typing import Any
 
+from normkit_lab.analysis.caption import plural
 from normkit_lab.analysis.plots import available as plots_available
 from normkit_lab.analysis.report_html import PAGE_STYLE
 
@@ -22,10 +23,6 @@ _STYLE = PAGE_STYLE + """
 
 def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _num(value: float | None, fmt: str, signed: bool = False) -> str:
@@ -89,7 +86,7 @@ def _aggregate_table(card: dict[str, Any], key: str, title: str) -> str:
             f"<th>95% bootstrap</th><th>profile score</th>{heads}</tr>{''.join(rows)}</table></div>"
             f"<p class='scope'>Mean rank: each workload ranks the norms by their mean {'/'.join(_metrics(card))} "
             f"(1 = best; a norm that cannot run a workload shares its last places), averaged over the "
-            f"{_plural(len(agg['workloads']), 'workload')}; the interval resamples seeds within each workload "
+            f"{plural(len(agg['workloads']), 'workload')}; the interval resamples seeds within each workload "
             f"(2,000 draws), not workloads. Profile score: area under the profile from τ = 1 to {agg['r_max']:g}, "
             f"1 = fastest to target on every workload. Columns: steps to target over the fastest norm's.</p>")
 
@@ -159,7 +156,7 @@ def render(card: dict[str, Any], figure: bytes | None) -> str:
                f"<code>normkit suite --resume DIR</code>.</p>" if card["missing"] else "")
     visible = [w for w in card["workloads"] if not w["held_out"]]
     held = [w for w in card["workloads"] if w["held_out"]]
-    scope = _plural(len(visible), "workload") + (f" and {_plural(len(held), 'held-out variant')}" if held else "")
+    scope = plural(len(visible), "workload") + (f" and {plural(len(held), 'held-out variant')}" if held else "")
     parts = [
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_e(title)}</title><style>{_STYLE}</style></head>"
         f"<body><h1>{_e(title)}</h1>", missing,

@@ -34,7 +34,7 @@ _KEYS = ("question", "config", "tune", "target", "variants", "quick", "paper")
 _OVERRIDE_EXTRA = ("tune", "target")
 _PAPER_EXTRA = ("needs",)
 # what the suite itself decides for every workload alike
-_SUITE_KEYS = ("norms", "seeds", "baseline", "tune", "tune_seeds", "sweep")
+SUITE_KEYS = ("norms", "seeds", "baseline", "tune", "tune_seeds", "sweep")
 _MERGED = ("model_params", "dataset_params")
 
 
@@ -118,7 +118,7 @@ def _config(value: Any, where: str, extra: tuple[str, ...] = ()) -> dict[str, An
     raw = _mapping(value, where)
     own = {k: raw.pop(k) for k in list(raw) if k in extra}
     keys = normalize_keys(raw, where)
-    fixed = sorted(set(keys) & set(_SUITE_KEYS))
+    fixed = sorted(set(keys) & set(SUITE_KEYS))
     if fixed:
         raise ConfigError(f"{where} sets {fixed[0]!r}, which the suite sets alike for every workload; drop it")
     for key in _MERGED:
