@@ -92,12 +92,13 @@ def test_torch_checkpoints_load(spec: str, shape: tuple[int, ...]) -> None:
 
 
 @pytest.mark.parametrize("spec", ["bn", "ln", "gn(groups=4)", "in", "rms", "none", "bn(affine=false)",
-                                  "gn(groups=2)+relu", "bn(track_running_stats=false)"])
+                                  "gn(groups=2)+relu", "bn(track_running_stats=false)",
+                                  "rms(zero_centered=true)", "rms(affine=false)"])
 def test_conformance(spec: str) -> None:
     check_norm(spec, num_channels=8)
 
 
-@pytest.mark.parametrize("spec", ["ln", "rms", "bn"])
+@pytest.mark.parametrize("spec", ["ln", "rms", "bn", "rms(zero_centered=true)", "rms(affine=false)"])
 def test_conformance_tokens(spec: str) -> None:
     check_norm(spec, num_channels=8, channel_dim=-1)
 
@@ -120,3 +121,33 @@ def test_batch_norm_of_one_value_per_channel_fails_clearly() -> None:
 def test_wrong_channel_count_fails_clearly() -> None:
     with pytest.raises(normkit.NormShapeError, match="expects 8 channels in dim 1"):
         normkit.build("bn", 8)(torch.randn(2, 4, 3, 3))
+
+
+def test_zero_centered_rms_is_gemmas_one_plus_w_and_decays_towards_gain_one() -> None:
+    """rms(zero_centered=true): gain 1 + w with w starting at 0, as Gemma's and Qwen3-Next's RMSNorm;
+    the same function as rms at initialisation, and weight decay shrinks w, i.e. the gain towards 1."""
+    torch.manual_seed(0)
+    ours = normkit.build("rms(zero_centered=true)", 16, channel_dim=-1)
+    plain = normkit.build("rms", 16, channel_dim=-1)
+    assert torch.equal(ours.weight.detach(), torch.zeros(16))
+    x = torch.randn(4, 7, 16)
+    torch.testing.assert_close(ours(x), plain(x), rtol=0, atol=0)
+    with torch.no_grad():
+        ours.weight.normal_(0.0, 0.3)
+    reference = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * (1.0 + ours.weight.detach())
+    torch.testing.assert_close(ours(x), reference, **TOL)
+    opt = torch.optim.SGD(ours.parameters(), lr=0.5, weight_decay=1.0)
+    before = ours.weight.detach().abs().sum()
+    opt.zero_grad()
+    (ours(x) * 0).sum().backward()  # a zero loss: only weight decay moves the weight
+    opt.step()
+    assert ours.weight.detach().abs().sum() < before
+    with pytest.raises(normkit.SpecError, match="zero_centered needs a gain"):
+        normkit.build("rms(zero_centered=true,affine=false)", 16)
+
+
+def test_parameter_free_rms_has_no_parameters() -> None:
+    layer = normkit.build("rms(affine=false)", 16, channel_dim=-1)
+    assert not list(layer.parameters())
+    x = torch.randn(3, 5, 16)
+    torch.testing.assert_close(layer(x), x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6), **TOL)

@@ -26,6 +26,6 @@ def test_list_shows_the_zoo_with_its_plugin() -> None:
     result = CliRunner().invoke(app, ["list", "--json"])
     assert result.exit_code == 0, result.output
     rows = {r["name"]: r for group in json.loads(result.output).values() for r in group if isinstance(r, dict)}
-    for name in ("brn", "bgn", "sn", "evonorm-s0", "evonorm-b0", "frn", "dyt", "ln2d", "ws", "tlu"):
+    for name in ("brn", "bgn", "sn", "evonorm-s0", "evonorm-b0", "frn", "dyt", "derf", "ln2d", "ws", "tlu"):
         assert rows[name]["plugin"] == "zoo", name
     assert rows["frn"]["includes_activation"] is True

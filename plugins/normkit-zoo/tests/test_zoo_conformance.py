@@ -23,9 +23,11 @@ SPECS = {
     "evonorm-b0": {},
     "frn": {},
     "dyt": {},
+    "derf": {},
+    "derf(alpha=0.3,shift=0.1)": {},
     "ln2d": {},
 }
-TOKENS = ["dyt", "ln2d", "evonorm-s0(groups=2)", "sn"]
+TOKENS = ["dyt", "derf", "ln2d", "evonorm-s0(groups=2)", "sn"]
 
 
 @pytest.mark.parametrize("spec", list(SPECS))

@@ -190,6 +190,27 @@ def test_dyt_matches_the_paper() -> None:
     _close(tokens(xt), tokens.weight * torch.tanh(tokens.alpha * xt) + tokens.bias)
 
 
+def test_derf_matches_the_reference_code() -> None:
+    """Derf (zlab-princeton/Derf): weight * erf(alpha * x + shift) + bias, alpha 0.5 and shift 0 at init,
+    both learned scalars; float32 inside for half inputs."""
+    fresh = normkit.build("derf", C)
+    assert (fresh.alpha.item(), fresh.shift.item()) == (0.5, 0.0)
+    assert {n for n, _ in fresh.named_parameters()} == {"alpha", "shift", "weight", "bias"}
+    layer = _layer("derf(alpha=0.3,shift=0.2)")
+    x = _inputs(1)[0]
+    ref = _affine(torch.erf(layer.alpha.detach() * x + layer.shift.detach()), layer)
+    _close(layer(x), ref)
+    tokens = _layer("derf", channel_dim=-1)
+    xt = x.flatten(2).transpose(1, 2)
+    _close(tokens(xt), tokens.weight * torch.erf(tokens.alpha * xt + tokens.shift) + tokens.bias)
+    half = tokens(xt.bfloat16())
+    assert half.dtype == torch.bfloat16
+    _close(half.float(), tokens(xt.bfloat16().float()).bfloat16().float())
+    x.requires_grad_(True)
+    layer(x).sum().backward()
+    assert layer.shift.grad is not None and layer.alpha.grad is not None
+
+
 def test_ln2d_matches_timm_definition() -> None:
     layer = _layer("ln2d")
     x = _inputs(1)[0]

@@ -53,8 +53,8 @@ class NormLayer(FxLeaf):
         except SpecError as err:  # a step's own range check: say which spec it came from
             raise SpecError(f"{spec}: {err}" if spec and not str(err).startswith(spec) else str(err)) from None
         self.recovery = pipeline.recovery
-        if self.recovery in ("affine", "gain"):
-            self.weight = nn.Parameter(torch.ones(num_channels))
+        if self.recovery in ("affine", "gain"):  # the gain weight + gain_offset starts at 1
+            self.weight = nn.Parameter(torch.full((num_channels,), 1.0 - pipeline.gain_offset))
         else:
             self.register_parameter("weight", None)
         if self.recovery == "affine":
@@ -79,7 +79,7 @@ class NormLayer(FxLeaf):
         self.per_position = False
         self.unbatched_rank: int | None = None
         self.frozen = False
-        self.gain_offset = 0.0
+        self.gain_offset = pipeline.gain_offset if self.weight is not None else 0.0
         self.round_before_gain = False
         self.probes: list[Probe] = []
         self.recording = False

@@ -258,7 +258,9 @@ class Pipeline:
     """A norm layer's description: partition, ordered steps, recovery, activation, post step.
 
     `core` indexes the base normalizing step (standardize, RMS scale, ...) that '+' stages are
-    placed before or after; None when the pipeline has none (e.g. `none`).
+    placed before or after; None when the pipeline has none (e.g. `none`). `gain_offset`: the gain
+    is the stored weight plus this (1.0: a zero-centred gain `1 + w`, w starting at 0, so weight decay
+    pulls the gain towards 1 rather than 0).
     """
 
     partition: Partition | None
@@ -269,6 +271,7 @@ class Pipeline:
     activation_params: dict[str, Any] = field(default_factory=dict)
     post: Callable[[BuildContext], PostActivationStep] | None = None
     post_name: str | None = None
+    gain_offset: float = 0.0
 
     def copy(self) -> Pipeline:
         return replace(self, steps=list(self.steps), activation_params=dict(self.activation_params))

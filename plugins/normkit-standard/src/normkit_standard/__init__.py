@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import normkit
+from normkit import SpecError
 from normkit.hookspecs import RegisterNorm
 from normkit.stages import Partition, Pipeline, RMSScale, Standardize, make_step
 
@@ -44,9 +45,16 @@ def group_norm(groups: int = 32, eps: float = 1e-5, affine: bool = True) -> Pipe
     return Pipeline(Partition("group", groups), [make_step(Standardize, eps=eps)], _recovery(affine))
 
 
-def rms_norm(eps: float = 1e-6, affine: bool = True) -> Pipeline:
-    """Divide by the root mean square over the layer partition; gain only."""
-    return Pipeline(Partition("layer"), [make_step(RMSScale, eps=eps)], "gain" if affine else "none")
+def rms_norm(eps: float = 1e-6, affine: bool = True, zero_centered: bool = False) -> Pipeline:
+    """Divide by the root mean square over the layer partition; gain only (none: parameter-free).
+
+    zero_centered: the gain is `1 + w` with w starting at 0 (Gemma, Qwen3-Next), so weight decay pulls
+    it towards 1; the same function at initialisation, a different parametrisation in training.
+    """
+    if zero_centered and not affine:
+        raise SpecError("rms: zero_centered needs a gain to centre; drop zero_centered=true or affine=false")
+    return Pipeline(Partition("layer"), [make_step(RMSScale, eps=eps)], "gain" if affine else "none",
+                    gain_offset=1.0 if zero_centered else 0.0)
 
 
 def no_norm() -> Pipeline:

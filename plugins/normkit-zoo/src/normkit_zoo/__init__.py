@@ -3,7 +3,7 @@
     layer = normkit.build("brn(r_max=3,d_max=5)", 64)
     layer = normkit.build("frn", 64, activation="relu")   # FRN+TLU: the model's ReLU is dropped
 
-Batch-dependent: brn, bgn, sn (BN part), evonorm-b0. Batch-free: evonorm-s0, frn, dyt, ln2d.
+Batch-dependent: brn, bgn, sn (BN part), evonorm-b0. Batch-free: evonorm-s0, frn, dyt, derf, ln2d.
 EvoNorm and FRN include their nonlinearity (`includes_activation=True`).
 """
 
@@ -16,14 +16,14 @@ import normkit
 from normkit.stages import Partition, Pipeline, RMSScale
 from normkit_zoo.batch_group import BatchGroupStandardize
 from normkit_zoo.batch_renorm import BatchRenormalize
-from normkit_zoo.dyt import DynamicTanh
+from normkit_zoo.dyt import DynamicErf, DynamicTanh
 from normkit_zoo.evonorm import EvoB0, EvoS0
 from normkit_zoo.frn import TLU, tlu
 from normkit_zoo.ln2d import LayerNorm2d
 from normkit_zoo.switchable import SwitchableStandardize
 from normkit_zoo.ws import WeightStandardization, WSConv2d, ws
 
-__all__ = ["TLU", "BatchGroupStandardize", "BatchRenormalize", "DynamicTanh", "EvoB0", "EvoS0",
+__all__ = ["TLU", "BatchGroupStandardize", "BatchRenormalize", "DynamicErf", "DynamicTanh", "EvoB0", "EvoS0",
            "LayerNorm2d", "SwitchableStandardize", "WSConv2d", "WeightStandardization"]
 
 CITATIONS = {
@@ -37,6 +37,7 @@ CITATIONS = {
     "frn": "Singh & Krishnan, Filter Response Normalization Layer: Eliminating Batch Dependence in "
            "the Training of Deep Neural Networks, CVPR 2020, arXiv:1911.09737",
     "dyt": "Zhu, Chen, He, LeCun & Liu, Transformers without Normalization, CVPR 2025, arXiv:2503.10622",
+    "derf": "Chen, Lu, Zhu, Sun & Liu, Stronger Normalization-Free Transformers, arXiv:2512.10938, 2025",
     "ws": "Qiao, Wang, Liu, Shen & Yuille, Micro-Batch Training with Batch-Channel Normalization and "
           "Weight Standardization, arXiv:1903.10520, 2019",
     "ln2d": "Liu, Mao, Wu, Feichtenhofer, Darrell & Xie, A ConvNet for the 2020s, CVPR 2022, "
@@ -107,5 +108,7 @@ def normkit_register_norms(register: Any) -> None:
              summary="filter response norm + TLU: x/sqrt(mean x^2+eps) per channel, then max(y, tau)")
     register("dyt", factory=DynamicTanh, citation=CITATIONS["dyt"],
              summary="Dynamic Tanh: weight*tanh(alpha*x)+bias, no statistics")
+    register("derf", factory=DynamicErf, citation=CITATIONS["derf"],
+             summary="Dynamic erf: weight*erf(alpha*x+shift)+bias, no statistics")
     register("ln2d", factory=LayerNorm2d, aliases=("layernorm2d",), citation=CITATIONS["ln2d"],
              summary="LayerNorm2d (ConvNeXt/timm): layer norm over channels at each position")
