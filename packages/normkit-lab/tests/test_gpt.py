@@ -62,11 +62,12 @@ def _outputs(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
         return model(x)
 
 
-@pytest.mark.parametrize("placement", ["pre", "post", "sandwich"])
+@pytest.mark.parametrize(("placement", "qk_norm"), [("pre", False), ("post", False), ("peri", False),
+                                                    ("pre", True)])
 @pytest.mark.parametrize("norm", ALLOWED)
-def test_a_change_at_position_t_never_changes_earlier_outputs(norm, placement):
+def test_a_change_at_position_t_never_changes_earlier_outputs(norm, placement, qk_norm):
     torch.manual_seed(0)
-    model = _gpt(norm, placement=placement)
+    model = _gpt(norm, placement=placement, qk_norm=qk_norm)
     x = torch.randint(0, 256, (3, T))
     for mode in ("train", "eval"):
         model.train(mode == "train")
@@ -121,9 +122,11 @@ def test_factory_norms_must_declare_per_token():
     assert token_pooling(normkit.build("ln", 8)) is not None  # channels-first ln pools the whole sequence
 
 
-@pytest.mark.parametrize(("placement", "count"), [("pre", 5), ("post", 4), ("sandwich", 9)])
-def test_every_norm_is_built_from_the_spec_on_channels_last_tokens(placement, count):
-    model = _gpt("rms", placement=placement)
+@pytest.mark.parametrize(("placement", "qk_norm", "count"),
+                         [("pre", False, 5), ("post", False, 4), ("peri", False, 9), ("sandwich", False, 9),
+                          ("pre", True, 9), ("peri", True, 13)])
+def test_every_norm_is_built_from_the_spec_on_channels_last_tokens(placement, qk_norm, count):
+    model = _gpt("rms", placement=placement, qk_norm=qk_norm)
     layers = [m for m in model.modules() if isinstance(m, NormLayer)]
     assert len(layers) == count
     assert all(layer.spec == "rms" and layer.channel_dim == -1 for layer in layers)
@@ -135,7 +138,7 @@ def test_every_norm_is_built_from_the_spec_on_channels_last_tokens(placement, co
     ({"image_size": 32}, "sequences have 32 tokens, more than context=16"),
     ({"in_channels": 1}, "model 'gpt-tiny' takes token sequences, but the dataset gives images; use a text"),
     ({"heads": 3}, "not divisible by heads"),
-    ({"placement": "middle"}, "placement must be one of pre, post, sandwich"),
+    ({"placement": "middle"}, r"placement must be one of pre, post, peri \(sandwich = peri\)"),
     ({"mlp_ratio": 0.0}, "mlp_ratio must be"),
 ])
 def test_bad_settings_are_one_line_spec_errors(kwargs, message):
@@ -201,3 +204,27 @@ def test_gpt_tiny_recipe_streams_the_train_split_under_a_steps_budget() -> None:
     assert cfg.train.dataset_params == {"seq_len": 32, "stream": True, "test_windows": 512}
     mine = lab_config.build_config({"model": "gpt-tiny", "norms": "ln", "budget": "steps=50"})
     assert mine.train.budget == "steps=50"
+
+
+def test_placements_compute_what_their_names_say():
+    """pre: x + f(norm(x)); post: norm(x + f(x)); peri: x + norm_out(f(norm(x))); QK-norm normalizes each
+    head's queries and keys over the head's channels before attention (checked against a hand computation)."""
+    torch.manual_seed(0)
+    x = torch.randn(2, T, TINY["width"])
+    for placement in ("pre", "post", "peri"):
+        block = _gpt("rms", placement=placement).blocks[0]
+        a = x + block.attn(block.norm1(x)) if placement == "pre" else (
+            block.norm1(x + block.attn(x)) if placement == "post" else x + block.norm1_out(block.attn(block.norm1(x))))
+        b = a + block.mlp(block.norm2(a)) if placement == "pre" else (
+            block.norm2(a + block.mlp(a)) if placement == "post" else a + block.norm2_out(block.mlp(block.norm2(a))))
+        torch.testing.assert_close(block(x), b)
+    attn = _gpt("rms", qk_norm=True).blocks[0].attn
+    with torch.no_grad():
+        attn.q_norm.weight.uniform_(0.5, 1.5)
+    n, t, d = x.shape
+    q, k, v = attn.qkv(x).reshape(n, t, 3, attn.heads, d // attn.heads).permute(2, 0, 3, 1, 4)
+    rms = lambda z, w: z * torch.rsqrt(z.pow(2).mean(-1, keepdim=True) + 1e-6) * w  # noqa: E731
+    ref = nn.functional.scaled_dot_product_attention(rms(q, attn.q_norm.weight), rms(k, attn.k_norm.weight), v,
+                                                     is_causal=True)
+    torch.testing.assert_close(attn(x), attn.proj(ref.transpose(1, 2).reshape(n, t, d)))
+    assert attn.q_norm.num_channels == d // attn.heads

@@ -36,8 +36,8 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def _build(name: str, norm: str, in_channels: int = 1):
-    return build_model(name, norm, num_classes=10, in_channels=in_channels, image_size=8, **TINY[name])
+def _build(name: str, norm: str, in_channels: int = 1, **params):
+    return build_model(name, norm, num_classes=10, in_channels=in_channels, image_size=8, **{**TINY[name], **params})
 
 
 def _step(model: torch.nn.Module, in_channels: int = 1) -> None:
@@ -123,6 +123,22 @@ def test_vit_norms_work_on_channels_last_tokens(norm):
     assert all(layer.channel_dim == -1 for layer in _norm_layers(model))
 
 
+@pytest.mark.parametrize(("placement", "qk_norm", "count"),
+                         [("pre", False, 5), ("post", False, 4), ("peri", False, 9), ("peri", True, 13)])
+def test_vit_placements_and_qk_norm(placement, qk_norm, count):
+    """The ViT takes GPT's placements (models/placement.py) and QK-norm: the norms each adds, built from the
+    spec on tokens (QK-norm over each head's channels), and a training step through them."""
+    if qk_norm:
+        pytest.importorskip("normkit_zoo")  # derf: a factory norm (no NormLayer) as the QK-norm
+    model = _build("vit-small", "derf" if qk_norm else "rms", **{"placement": placement, "qk_norm": qk_norm})
+    norms = [m for m in model.modules() if isinstance(m, NormLayer) or type(m).__name__ == "DynamicErf"]
+    assert len(norms) == count
+    if qk_norm:
+        attn = model.blocks[0].attn
+        assert attn.q_norm.num_channels == 16 // 4 and type(attn.k_norm).__name__ == "DynamicErf"
+    _step(model)
+
+
 def test_bnn_on_every_model():
     pytest.importorskip("normkit_normalnorm")
     for name in TINY:  # torchvision's blocks also modify the norm's output in place (`out += identity`)
@@ -155,6 +171,7 @@ def test_model_parameter_is_type_checked():
     ("wrn", {"depth": 12}, "6n\\+4"),
     ("vit-small", {"patch": 3}, "does not divide"),
     ("vit-small", {"heads": 3}, "not divisible by heads"),
+    ("vit-small", {"placement": "after"}, "placement must be one of pre, post, peri"),
     ("small-cnn", {"depth": 0}, ">= 1"),
 ])
 def test_bad_architecture_numbers_are_spec_errors(name, params, message):
