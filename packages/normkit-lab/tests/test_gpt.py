@@ -12,6 +12,7 @@ import normkit
 from normkit import plugins
 from normkit.layer import NormLayer
 from normkit_lab.diagnostics import DiagnosticsCallback, DiagnosticsSettings
+from normkit_lab.errors import ConfigError
 from normkit_lab.models import build_model
 from normkit_lab.models.causality import token_pooling
 from normkit_lab.runs.training import train_run
@@ -228,3 +229,21 @@ def test_placements_compute_what_their_names_say():
                                                      is_causal=True)
     torch.testing.assert_close(attn(x), attn.proj(ref.transpose(1, 2).reshape(n, t, d)))
     assert attn.q_norm.num_channels == d // attn.heads
+
+
+def test_a_sweep_over_placement_and_qk_norm_sets_each_cells_model_params():
+    """`--sweep placement=pre,peri --sweep qk_norm=false,true`: model parameters are swept like training keys,
+    typed by the model's declaration, and each run builds its cell's model."""
+    from normkit_lab.records import RunId
+    from normkit_lab.study import config as lab_config
+
+    cfg = lab_config.build_config({"model": "gpt-tiny", "norms": "rms",
+                                   "sweep": {"placement": ["pre", "peri"], "qk_norm": [False, True]}})
+    assert cfg.sweep == {"placement": ["pre", "peri"], "qk_norm": [False, True]}
+    train = RunId.of("rms", 0, "compare", {"placement": "peri", "qk_norm": True}).train_config(cfg.train)
+    assert train.model_params == {**cfg.train.model_params, "placement": "peri", "qk_norm": True}
+    assert "placement" not in {f for f in vars(train)}
+    with pytest.raises(ConfigError, match="sweep qk_norm: model 'gpt-tiny': parameter 'qk_norm' expects bool"):
+        lab_config.build_config({"model": "gpt-tiny", "norms": "rms", "sweep": {"qk_norm": ["maybe", "true"]}})
+    with pytest.raises(ConfigError, match="'widht' is not a training key"):
+        lab_config.build_config({"model": "gpt-tiny", "norms": "rms", "sweep": {"widht": [16, 32]}})

@@ -101,8 +101,15 @@ class RunId:
                 "tuned": dict(self.tuned)}
 
     def train_config(self, base: TrainConfig) -> TrainConfig:
-        """`base` with this run's cell and tuned values applied."""
-        return dataclasses.replace(base, **dict(self.cell), **dict(self.tuned))
+        """`base` with this run's cell and tuned values applied; a swept model parameter (e.g. `placement`)
+        goes into `model_params`."""
+        values = {**dict(self.cell), **dict(self.tuned)}
+        fields = {f.name for f in dataclasses.fields(base)}
+        of_model = {k: v for k, v in values.items() if k not in fields}
+        train = {k: v for k, v in values.items() if k in fields}
+        if of_model:
+            train["model_params"] = {**base.model_params, **of_model}
+        return dataclasses.replace(base, **train)
 
 
 @dataclass

@@ -19,8 +19,10 @@ from normkit.errors import NormkitError
 from normkit_lab.ablations import ablation_arms
 from normkit_lab.metrics import metric_named
 
-DEFAULT_LR = {"sgd": 0.1, "adamw": 1e-3}  # ResNet/WRN and ViT recipes of the normality paper
-DEFAULT_WEIGHT_DECAY = {"sgd": 5e-4, "adamw": 0.05}
+# sgd and adamw: the ResNet/WRN and ViT recipes of the normality paper; muon takes AdamW-sized steps
+# (runs/optimizers.py), so it starts from AdamW's values
+DEFAULT_LR = {"sgd": 0.1, "adamw": 1e-3, "muon": 1e-3}
+DEFAULT_WEIGHT_DECAY = {"sgd": 5e-4, "adamw": 0.05, "muon": 0.05}
 
 # Defaults for every model and dataset that register none (`registered_train_defaults`); the
 # default design of `normkit compare --norms bn,bnn,gn+pn` is the bundled digits dataset's

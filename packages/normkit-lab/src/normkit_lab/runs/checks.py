@@ -32,10 +32,10 @@ from normkit_lab.limits import (
 )
 from normkit_lab.models import build_model, model_params
 from normkit_lab.runs.device import cpu_threads, resolve_device
+from normkit_lab.runs.optimizers import OPTIMIZERS
 from normkit_lab.runs.schedule import SCHEDULES
 from normkit_lab.spec import TrainConfig
 
-OPTIMIZERS = ("sgd", "adamw")
 # "uniform": every norm parameter of every arm decays by norm_weight_decay (default: weight_decay,
 # the proxy-norm paper's ResNet recipe); "plugin": the norms' own declared policies (normkit.param_groups).
 WEIGHT_DECAY_POLICIES = ("uniform", "plugin")

@@ -49,6 +49,7 @@ from normkit_lab.runs.checks import build_run_model, check_device, check_divisib
 from normkit_lab.runs.device import cpu_threads, peak_memory_mb, reset_peak_memory, synchronize
 from normkit_lab.runs.environment import load_average, usable_cores
 from normkit_lab.runs.lm_metrics import bits_per_byte
+from normkit_lab.runs.optimizers import build_optimizer
 from normkit_lab.runs.schedule import lr_factor
 from normkit_lab.spec import TrainConfig
 
@@ -155,9 +156,7 @@ def seed_everything(seed: int) -> None:
 def _optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
     groups = normkit.param_groups(model, cfg.resolved_weight_decay, norm_weight_decay=cfg.resolved_norm_weight_decay,
                                   plugin_policy=cfg.weight_decay_policy == "plugin")
-    if cfg.optimizer == "sgd":
-        return torch.optim.SGD(groups, lr=cfg.resolved_lr, momentum=cfg.momentum, nesterov=False)
-    return torch.optim.AdamW(groups, lr=cfg.resolved_lr)
+    return build_optimizer(cfg.optimizer, groups, model, cfg.resolved_lr, cfg.momentum)
 
 
 def _amp_dtype() -> torch.dtype:

@@ -19,12 +19,14 @@ from typing import Any
 import yaml
 
 import normkit
-from normkit.errors import did_you_mean
+from normkit import plugins
+from normkit.errors import NormkitError, did_you_mean
 from normkit.grammar import expand_lists
 from normkit_lab import safe_yaml
 from normkit_lab.errors import ConfigError, short_repr
 from normkit_lab.limits import MAX_SEED, MAX_SEEDS
 from normkit_lab.metrics import metric_named, metric_spec, needs_margin
+from normkit_lab.models import model_params
 from normkit_lab.records import RUNTIME_KEYS, SELECTIONS
 from normkit_lab.runs.template import check_free_values, value_as_written
 from normkit_lab.spec import (
@@ -148,12 +150,18 @@ def _grid_items(value: Any, what: str, free: bool = False) -> dict[str, list[Any
 _NOT_GRIDDABLE = RUNTIME_KEYS | {"model", "dataset", "model_params", "dataset_params", "cpu_threads", "budget"}
 
 
-def parse_grid(value: Any, what: str, *, numeric: bool, free: bool = False) -> dict[str, list[Any]]:
+def parse_grid(value: Any, what: str, *, numeric: bool, free: bool = False,
+               model: str | None = None) -> dict[str, list[Any]]:
     """The values of `tune` or `sweep` (training key -> distinct values), typed and checked. `free`: the
-    keys are the user's own program's (any identifier, any plain values), not normkit's training keys."""
+    keys are the user's own program's (any identifier, any plain values), not normkit's training keys.
+    `model`: a sweep may also vary a parameter of this model (`placement`, `qk_norm`), typed as the
+    model declares it; a run's cell then sets it in `model_params` (`RunId.train_config`)."""
     hints = typing.get_type_hints(TrainConfig)
     out = {}
     for key, values in _grid_items(value, what, free).items():
+        if model is not None and key not in hints and key in _model_param_names(model):
+            out[key] = _model_grid(model, key, values, what)
+            continue
         if free:
             check_free_values(what, key, values)
             if not key.isidentifier():
@@ -174,6 +182,25 @@ def parse_grid(value: Any, what: str, *, numeric: bool, free: bool = False) -> d
             raise ConfigError(f"{what} {key}={values} must list distinct values, e.g. {key}=0.03,0.1,0.3")
         out[key] = typed
     return out
+
+
+def _model_param_names(model: str) -> set[str]:
+    """The parameters a registered model declares (none for an unknown model: check() names it)."""
+    try:
+        return {p.name for p in plugins.registry().lookup_item("model", model).params}
+    except NormkitError:
+        return set()
+
+
+def _model_grid(model: str, key: str, values: list[Any], what: str) -> list[Any]:
+    """Swept values of model parameter `key`, typed by the model's own declaration."""
+    try:
+        typed = [model_params(model, {key: v})[key] for v in values]
+    except NormkitError as exc:
+        raise ConfigError(f"{what} {key}: {exc}") from None
+    if not typed or len(set(map(repr, typed))) != len(typed):
+        raise ConfigError(f"{what} {key}={values} must list distinct values")
+    return typed
 
 
 def _tune_seeds(value: Any, tune: dict[str, list[Any]], seeds: list[int]) -> list[int]:
@@ -341,7 +368,8 @@ def build_config(values: dict[str, Any]) -> CompareConfig:
     if own["timeout"] is not None and own["command"] is None:
         raise ConfigError("timeout stops a --command program that runs too long; it needs --command")
     tune = parse_grid(merged.pop("tune"), "tune", numeric=not external, free=external)
-    sweep = parse_grid(merged.pop("sweep"), "sweep", numeric=False, free=external)
+    sweep = parse_grid(merged.pop("sweep"), "sweep", numeric=False, free=external,
+                       model=None if external else merged.get("model"))
     both = sorted(set(tune) & set(sweep))
     if both:
         raise ConfigError(f"{both[0]!r} is both tuned and swept; use it in --tune or --sweep, not both")
