@@ -51,7 +51,7 @@ def test_list_shows_every_preset_with_its_source() -> None:
     assert result.exit_code == 0, result.output
     for name in ("proxynorm-random-net-collapse", "proxynorm-pn-rescues-ln", "proxynorm-bn-pn-equivalent",
                  "proxynorm-small-batch", "normalnorm-gaussianity-robustness", "normalnorm-noise-ablation",
-                 "gpt-postnorm"):
+                 "gpt-postnorm", "normfree-optimizer"):
         assert name in result.output
     assert "source: Labatie" in result.output and "extension" in result.output
     lines = result.output.splitlines()

@@ -30,7 +30,7 @@ from normkit_lab.reproduce.preset import parse_hypothesis, parse_preset
 
 EXPECTED = {"proxynorm-random-net-collapse", "proxynorm-pn-rescues-ln", "proxynorm-bn-pn-equivalent",
             "proxynorm-small-batch", "normalnorm-gaussianity-robustness", "normalnorm-noise-ablation",
-            "gpt-postnorm"}
+            "gpt-postnorm", "normfree-optimizer"}
 
 GOOD = {
     "title": "t", "claim": "c", "citation": {"paper": "p", "where": "Table 1"},
