@@ -159,9 +159,10 @@ def compare_cmd(
                                             help="Training batch size.", rich_help_panel=TRAINING)]
     = D["batch_size"],
     lr: Annotated[float | None, typer.Option(help="Peak learning rate (default: the optimizer's: sgd 0.1, "
-                                                  "adamw 1e-3).", rich_help_panel=TRAINING)] = D["lr"],
-    optimizer: Annotated[str, typer.Option(help="sgd or adamw.", rich_help_panel=TRAINING)] = D["optimizer"],
-    weight_decay: Annotated[float | None, typer.Option(help="Weight decay (default: sgd 5e-4, adamw 0.05), "
+                                                  "adamw and muon 1e-3).", rich_help_panel=TRAINING)] = D["lr"],
+    optimizer: Annotated[str, typer.Option(help="sgd, adamw, or muon (Muon on the hidden matrices, AdamW on the rest).",
+                                                  rich_help_panel=TRAINING)] = D["optimizer"],
+    weight_decay: Annotated[float | None, typer.Option(help="Weight decay (default: sgd 5e-4, adamw and muon 0.05), "
                                                               "applied alike to every parameter of every arm, "
                                                               "norm affines and pn's extras included.",
                                                 rich_help_panel=TRAINING)] = D["weight_decay"],
