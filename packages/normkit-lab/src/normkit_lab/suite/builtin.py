@@ -3,7 +3,8 @@
 Five that run offline on two CPU cores in minutes and stress different things: a normalization batch
 of 2, an ordinary batch with the same optimizer steps, depth in a pre-activation residual net,
 token-wise norm sites in a vision transformer, and a causal language model. Each has a held-out
-variant (another width or depth) that `--holdout` runs, a `quick` form for smoke tests and a `paper`
+variant (another width or depth; the ViT also another placement, Peri-LN, and the language model another
+optimizer, Muon, so a norm tuned to pre-norm AdamW shows it) that `--holdout` runs, a `quick` form for smoke tests and a `paper`
 form for a GPU (docs/suite.md). Targets sit on the validation counterpart of the metric, where the
 default recipe's better norms arrive within the budget and weaker ones may not (measured:
 docs/suite.md).
@@ -64,7 +65,8 @@ WORKLOADS: dict[str, dict[str, Any]] = {
         "config": {"model": "vit-small", "dataset": "digits", "optimizer": "adamw", "batch_size": 32, "epochs": 8},
         "tune": {"lr": [0.001, 0.003, 0.01]},
         "target": 90.0,
-        "variants": {"deeper": {"model_params": {"depth": 4}}},
+        # peri: Peri-LN's placement (a norm also on each sublayer's output), held out from the pre-norm recipe
+        "variants": {"deeper": {"model_params": {"depth": 4}}, "peri": {"model_params": {"placement": "peri"}}},
         "quick": {"epochs": 2, "tune": {"lr": [0.003, 0.01]}, "target": 50.0},
         "paper": {**CIFAR, "model": "vit", "batch_size": 128, "epochs": 100, "target": 80.0, "needs": NEEDS_CIFAR},
     },
@@ -74,7 +76,8 @@ WORKLOADS: dict[str, dict[str, Any]] = {
                    "dataset_params": {"seq_len": 32, "train_windows": 1600, "test_windows": 512, "stream": False}},
         "tune": {"lr": [0.001, 0.002, 0.005, 0.01]},
         "target": 3.6,
-        "variants": {"wider": {"model_params": {"width": 96}}},
+        # muon: the same recipe under Muon (hidden matrices) + AdamW, held out from the AdamW tuning
+        "variants": {"wider": {"model_params": {"width": 96}}, "muon": {"optimizer": "muon"}},
         "quick": {"epochs": 1, "warmup_epochs": 0, "dataset_params": {"train_windows": 160, "test_windows": 64},
                   "tune": {"lr": [0.005, 0.01]}, "target": 6.0},
         "paper": {"model": "gpt", "model_params": {"width": 256, "depth": 6, "heads": 8, "context": 256},
