@@ -76,7 +76,7 @@ WORKLOADS: dict[str, dict[str, Any]] = {
                    "dataset_params": {"seq_len": 32, "train_windows": 1600, "test_windows": 512, "stream": False}},
         "tune": {"lr": [0.001, 0.002, 0.005, 0.01]},
         "target": 3.6,
-        # muon: the same recipe under Muon (hidden matrices) + AdamW, held out from the AdamW tuning
+        # muon: the same recipe under Muon (hidden matrices) + AdamW, held out from the visible AdamW recipe
         "variants": {"wider": {"model_params": {"width": 96}}, "muon": {"optimizer": "muon"}},
         "quick": {"epochs": 1, "warmup_epochs": 0, "dataset_params": {"train_windows": 160, "test_windows": 64},
                   "tune": {"lr": [0.005, 0.01]}, "target": 6.0},
