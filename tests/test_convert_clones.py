@@ -23,7 +23,7 @@ import normkit
 from normkit.interop import clone_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_convert_library_classes import C, TOKENS, _randomized, _randomized_all, _step  # noqa: E402
+from test_convert_library_classes import TOKENS, C, _randomized, _randomized_all, _step  # noqa: E402
 
 # family: (module folder, class name, the known class its code repeats)
 FAMILIES = {
