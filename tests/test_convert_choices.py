@@ -139,7 +139,8 @@ def test_register_not_norm_leaves_a_class_and_readers_must_return_a_source() -> 
         normkit.register_source(GatedNorm, reader)
         with pytest.raises(normkit.SpecError, match=match) as err:
             normkit.convert(model, "bn")
-        assert str(err.value).startswith("cannot convert 2: the reader registered for ") and "GatedNorm" in str(err.value)
+        message = str(err.value)
+        assert message.startswith("cannot convert 2: the reader registered for ") and "GatedNorm" in message
         assert "\n" not in str(err.value) and isinstance(model[1], nn.BatchNorm2d)
     normkit.register_not_norm(GatedNorm)
     try:
