@@ -161,7 +161,8 @@ def test_to_torch_gives_back_library_modules_that_timm_reparameterizes() -> None
     with torch.no_grad():
         torch.testing.assert_close(fused(x), want, rtol=1e-4, atol=1e-6)
 
-    block = _with_statistics(nn.Sequential(ConvNormAct(3, 8, 3, act_layer=nn.SiLU), ConvNormAct(8, 8, 1, apply_act=False)))
+    block = nn.Sequential(ConvNormAct(3, 8, 3, act_layer=nn.SiLU), ConvNormAct(8, 8, 1, apply_act=False))
+    block = _with_statistics(block)
     convnext = timm.create_model("convnext_atto", num_classes=5).eval()
     for module, spec in ((block, "bn"), (convnext, "ln")):
         normkit.convert(module, spec)
