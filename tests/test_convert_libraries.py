@@ -169,7 +169,7 @@ def test_unknown_norm_subclass_is_refused_in_one_line() -> None:
         normkit.convert(model, "bn")
     assert "\n" not in str(err.value)
     assert isinstance(model[1], ScaledBN)
-    normkit.register_source(ScaledBN, normkit.interop.sources._batch)
+    normkit.register_source(ScaledBN, normkit.interop.read_batch_norm)
     try:
         assert len(normkit.convert(model, "bn")) == 1
     finally:

@@ -269,7 +269,7 @@ def test_to_torch_gives_torchs_module_with_the_same_function(spec, channel_dim, 
 
 
 @pytest.mark.parametrize(("spec", "why"), [("bnn", "not a plain"), ("rms", "no torch module"),
-                                          ("bn", "activation")])
+                                          ("gn(groups=2)", "activation")])
 def test_to_torch_keeps_other_specs_and_says_why(spec: str, why: str) -> None:
     layer = normkit.build(spec, C, activation="relu" if why == "activation" else None)
     model = nn.Sequential(layer)
@@ -305,15 +305,17 @@ def test_fold_keeps_a_channels_first_norm_after_a_linear_on_3d_inputs(norm: nn.M
     torch.testing.assert_close(model(x), want)
 
 
-def test_to_torch_keeps_a_converted_layernorm2d_and_carries_hooks() -> None:
+def test_to_torch_gives_back_a_converted_layernorm2d_and_carries_hooks() -> None:
     import timm
 
     source = nn.Sequential(nn.Conv2d(3, C, 1), timm.layers.LayerNorm2d(C)).eval()
+    source[1].register_forward_hook(lambda m, a, out: out * 3)  # sees N,C,H,W before and after
     converted = copy.deepcopy(source)
     normkit.convert(converted, "ln")
     x = torch.randn(2, 3, C, C)  # W == C: a LayerNorm(C) without the move would run, and be wrong
     summary = normkit.to_torch(converted, x)
-    assert dict(summary.kept)["1"].startswith("normalizes over C at each position")
+    assert summary.replaced == [("1", "LayerNorm2d")] and type(converted[1]) is timm.layers.LayerNorm2d
+    assert len(converted[1]._forward_hooks) == 1 and not converted[1]._forward_pre_hooks  # layout hooks gone
     torch.testing.assert_close(converted(x), source(x))
     hooked = nn.Sequential(nn.Conv2d(3, C, 1), normkit.build("bn", C)).eval()
     hooked[1].register_forward_hook(lambda m, a, out: out * 3)

@@ -15,7 +15,7 @@ from normkit.interop.convert import convert, convert_sync
 from normkit.interop.feeding_conv import prepare_feeding_convs
 from normkit.interop.fold import FoldSummary, fold
 from normkit.interop.norm_layer_factory import norm_layer
-from normkit.interop.sources import register_source
+from normkit.interop.sources import register_not_norm, register_source
 from normkit.interop.to_torch import ToTorchSummary, to_torch
 from normkit.interop.trace import NormTracer, leaf_modules, symbolic_trace
 from normkit.layer import NormLayer
@@ -49,6 +49,7 @@ __all__ = [
     "param_groups",
     "parse",
     "prepare_feeding_convs",
+    "register_not_norm",
     "register_source",
     "split_specs",
     "symbolic_trace",

@@ -58,10 +58,31 @@ def _eval_affine(norm: nn.Module) -> tuple[Tensor, Tensor] | str:
     return f"{type(norm).__name__} is not a fixed per-channel affine in eval"
 
 
+_RESHAPE_METHODS = ("flatten", "reshape", "view")
+_RESHAPE_FUNCTIONS = (torch.flatten, torch.reshape)
+_SHAPE_METHODS = ("reshape_as", "view_as", "expand_as")  # read their argument's shape only
+
+
+def _is_reshape(node: torch.fx.Node) -> bool:
+    return ((node.op == "call_method" and node.target in _RESHAPE_METHODS)
+            or (node.op == "call_function" and node.target in _RESHAPE_FUNCTIONS))
+
+
+def _value_users(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The users of `node` that read its values (LeViT's `.reshape_as(x)` reads only x's shape)."""
+    return [user for user in node.users
+            if not (user.op == "call_method" and user.target in _SHAPE_METHODS and user.args[0] is not node)
+            and not (user.op == "call_function" and user.target is getattr and user.args[1] == "shape")]
+
+
 def _producer(norm_node: torch.fx.Node, modules: dict[str, nn.Module],
               calls: dict[str, int]) -> tuple[str, nn.Module] | str:
-    """The conv/linear whose output only this norm reads, or why there is none."""
+    """The conv/linear whose output only this norm reads (through reshapes that the caller checks
+    keep the features last: LeViT's `bn(linear(x).flatten(0, 1))`), or why there is none."""
     src = norm_node.args[0] if norm_node.args else None
+    reshaped = False
+    while isinstance(src, torch.fx.Node) and _is_reshape(src) and len(src.users) == 1:
+        src, reshaped = src.args[0], True
     if not isinstance(src, torch.fx.Node):
         return "no conv/linear right before it"
     if src.op != "call_module":
@@ -70,11 +91,43 @@ def _producer(norm_node: torch.fx.Node, modules: dict[str, nn.Module],
     module = modules[src.target]
     if type(module) not in _FOLDS_INTO:
         return f"no conv/linear right before it (its input comes from {type(module).__name__} {src.target})"
-    if len(src.users) != 1:
+    if len(_value_users(src)) != 1:
         return f"{src.target}'s output is also used elsewhere"
     if calls[src.target] != 1:
         return f"{src.target} is called more than once"
+    if reshaped and not isinstance(module, nn.Linear):
+        return f"its input is {src.target}'s output reshaped, which moves a conv's channels"
     return src.target, module
+
+
+def _consumer(norm_node: torch.fx.Node, modules: dict[str, nn.Module],
+              calls: dict[str, int]) -> tuple[str, nn.Linear] | None:
+    """The Linear that alone reads this norm's output (past eval dropouts: LeViT's head
+    `linear(drop(bn(x)))`), called once, else None."""
+    node = norm_node
+    while len(node.users) == 1:
+        user = next(iter(node.users))
+        module = modules.get(user.target) if user.op == "call_module" else None
+        if isinstance(module, (nn.Dropout, nn.Identity)) and not module.training:
+            node = user
+            continue
+        if type(module) is nn.Linear and calls[user.target] == 1 and user.args[0] is node:
+            return user.target, module
+        return None
+    return None
+
+
+def _fold_before(layer: nn.Linear, scale: Tensor, shift: Tensor) -> None:
+    """layer(x * scale + shift) as one Linear, computed in float64 and stored in place."""
+    with torch.no_grad():
+        w = layer.weight.double()
+        b = layer.bias.double() if layer.bias is not None else torch.zeros(w.shape[0], dtype=torch.float64)
+        new_bias = (b + w @ shift).to(layer.weight.dtype)
+        layer.weight.copy_((w * scale.view(1, -1)).to(layer.weight.dtype))
+        if layer.bias is None:
+            layer.bias = nn.Parameter(new_bias)
+        else:
+            layer.bias.copy_(new_bias)
 
 
 def _channels_match(norm: nn.Module, layer: nn.Module, channels: int, rank: int | None) -> str | None:
@@ -89,6 +142,18 @@ def _channels_match(norm: nn.Module, layer: nn.Module, channels: int, rank: int 
         return ("a channels-first norm after a Linear normalizes dim 1, the Linear's outputs only on "
                 f"(N, C) inputs ({'pass fold(model, example) to check' if rank is None else f'it sees {rank} dims'})")
     return None
+
+
+def _input_matches(norm: nn.Module, layer: nn.Linear, channels: int, rank: int | None) -> str | None:
+    """Why a norm cannot fold into the Linear after it: the Linear reads the last dim."""
+    if layer.in_features != channels:
+        return f"its {channels} channels are not the {layer.in_features} inputs of the linear after it"
+    if isinstance(norm, NormLayer) and norm.tokens and not norm.per_position:
+        return None
+    if rank == 2:
+        return None
+    return ("a channels-first norm before a Linear folds into it only on (N, C) inputs "
+            f"({'pass fold(model, example) to check' if rank is None else f'it sees {rank} dims'})")
 
 
 def _fold_into(layer: nn.Module, scale: Tensor, shift: Tensor) -> None:
@@ -114,11 +179,14 @@ def fold(model: nn.Module, example: Tensor | tuple | None = None) -> FoldSummary
 
     Foldable: a norm that is exactly a per-channel affine in eval (bn, brn and other batch norms
     with running statistics, torch's BatchNorm), whose input is the output of a Conv1d/2d/3d or
-    Linear that nothing else reads. Folded norms become nn.Identity, or their activation module
-    when they apply one after the affine (`activation=`, a converted timm BatchNormAct2d); a
-    post-activation stage (`+pn`) is not foldable.
-    A channels-first norm after a Linear folds only when `example` (one forward, no gradients) shows
-    it sees (N, C) inputs: on N,C,L it normalizes another axis than the Linear's outputs.
+    Linear that nothing else reads (its shape aside: LeViT's `bn(linear(x).flatten(0, 1)).reshape_as(x)`);
+    after a Linear also through flatten/reshape/view, which keep its features last when the norm
+    sees (N, C). A norm with no conv/linear before it folds into the Linear that alone reads its
+    output (past eval dropouts: LeViT's heads). Folded norms become nn.Identity, or their
+    activation module when they apply one after the affine (`activation=`, a converted timm
+    BatchNormAct2d); a post-activation stage (`+pn`) is not foldable. A channels-first norm next
+    to a Linear folds only when `example` (one forward, no gradients) shows it sees (N, C)
+    inputs: on N,C,L it normalizes another axis than the Linear's features.
     Call `model.eval()` first. The model must trace with torch.fx (normkit's norms are leaves).
     """
     modules = dict(model.named_modules())
@@ -153,6 +221,15 @@ def fold(model: nn.Module, example: Tensor | tuple | None = None) -> FoldSummary
             summary.kept.append((node.target, "has forward hooks, which folding it away would drop"))
             continue
         producer = _producer(node, modules, calls)
+        consumer = _consumer(node, modules, calls) if isinstance(producer, str) else None
+        if consumer is not None and not (isinstance(norm, NormLayer) and norm.has_activation):
+            mismatch = _input_matches(norm, consumer[1], affine[0].numel(), ranks.get(node.target))
+            if mismatch is None:
+                _fold_before(consumer[1], *affine)
+                _set(model, node.target, nn.Identity())
+                summary.folded.append((node.target, consumer[0]))
+                continue
+            producer = mismatch
         if isinstance(producer, str):
             summary.kept.append((node.target, producer))
             continue

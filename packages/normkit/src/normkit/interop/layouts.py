@@ -38,6 +38,14 @@ def per_position(layer: NormLayer) -> NormLayer:
     return layer
 
 
+def drop_layout_hooks(layer: NormLayer) -> None:
+    """Remove the hooks `per_position` added (for a module that is per position by itself)."""
+    for name, hook in (("_forward_pre_hooks", _channels_last_in), ("_forward_hooks", _channels_first_out)):
+        hooks = getattr(layer, name)
+        for key in [k for k, fn in hooks.items() if fn is hook]:
+            del hooks[key]
+
+
 def keep_activation(layer: NormLayer, activation: nn.Module) -> NormLayer:
     """Apply `activation` (a norm-act source's drop + act) after the layer's affine."""
     layer.act = activation

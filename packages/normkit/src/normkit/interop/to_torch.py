@@ -1,5 +1,6 @@
-"""`normkit.to_torch`: plain normkit layers back to torch's own modules, for tools that only know
-those (quantizers, exporters, inference runtimes). Same function in eval, state copied."""
+"""`normkit.to_torch`: plain normkit layers back to torch's own modules (and the libraries'
+LayerNorm2d and BatchNormAct2d, which subclass them), for tools that only know those (quantizers,
+exporters, inference runtimes, timm's `reparameterize_model`). Same function in eval, state copied."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from torch import Tensor, nn
 
 from normkit.errors import SpecError
 from normkit.interop.input_ranks import input_ranks
-from normkit.interop.layouts import carry_hooks, check_hooks
+from normkit.interop.layouts import carry_hooks, check_hooks, drop_layout_hooks
 from normkit.layer import NormLayer
 from normkit.stages import RMSScale, Standardize
 
@@ -32,9 +33,42 @@ class ToTorchSummary:
         return "\n".join(lines)
 
 
+class LayerNorm2d(nn.LayerNorm):
+    """LayerNorm over C at each position of N,C,H,W (timm's and torchvision's LayerNorm2d), for
+    `to_torch` where neither library is installed: an nn.LayerNorm, with its state-dict keys."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+def _layer_norm_2d(c: int, eps: float, affine: bool, bias: bool) -> nn.Module:
+    """timm's LayerNorm2d, else torchvision's, else normkit's: whichever is installed."""
+    try:
+        from timm.layers import LayerNorm2d as TimmLayerNorm2d
+    except ImportError:
+        pass
+    else:
+        return TimmLayerNorm2d(c, eps=eps, affine=affine, bias=bias)
+    try:
+        from torchvision.models.convnext import LayerNorm2d as TorchvisionLayerNorm2d
+    except ImportError:
+        return LayerNorm2d(c, eps=eps, elementwise_affine=affine, bias=bias)
+    return TorchvisionLayerNorm2d(c, eps=eps, elementwise_affine=affine, bias=bias)
+
+
+def _rms_norm_2d(c: int, eps: float | None, recovery: str) -> nn.Module | str:
+    try:
+        from timm.layers import RmsNorm2d
+    except ImportError:
+        return "rms over C at each position of N,C,* (RmsNorm2d) is timm's module, and timm is not installed"
+    if recovery == "affine" or eps is None:
+        return "timm's RmsNorm2d has no bias and a fixed eps"
+    return RmsNorm2d(c, eps=eps, affine=recovery == "gain")
+
+
 def _plain_step(layer: NormLayer) -> Standardize | RMSScale | str:
-    if layer.has_activation or layer.post is not None:
-        return "has an activation or post-activation stage"
+    if layer.post is not None:
+        return "has a post-activation stage"
     if len(layer.steps) != 1 or type(layer.steps[0]) not in (Standardize, RMSScale):
         return "is not a plain bn/ln/gn/rms spec (" + " + ".join(s.name for s in layer.steps) + ")"
     return layer.steps[0]
@@ -42,8 +76,6 @@ def _plain_step(layer: NormLayer) -> Standardize | RMSScale | str:
 
 def _adapted(layer: NormLayer) -> str | None:
     """Why a converted layer's adaptation to its source has no torch module, else None."""
-    if layer.per_position:
-        return "normalizes over C at each position of N,C,* (LayerNorm2d); torch has no such module"
     if layer.frozen:
         return "is a frozen batch norm (statistics and affine fixed in training); torch's BatchNorm is not"
     if layer.gain_offset:
@@ -56,21 +88,36 @@ def _adapted(layer: NormLayer) -> str | None:
     return None
 
 
-def _torch_module(layer: NormLayer, ndim: int | None) -> nn.Module | str:
-    """The torch module computing what `layer` computes, or why there is none."""
-    step = _plain_step(layer)
-    if isinstance(step, str):
-        return step
-    adapted = _adapted(layer)
-    if adapted is not None:
-        return adapted
+def _with_activation(module: nn.Module, layer: NormLayer) -> nn.Module | str:
+    """`module` followed by the layer's activation: timm's BatchNormAct2d (a BatchNorm2d) for bn."""
+    why = "applies an activation after its affine, which torch's modules do not"
+    if type(module) is not nn.BatchNorm2d:
+        return why
+    try:
+        from timm.layers import BatchNormAct2d
+    except ImportError:
+        return why + " (timm's BatchNormAct2d does; timm is not installed)"
+    new = BatchNormAct2d(module.num_features, eps=module.eps, momentum=module.momentum, affine=module.affine,
+                         track_running_stats=module.track_running_stats, apply_act=False)
+    if module.affine and module.bias is None:
+        return why + " without a bias (timm's BatchNormAct2d has one)"
+    new.act = layer.act
+    return new
+
+
+def _norm_module(layer: NormLayer, step: Standardize | RMSScale, ndim: int | None) -> nn.Module | str:
+    """The torch module computing the layer's normalization and affine, or why there is none."""
     kind, c, recovery = layer.partition.kind, layer.num_channels, layer.recovery
     if isinstance(step, RMSScale):
+        if kind == "layer" and layer.per_position:
+            return _rms_norm_2d(c, step.eps, recovery)
         if kind != "layer" or not layer.tokens:
             return "rms over channels and positions (N,C,*) has no torch module; only channels-last rms does"
         if recovery == "affine":
             return "torch's RMSNorm has no bias"
         return nn.RMSNorm(c, eps=step.eps, elementwise_affine=recovery == "gain")
+    if kind == "layer" and layer.per_position:
+        return _layer_norm_2d(c, step.eps, recovery != "none", recovery == "affine")
     if kind == "batch":
         if layer.tokens:
             return "channels-last batch norm has no torch module"
@@ -92,14 +139,31 @@ def _torch_module(layer: NormLayer, ndim: int | None) -> nn.Module | str:
     return f"{kind} partition in layout {'N,*,C' if layer.tokens else 'N,C,*'} has no torch module"
 
 
+def _torch_module(layer: NormLayer, ndim: int | None) -> nn.Module | str:
+    """The torch module computing what `layer` computes, or why there is none."""
+    step = _plain_step(layer)
+    if isinstance(step, str):
+        return step
+    adapted = _adapted(layer)
+    if adapted is not None:
+        return adapted
+    module = _norm_module(layer, step, ndim)
+    if isinstance(module, str) or not layer.has_activation:
+        return module
+    return _with_activation(module, layer)
+
+
 def to_torch(model: nn.Module, example: Tensor | tuple | None = None) -> ToTorchSummary:
     """Replace plain normkit layers by torch's own modules, in place, copying their state.
 
     bn -> BatchNorm1d/2d/3d (chosen from the rank each layer sees when `example` is given, one
     forward without gradients; BatchNorm2d otherwise), in -> InstanceNorm1d/2d/3d (by that rank or
     the InstanceNorm it was converted from), ln -> LayerNorm (channels-last) or
-    GroupNorm(1, C) (N,C,*), gn -> GroupNorm, rms -> RMSNorm (channels-last). Other specs are
-    kept and listed with the reason. A model that is itself a NormLayer is returned converted
+    GroupNorm(1, C) (N,C,*), gn -> GroupNorm, rms -> RMSNorm (channels-last). Per-position layers
+    (converted LayerNorm2d/RmsNorm2d) become timm's LayerNorm2d/RmsNorm2d (torchvision's or
+    normkit's `LayerNorm2d` without timm); a bn that applies an activation (a converted
+    BatchNormAct2d) becomes timm's BatchNormAct2d, a BatchNorm2d. Other specs are kept and
+    listed with the reason. A model that is itself a NormLayer is returned converted
     in `summary.model`.
     """
     ranks = input_ranks(model, example, lambda m: isinstance(m, NormLayer)) if example is not None else {}
@@ -122,6 +186,8 @@ def to_torch(model: nn.Module, example: Tensor | tuple | None = None) -> ToTorch
         except SpecError as exc:
             summary.kept.append((path, str(exc).partition(": ")[2]))
             continue
+        if layer.per_position:
+            drop_layout_hooks(layer)  # the new module is per position by itself
         carry_hooks(layer, new)
         new.train(layer.training)
         if path:
