@@ -56,7 +56,7 @@ def table_lines(output: str) -> list[str]:
 def test_wide_terminal_shows_every_column(results_dir):
     result = invoke("report", results_dir, columns=200)
     assert result.exit_code == 0, result.output
-    for header in ("Δ vs bn", "95% CI", "Holm p", "verdict", "MDE", "s/epoch", "samples/s", "peak MB", "params",
+    for header in ("Δ vs bn", "adj. CI", "Holm p", "verdict", "MDE", "s/epoch", "samples/s", "peak MB", "params",
                    "diverged"):
         assert header in result.output
     bnn = next(line for line in table_lines(result.output) if line.startswith(" bnn "))

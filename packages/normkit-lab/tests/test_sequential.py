@@ -23,6 +23,7 @@ from normkit_lab.sequential import (
     INCONCLUSIVE,
     OPEN,
     SHOWN_DIFFERENCE,
+    TOO_FEW,
     Design,
     analyze,
     plan_looks,
@@ -173,7 +174,9 @@ def test_constant_and_tiny_differences_give_finite_decisions() -> None:
     design = Design(LOOKS)
     same = analyze(design, [[0.3] * 12, [0.0] * 12, [0.3, 0.3]], [0.5] * 3, final=True)
     assert same[0].verdict == EQUIVALENT and same[1].verdict == EQUIVALENT  # identical seeds: the sign test
-    assert same[2].stop == "too few pairs" and same[2].verdict == INCONCLUSIVE
+    assert same[2].stop == AT_BUDGET and same[2].verdict == INCONCLUSIVE  # never reached the first look
+    [failed] = analyze(design, [[0.3, 0.1]], [0.5], positions=[[0, 2]], reached=[1])  # seed 1 failed
+    assert failed.stop == TOO_FEW and failed.verdict == CONTINUE
     big = analyze(design, [[2.0] * 12], [0.5], final=True)[0]
     assert big.verdict == "better" and big.n == 8  # 0.5^n reaches the spent alpha first at look 3 (8 seeds)
     assert all(math.isfinite(v) for s in same[:2] for v in (s.low, s.high, s.eq_low, s.eq_high))

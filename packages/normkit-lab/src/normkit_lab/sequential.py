@@ -50,6 +50,7 @@ WITHIN_MARGIN = " (within margin)"
 # why a comparison stopped (or did not)
 SHOWN_DIFFERENCE, SHOWN_EQUIVALENCE = "difference shown", "equivalence shown"
 AT_MAX_SEEDS, AT_BUDGET, OPEN = "undecided at max seeds", "undecided at budget", "undecided, more looks to come"
+TOO_FEW = "too few pairs (failed runs)"
 
 
 def plan_looks(max_seeds: int, first: int = FIRST_LOOK) -> tuple[int, ...]:
@@ -200,62 +201,81 @@ def _equivalent(sums: _Sums, n: int, design: Design, look: int, level: float,
     return -margin < mean - half and mean + half < margin, mean - half, mean + half
 
 
-def analyze(design: Design, differences: Sequence[Sequence[float]], margins: Sequence[float],
-            final: bool = False, min_pairs: int = FIRST_LOOK) -> list[Step]:
-    """Replay the looks over each comparison's differences (in seed order) and decide every comparison.
+def looks_reached(design: Design, positions: Sequence[int]) -> int:
+    """How many looks a comparison's seeds cover when its seeds are the plan's first ones in order
+    (positions: the plan indices of the seeds it has, e.g. range(n)): the looks whose seeds it has all."""
+    have = len(set(positions))
+    return sum(1 for seeds in design.looks if seeds <= have)
 
-    Comparison i at look k uses its first looks[k] differences; it takes part in look k only if it
-    has them all and was not decided before (a decided comparison gets no more seeds, and differences
-    past its stop are ignored). `final`: no further looks will run (max seeds, or the budget ended the
-    rounds), so a comparison still undecided is `inconclusive`. A comparison never reaching `min_pairs`
-    pairs gets no test and is not counted in the family.
+
+def analyze(design: Design, differences: Sequence[Sequence[float]], margins: Sequence[float], *,
+            positions: Sequence[Sequence[int]] | None = None, reached: Sequence[int] | None = None,
+            final: bool = False, min_pairs: int = FIRST_LOOK) -> list[Step]:
+    """Replay the looks over each comparison's differences and decide every comparison.
+
+    positions[i]: the plan index (0-based, in the order seeds are added) of each of comparison i's
+    differences (default 0, 1, 2, ...; a seed missing because a run failed leaves a gap); reached[i]:
+    how many looks' runs it has completed (default: the looks its differences cover). At look k a
+    comparison uses its differences of plan index < looks[k], and takes part only if it reached that
+    look and was not decided before (a decided comparison gets no more seeds: data past its stop are
+    ignored). An undecided comparison that reached the last look is `inconclusive` (at max seeds);
+    `final` (the budget ended the rounds) makes the others inconclusive too. A comparison with fewer
+    than `min_pairs` pairs at its looks gets no test and is not counted in the family.
     """
     ds = [np.asarray(d, dtype=np.float64) for d in differences]
-    sums = [_Sums(d) for d in ds]
-    members = [i for i, d in enumerate(ds) if d.size >= min(min_pairs, design.looks[0])]
+    pos = [np.asarray(range(d.size) if positions is None else positions[i], dtype=np.int64) for i, d in enumerate(ds)]
+    order = [np.argsort(p, kind="stable") for p in pos]
+    sums = [_Sums(d[o]) for d, o in zip(ds, order, strict=True)]
+    pos = [p[o] for p, o in zip(pos, order, strict=True)]
+    reach = [looks_reached(design, p.tolist()) for p in pos] if reached is None else list(reached)
+
+    def pairs_at(i: int, k: int) -> int:
+        return int(np.searchsorted(pos[i], design.looks[k]))
+
+    members = [i for i in range(len(ds)) if any(pairs_at(i, k) >= min_pairs for k in range(reach[i]))]
     m = max(1, len(members))
     rejected: dict[int, Step] = {}  # difference shown
     equivalent: dict[int, Step] = {}
-    last: dict[int, tuple[int, int]] = {}  # the last look each comparison took part in
-    for k, seeds in enumerate(design.looks):
-        active = [i for i in members if ds[i].size >= seeds and i not in rejected and i not in equivalent
-                  and seeds >= min_pairs]
-        if not active:
-            continue
+    last: dict[int, tuple[int, int]] = {}  # the last look each comparison took part in, and its pairs there
+    for k in range(len(design.looks)):
+        active = [i for i in members if reach[i] > k and i not in rejected and i not in equivalent
+                  and pairs_at(i, k) >= min_pairs]
         for i in active:
-            last[i] = (k, seeds)
-        changed = True
+            last[i] = (k, pairs_at(i, k))
+        changed = bool(active)
         while changed:  # Holm: every rejection raises the level of the rest, tested again at this look
             changed = False
             level = design.alpha / max(1, m - len(rejected))
             for i in active:
                 if i in rejected:
                     continue
-                crossed, low, high = _crosses(sums[i], seeds, design, k, level / 2)
+                n = last[i][1]
+                crossed, low, high = _crosses(sums[i], n, design, k, level / 2)
                 if crossed:
                     mean = (low + high) / 2
-                    rejected[i] = Step(BETTER if mean > 0 else WORSE, seeds, k + 1, SHOWN_DIFFERENCE, level, mean,
+                    rejected[i] = Step(BETTER if mean > 0 else WORSE, n, k + 1, SHOWN_DIFFERENCE, level, mean,
                                        low, high)
                     changed = True
-        changed = True
+        changed = bool(active)
         while changed:
             changed = False
             eq_level = design.alpha / max(1, m - len(equivalent))
             for i in active:
                 if i in equivalent or i in rejected:
                     continue
-                inside, low, high = _equivalent(sums[i], seeds, design, k, eq_level, margins[i])
+                n = last[i][1]
+                inside, low, high = _equivalent(sums[i], n, design, k, eq_level, margins[i])
                 if inside:
-                    equivalent[i] = Step(EQUIVALENT, seeds, k + 1, SHOWN_EQUIVALENCE, design.alpha /
-                                         (m - len(rejected)), (low + high) / 2, eq_level=eq_level, eq_low=low,
-                                         eq_high=high)
+                    equivalent[i] = Step(EQUIVALENT, n, k + 1, SHOWN_EQUIVALENCE, 0.0, (low + high) / 2,
+                                         eq_level=eq_level, eq_low=low, eq_high=high)
                     changed = True
     level, eq_level = design.alpha / max(1, m - len(rejected)), design.alpha / max(1, m - len(equivalent))
     out = []
     for i, d in enumerate(ds):
         if i not in last:
-            out.append(Step(INCONCLUSIVE if final else CONTINUE, int(d.size), 0,
-                            (AT_BUDGET if final else OPEN) if i in members else "too few pairs", level))
+            undecided = INCONCLUSIVE if final or reach[i] == len(design.looks) else CONTINUE
+            why = TOO_FEW if reach[i] else AT_BUDGET if final else OPEN
+            out.append(Step(undecided, int(d.size), 0, why, level))
             continue
         k, n = last[i]
         if i in rejected:
@@ -272,10 +292,11 @@ def analyze(design: Design, differences: Sequence[Sequence[float]], margins: Seq
                             step.eq_low, step.eq_high))
             continue
         _, eq_low, eq_high = _equivalent(sums[i], n, design, k, eq_level, margins[i])
-        more = not final and k + 1 < len(design.looks)
-        stop = OPEN if more else AT_MAX_SEEDS if k + 1 == len(design.looks) else AT_BUDGET
-        out.append(Step(CONTINUE if more else INCONCLUSIVE, n, k + 1, stop, level, (low + high) / 2, low, high,
-                        eq_level, eq_low, eq_high, None if more else budget_mde(design, sums[i].moments(n)[1], level)))
+        at_max = k + 1 == len(design.looks)
+        more = not final and not at_max
+        out.append(Step(CONTINUE if more else INCONCLUSIVE, n, k + 1, OPEN if more else AT_MAX_SEEDS if at_max
+                        else AT_BUDGET, level, (low + high) / 2, low, high, eq_level, eq_low, eq_high,
+                        None if more else budget_mde(design, sums[i].moments(n)[1], level)))
     return out
 
 
