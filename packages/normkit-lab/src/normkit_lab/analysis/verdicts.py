@@ -164,28 +164,39 @@ def reading(verdict: Verdict, norm: str, baseline: str, metric_label: str, unit:
             interval: tuple[float, float] | None = None) -> str:
     """One plain-language sentence that says what the verdict means and what to do next.
 
-    `interval`: the 95% interval of the paired difference, which tells a difference larger than
-    the margin from one that may be smaller.
+    `interval`: the adjusted interval of the paired difference (the one the verdict is decided on),
+    which tells a difference larger than the margin from one that may be smaller.
     """
     m = f"{verdict.margin:g} {unit}".replace(" %", "%")
+    sequential = verdict.look is not None
     if verdict.verdict == BASELINE:
         return f"{norm} is the baseline every other norm is compared to."
     if verdict.verdict == NO_VERDICT:
         return (f"{norm} vs {baseline}: only {verdict.n} paired seed(s); at least {MIN_PAIRS} are needed "
                 f"for any verdict, so run more seeds.")
+    if verdict.verdict == CONTINUE:
+        return (f"{norm} vs {baseline} is not decided after {verdict.n} seeds; the next look adds seeds to it "
+                f"(resume the comparison to continue).")
+    evidence = (f"shown at look {verdict.look} with {verdict.n} seeds, alpha spent across the looks and Holm "
+                f"across comparisons" if sequential else None)
     if is_difference(verdict.verdict):
         beyond = interval is not None and (interval[0] >= verdict.margin or interval[1] <= -verdict.margin)
-        size = (f"and its 95% interval lies beyond the margin of {m}" if beyond
-                else f"but its whole 95% interval lies inside the margin of {m}, so it is smaller than what "
+        size = (f"and its adjusted interval lies beyond the margin of {m}" if beyond
+                else f"but its whole adjusted interval lies inside the margin of {m}, so it is smaller than what "
                      f"you called negligible" if verdict.verdict.endswith(WITHIN_MARGIN)
                 else f"though it may still be smaller than the margin of {m}")
         direction = verdict.verdict.split(" (")[0]
-        return (f"{norm} is {direction} than {baseline} on {metric_label} (Holm-adjusted p = "
-                f"{verdict.p_holm:.3g}): a real difference for this model, data and recipe, {size}.")
+        return (f"{norm} is {direction} than {baseline} on {metric_label} ("
+                f"{evidence or f'Holm-adjusted p = {verdict.p_holm:.3g}'}): a real difference for this model, "
+                f"data and recipe, {size}.")
     if verdict.verdict == EQUIVALENT:
         return (f"{norm} and {baseline} are equivalent on {metric_label}: the difference is shown to be "
-                f"smaller than the margin of {m} (Holm-adjusted TOST p = {verdict.p_tost_holm:.3g}).")
+                f"smaller than the margin of {m} ({evidence or f'Holm-adjusted TOST p = {verdict.p_tost_holm:.3g}'}).")
     mde = "unknown" if verdict.mde is None else f"{verdict.mde:.3g} {unit}".replace(" %", "%")
+    if sequential:
+        return (f"{norm} vs {baseline} is inconclusive: {verdict.stop} after {verdict.n} seeds, neither a "
+                f"difference nor equivalence within {m} is shown; the whole budget could have shown differences "
+                f"of {mde} (80% power), so a smaller difference is not excluded.")
     if verdict.seeds_needed is None:
         more = f"seeds needed to detect the margin: {verdict.seeds_note}"
     elif verdict.seeds_needed <= verdict.n:
