@@ -213,7 +213,7 @@ def interaction_table(summary: Summary) -> Table:
     table = _verdict_table(f"interactions: does the gap to {summary.baseline} depend on the swept key? "
                            f"(gap at 'to' minus gap at 'from', paired by seed, + = the norm gains; Holm over "
                            f"{plural(len(summary.interactions), 'test')}; margin ±{summary.margin:g})",
-                           ["norm", "key", "from → to", "n", "Δ gap", "95% CI", "Holm p", "verdict"],
+                           ["norm", "key", "from → to", "n", "Δ gap", ADJUSTED, "Holm p", "verdict"],
                            ("norm", "key", "verdict"))
     for i in summary.interactions:
         t = i.test

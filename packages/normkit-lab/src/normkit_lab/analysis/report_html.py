@@ -192,12 +192,13 @@ def _interactions(summary: Summary) -> str:
     """Sweeps: the interaction tests (does a norm's gap to the baseline depend on the swept key?)."""
     if not summary.interactions:
         return ""
-    heads = ["norm", "key", "from", "to", "n", "Δ gap (to − from)", "95% CI", "p", "Holm p", "TOST Holm p",
+    heads = ["norm", "key", "from", "to", "n", "Δ gap (to − from)", "Holm-adjusted CI", "p", "Holm p", "TOST Holm p",
              "verdict"]
     out = ["<h2>Interactions</h2>",
            f"<p>For every norm and every pair of cells that differ in one swept key, the per-seed difference "
            f"of its gaps to {_e(summary.baseline)} (gap at <i>to</i> minus gap at <i>from</i>; + means the "
-           f"norm gains on the baseline), with a 95% t interval and paired t-test, Holm-adjusted over all "
+           f"norm gains on the baseline), with a t interval at its Holm step's level (it excludes 0 exactly when a "
+           f"dependence is shown) and paired t-test, Holm-adjusted over all "
            f"{len(summary.interactions)} interaction tests. <i>depends on KEY</i>: Holm p &lt; 0.05; <i>same "
            f"gap (within margin)</i>: TOST shows the gaps differ by less than ±{summary.margin:g} "
            f"{_e(summary.metric.unit)}; otherwise <i>no evidence that it depends</i>, which is not evidence "
@@ -291,11 +292,11 @@ def _ranking(summary: Summary) -> str:
         out.append("<tr>" + "".join(f'<td class="{"l" if i == len(cells) - 5 else ""}">{_e(c)}</td>'
                                     for i, c in enumerate(cells)) + "</tr>")
     out.append("</table>")
-    heads = ["norm", "vs", "n", "Δ", "95% CI", "p", "Holm p", "TOST Holm p", "verdict"]
+    heads = ["norm", "vs", "n", "Δ", "Holm-adjusted CI", "p", "Holm p", "TOST Holm p", "verdict"]
     out.append('<div class="wide"><table>' + _head(heads, ("norm", "vs", "verdict")))
     for p in summary.pairs:
         d, v = p.diff, p.verdict
-        ci = interval_text(d.low, d.high, missing=d.note)
+        ci = interval_text(*(p.interval or (None, None)), missing=d.note)
         name = f"{p.norm} [{cell_label(p.cell)}]" if many and p.cell else p.norm
         cells = [name, p.other, d.n, _num(d.mean, ".2f", True), ci, _p(v.p), _p(v.p_holm), _p(v.p_tost_holm)]
         tds = [f'<td class="{"l" if i < 2 else ""}">{_e(c)}</td>' for i, c in enumerate(cells)]

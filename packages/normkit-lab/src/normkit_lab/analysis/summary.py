@@ -20,7 +20,7 @@ from normkit_lab.analysis.ablations import StageTest, declared_ablations, stage_
 from normkit_lab.analysis.diagnostic_verdicts import DiagnosticVerdict, diagnostic_verdicts, measures_of
 from normkit_lab.analysis.interactions import Interaction, interactions
 from normkit_lab.analysis.pairs import PairVerdict, Rank, all_pairs, ranking
-from normkit_lab.analysis.verdicts import BASELINE, Verdict, decide
+from normkit_lab.analysis.verdicts import BASELINE, Verdict, decide, oriented_to_metric
 from normkit_lab.errors import ConfigError
 from normkit_lab.metrics import METRICS, Metric, run_value
 from normkit_lab.records import RunResult
@@ -60,13 +60,6 @@ def cell_label(cell: Mapping[str, Any]) -> str:
 def interval_text(low: float | None, high: float | None, fmt: str = ".2f", missing: str = "") -> str:
     """`[-1.23, +0.45]` for a 95% interval, `missing` where it has no bounds (tables and report.html)."""
     return missing if low is None or high is None else f"[{low:+{fmt}}, {high:+{fmt}}]"
-
-
-def oriented_to_metric(low: float | None, high: float | None, sign: float) -> tuple[float, float] | None:
-    """An interval of oriented differences (+ = better) in the metric's own direction (norm - baseline)."""
-    if low is None or high is None:
-        return None
-    return (low, high) if sign > 0 else (-high, -low)
 
 
 def runs_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Run]:

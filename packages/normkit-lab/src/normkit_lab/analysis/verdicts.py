@@ -99,7 +99,7 @@ class Verdict:
 
 
 __all__ = ["BASELINE", "BETTER", "CONTINUE", "EQUIVALENT", "INCONCLUSIVE", "NO_VERDICT", "WITHIN_MARGIN", "WORSE",
-           "Verdict", "decide", "interval95", "is_difference", "reading"]
+           "Verdict", "decide", "interval95", "is_difference", "oriented_to_metric", "reading"]
 
 
 def interval95(d: np.ndarray) -> tuple[float | None, float | None]:
@@ -153,6 +153,13 @@ def decide(differences: Sequence[Sequence[float]], margin: float | Sequence[floa
                            step.low, step.high, step.level, step.eq_low, step.eq_high,
                            step.look if sequential else None, step.stop if sequential else ""))
     return out
+
+
+def oriented_to_metric(low: float | None, high: float | None, sign: float) -> tuple[float, float] | None:
+    """An interval of oriented differences (+ = better) in the metric's own direction (norm - baseline)."""
+    if low is None or high is None:
+        return None
+    return (low, high) if sign > 0 else (-high, -low)
 
 
 def is_difference(verdict: str) -> bool:
