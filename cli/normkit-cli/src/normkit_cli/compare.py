@@ -109,12 +109,13 @@ def compare_cmd(
                                                                       "trains every cell alike.",
                                                show_default=False, rich_help_panel=EXPERIMENT)] = D["budget"],
     seeds: Annotated[str, typer.Option(help="A count N (seeds 0..N-1), a list 0,1,5 or a range 0-4; "
-                                            "every norm runs with the same seeds. auto: sequential seeds, "
+                                            "every norm runs with the same seeds. auto (the default unless a "
+                                            "--config file gives seeds): sequential seeds, "
                                             "3 first, then rounds (looks at 3, 5, 8, 12) only for the "
                                             "comparisons still undecided, error rates kept under the "
                                             "stopping (docs/experiments.md, Sequential seeds).",
                                        rich_help_panel=EXPERIMENT)]
-    = str(len(D["seeds"])),
+    = "auto",
     max_seeds: Annotated[int | None, typer.Option(parser=ascii_int(), help="With --seeds auto: the most seeds a "
                                                   "comparison may get (default 12).", show_default=False,
                                                   rich_help_panel=EXPERIMENT)] = None,
@@ -320,6 +321,8 @@ def compare_cmd(
         check(cfg)
         run_executor = make_executor(scale)
     else:
+        if "seeds" not in given and (config is None or "seeds" not in lab_config.load_yaml(config)):
+            given["seeds"] = "auto"  # compare's default: sequential seeds (the library's default stays 5 fixed)
         cfg = lab_config.resolve(given, config)
         check(cfg, parallel=scale.parallel_runs)
         run_executor = make_executor(scale)  # a missing engine or a bad cluster option: before any file

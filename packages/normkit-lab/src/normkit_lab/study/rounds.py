@@ -42,14 +42,16 @@ def _undecided(summary: Summary) -> list[dict[str, Any]]:
             if s.verdict is not None and s.verdict.verdict == CONTINUE]
 
 
-def _arms(cfg: CompareConfig, wanted: list[dict[str, Any]]) -> Callable[[dict[str, Any]], list[str]]:
-    """The arms a look runs in a cell: the baseline and the undecided norms (and, with --ablate, the stage
-    ablations) of the cells with an undecided comparison."""
+def _arms(cfg: CompareConfig, wanted: list[dict[str, Any]], first: bool) -> Callable[[dict[str, Any]], list[str]]:
+    """The arms a look runs in a cell: every arm at the first look, then the baseline and the undecided norms
+    (and, with --ablate, the stage ablations) of the cells with an undecided comparison."""
     by_cell: dict[str, set[str]] = {}
     for item in wanted:
         by_cell.setdefault(cell_key(item["cell"]), set()).add(item["norm"])
 
     def arms(cell: dict[str, Any]) -> list[str]:
+        if first:
+            return list(cfg.arms)
         norms = by_cell.get(cell_key(cell))
         if not norms:
             return []
@@ -67,6 +69,12 @@ def run_rounds(cfg: CompareConfig, store: ResultsDir, chosen: Chosen, run_all: C
     _write(store, record)  # the design is on disk before the first run
     every = [{"cell": cell, "norm": norm} for cell in grid(cfg.sweep) for norm in cfg.norms
              if norm != cfg.baseline_norm]
+
+    def runs_of(k: int, wanted: list[dict[str, Any]]) -> list[RunId]:
+        finished = store.finished()
+        plan = compare_plan(cfg, chosen, seeds=design.looks[k], arms=_arms(cfg, wanted, k == 0))
+        return [run_id for run_id in plan if run_id not in finished]
+
     for k, count in enumerate(design.looks):
         if k < len(record["looks"]):  # resuming: finish the look that was started, with its comparisons
             wanted = record["looks"][k]["comparisons"]
@@ -74,15 +82,13 @@ def run_rounds(cfg: CompareConfig, store: ResultsDir, chosen: Chosen, run_all: C
             if record["stopped"]:
                 break
             wanted = every if k == 0 else _undecided(summary_of())
-            if not wanted:
+            if not wanted and k > 0:
                 record["stopped"] = STOP_DECIDED
                 _write(store, record)
                 break
-            finished = store.finished()
-            plan = [r for r in compare_plan(cfg, chosen, seeds=count, arms=_arms(cfg, wanted)) if r not in finished]
             spent, runs = cpu_minutes(store)
             if k > 0 and cfg.max_cpu_minutes is not None and runs:
-                estimate = spent / runs * len(plan)
+                estimate = spent / runs * len(runs_of(k, wanted))
                 if spent + estimate > cfg.max_cpu_minutes:
                     record["stopped"] = (f"{STOP_BUDGET}: {spent:.1f} CPU minutes used, the next look (to {count} "
                                          f"seeds) needs about {estimate:.1f} more, over --max-cpu-minutes "
@@ -92,8 +98,7 @@ def run_rounds(cfg: CompareConfig, store: ResultsDir, chosen: Chosen, run_all: C
             record["looks"].append({"look": k + 1, "seeds": count, "comparisons": wanted,
                                     "cpu_minutes_before": round(spent, 3)})
             _write(store, record)
-        finished = store.finished()
-        run_all([r for r in compare_plan(cfg, chosen, seeds=count, arms=_arms(cfg, wanted)) if r not in finished])
+        run_all(runs_of(k, wanted))
     if not record["stopped"]:
         left = [s for s in summary_of().rows if s.verdict is not None and s.verdict.verdict in (CONTINUE, INCONCLUSIVE)]
         record["stopped"] = STOP_MAX_SEEDS if left else STOP_DECIDED
