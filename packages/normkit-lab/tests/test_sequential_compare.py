@@ -98,3 +98,36 @@ def test_fixed_seeds_keep_no_looks_and_bad_sequential_options_are_one_line_error
         with pytest.raises(NormkitError, match=message):
             compare_norms("bn,gn", train=seq_train, out=tmp_path / "bad", progress=quiet(), **options)
     assert not (tmp_path / "bad").exists()
+
+
+def two_metric_train(norm: str, seed: int, *, cell: dict[str, Any], report: Any) -> None:
+    """Accuracy and loss with known gaps: gn far below bn, ln about bn's level."""
+    import random
+
+    rng = random.Random(f"{norm}/{seed}/two")
+    acc = {"bn": 0.9, "gn": 0.8}.get(norm, 0.9) + rng.gauss(0, 0.01)
+    report(epoch=0, val_acc=acc, test_acc=acc, test_loss=1.0 - acc + rng.gauss(0, 0.005))
+
+
+@pytest.mark.parametrize("seeds", [5, "auto"])
+def test_intervals_agree_with_verdicts_across_a_family_of_metrics(tmp_path: Path, seeds: Any) -> None:
+    """`--metric test_acc,test_loss` re-decides one Holm family over both metrics (fixed seeds): every shown
+    interval is the one of the family's verdict. With sequential seeds the primary metric's looks stand and
+    the further metric is said to be a fixed-seed test on the seeds the looks chose."""
+    from normkit_lab.analysis.report import load_results
+
+    options = {"max_seeds": 5} if seeds == "auto" else {}
+    compare_norms("bn,gn,ln", train=two_metric_train, seeds=seeds, out=tmp_path / "two", progress=quiet(), **options)
+    summaries = load_results([tmp_path / "two"], metric="test_acc,test_loss").summaries()
+    for summary in summaries:
+        for row in summary.rows:
+            if row.verdict is None or row.interval is None:
+                continue
+            excludes_zero = row.interval[0] > 0 or row.interval[1] < 0
+            assert excludes_zero == row.verdict.verdict.startswith(("better", "worse")), (summary.metric.field, row)
+    primary = {r.norm: r.verdict.verdict for r in summaries[0].rows if r.verdict}
+    assert primary["gn"] == "worse"
+    if seeds == "auto":
+        assert primary == {r.norm: r.verdict.verdict for r in load_results([tmp_path / "two"]).summary().rows
+                           if r.verdict}
+        assert any("fixed-seed tests on those seeds" in note for note in summaries[1].notes)
