@@ -70,6 +70,8 @@ def test_looks_and_spending() -> None:
     assert spent(1.0, 0.025) == pytest.approx(0.025)
     assert sum(design.nominal(0.025)) == pytest.approx(0.025)  # every look's share adds up to the level
     assert design.nominal(0.025)[0] < 1e-4 < design.nominal(0.025)[-1]  # O'Brien-Fleming: little spent early
+    for low, high in ((0.05 / 8, 0.05 / 7), (0.0125, 0.025), (0.025, 0.05)):  # Holm's step-up needs: a higher
+        assert all(a < b for a, b in zip(design.nominal(low), design.nominal(high), strict=True))  # level spends more
     with pytest.raises(ValueError, match="increasing"):
         Design((5, 3))
 

@@ -13,12 +13,17 @@ approximation. The classical boundaries from the joint normal law of the cumulat
 (scipy's multivariate normal) turned into t boundaries with the same tail probability are not used:
 at 3 to 12 seeds the t statistics' joint law is far from normal, and simulation of that rule gave
 false decisions of 0.053 (looks 3, 5, 8, 12) to 0.057 (looks 3..8) at alpha 0.05 (400,000 sequences
-each). The union bound gives about 0.044 at looks 3, 5, 8, 12, and tests/test_sequential.py shows
+each). The union bound gives about 0.044 at looks 3, 5, 8, 12, and packages/normkit-lab/tests/
+test_sequential.py shows
 the error rates and the power by simulation.
 
 Several comparisons: Holm across the family, applied at every look (the sequentially rejective
 procedure of Maurer and Bretz 2013): a comparison is tested at level alpha / (comparisons not yet
-rejected), so every rejection raises the level of the rest. Two families, each at alpha:
+rejected), so every rejection raises the level of the rest. This keeps the familywise error: the
+first true null rejected is tested at most at alpha / (true nulls), and each look's spent alpha grows
+with the level (lower levels have higher boundaries at every look), so that rejection is a crossing
+of the alpha / (true nulls) design, whose chance is at most that level per true null. Two families,
+each at alpha:
 
     difference   two-sided: |t| beyond the boundary of one-sided level (level / 2)   -> better / worse
     equivalence  TOST: the whole look-adjusted (1 - 2 level) interval inside (-margin, margin) -> equivalent
@@ -34,7 +39,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -118,11 +123,6 @@ class Design:
     def as_dict(self) -> dict[str, object]:
         return {"looks": list(self.looks), "alpha": self.alpha, "spending": self.spending,
                 "max_seeds": self.max_seeds}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, object]) -> Design:
-        return cls(tuple(int(n) for n in data["looks"]), float(data.get("alpha", ALPHA)),  # type: ignore[arg-type,union-attr]
-                   str(data.get("spending", SPENDING)))
 
 
 @dataclass(frozen=True)
