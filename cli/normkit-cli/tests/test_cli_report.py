@@ -56,7 +56,7 @@ def table_lines(output: str) -> list[str]:
 def test_wide_terminal_shows_every_column(results_dir):
     result = invoke("report", results_dir, columns=200)
     assert result.exit_code == 0, result.output
-    for header in ("Δ vs bn", "95% CI", "Holm p", "verdict", "MDE", "s/epoch", "samples/s", "peak MB", "params",
+    for header in ("Δ vs bn", "adj. CI", "Holm p", "verdict", "MDE", "s/epoch", "samples/s", "peak MB", "params",
                    "diverged"):
         assert header in result.output
     bnn = next(line for line in table_lines(result.output) if line.startswith(" bnn "))
@@ -285,3 +285,22 @@ def test_a_language_model_comparison_shows_the_ngram_note_in_compare_and_in_repo
         text = " ".join(output.split())  # the note wraps at the console's width
         assert text.count("reference tables fitted on the train split") == 1, output
         assert "of 4 finished runs end below the trigram" in text
+
+
+def test_compare_defaults_to_sequential_seeds_and_report_prints_the_design(tmp_path):
+    """No --seeds: `--seeds auto` (looks in config.yaml, looks.json, the design under the table, in compare and
+    report alike); fixed seeds stay fixed; --max-seeds with fixed seeds is a one-line error that writes nothing."""
+    import json
+
+    out = tmp_path / "auto"
+    result = invoke("compare", "--norms", "bn", "--epochs", "1", "--batch-size", "128", "--model-param", "depth=2",
+                    "--max-seeds", "3", "--out", str(out), columns=200)
+    assert result.exit_code == 0, result.output
+    assert "seeds auto (looks after 3 seeds" in result.output
+    assert json.loads((out / "looks.json").read_text())["design"]["looks"] == [3]
+    assert {json.loads(line)["seed"] for line in (out / "runs.jsonl").read_text().splitlines()} == {0, 1, 2}
+    design = [line for line in result.output.splitlines() if line.startswith("sequential seeds:")]
+    assert design and design == [line for line in invoke("report", str(out), columns=200).output.splitlines()
+                                 if line.startswith("sequential seeds:")]
+    bad = invoke("compare", "--norms", "bn", "--seeds", "4", "--max-seeds", "8", "--out", str(tmp_path / "bad"))
+    assert bad.exit_code == 2 and "apply to --seeds auto" in bad.output and not (tmp_path / "bad").exists()

@@ -41,7 +41,8 @@ def test_difference_of_differences_matches_scipy_and_holm():
     for inter, table in ((gn, GN), (ln, LN)):
         d = [100 * ((table[16][i] - BN[16][i]) - (table[2][i] - BN[2][i])) for i in range(5)]
         ref = sps.ttest_1samp(d, 0.0)
-        ci = ref.confidence_interval(0.95)
+        ci = ref.confidence_interval(1 - inter.test.level)  # Holm-adjusted: the level it was last tested at
+        assert inter.test.level in (pytest.approx(0.025), pytest.approx(0.05))
         assert inter.key == "batch_size" and (inter.cell_a, inter.cell_b) == ({"batch_size": 2}, {"batch_size": 16})
         assert inter.mean == pytest.approx(sum(d) / 5) and inter.test.p == pytest.approx(ref.pvalue)
         assert (inter.test.low, inter.test.high) == (pytest.approx(ci.low), pytest.approx(ci.high))

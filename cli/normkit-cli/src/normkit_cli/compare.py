@@ -109,9 +109,20 @@ def compare_cmd(
                                                                       "trains every cell alike.",
                                                show_default=False, rich_help_panel=EXPERIMENT)] = D["budget"],
     seeds: Annotated[str, typer.Option(help="A count N (seeds 0..N-1), a list 0,1,5 or a range 0-4; "
-                                            "every norm runs with the same seeds.",
+                                            "every norm runs with the same seeds. auto (the default unless a "
+                                            "--config file gives seeds): sequential seeds, "
+                                            "3 first, then rounds (looks at 3, 5, 8, 12) only for the "
+                                            "comparisons still undecided, error rates kept under the "
+                                            "stopping (docs/experiments.md, Sequential seeds).",
                                        rich_help_panel=EXPERIMENT)]
-    = str(len(D["seeds"])),
+    = "auto",
+    max_seeds: Annotated[int | None, typer.Option(parser=ascii_int(), help="With --seeds auto: the most seeds a "
+                                                  "comparison may get (default 12).", show_default=False,
+                                                  rich_help_panel=EXPERIMENT)] = None,
+    max_cpu_minutes: Annotated[float | None, typer.Option(help="With --seeds auto: start no further round once "
+                                                          "the runs' training CPU minutes plus the next round's "
+                                                          "estimate would exceed this.", show_default=False,
+                                                          rich_help_panel=EXPERIMENT)] = None,
     baseline: Annotated[str | None, typer.Option(help="Norm the others are compared to (default: the first).",
                                                  rich_help_panel=EXPERIMENT)] = None,
     select: Annotated[str, typer.Option(help="Epoch a run reports its test metric at: final, or best-val (the "
@@ -311,6 +322,8 @@ def compare_cmd(
         check(cfg)
         run_executor = make_executor(scale)
     else:
+        if "seeds" not in given and (config is None or "seeds" not in lab_config.load_yaml(config)):
+            given["seeds"] = "auto"  # compare's default: sequential seeds (the library's default stays 5 fixed)
         cfg = lab_config.resolve(given, config)
         check(cfg, parallel=scale.parallel_runs)
         run_executor = make_executor(scale)  # a missing engine or a bad cluster option: before any file
@@ -325,8 +338,10 @@ def compare_cmd(
             else f"on {train.model}/{train.dataset}, {plural(amount, unit.removesuffix('s'))}")
     arms = cfg.arms[len(cfg.norms):]
     ablating = f" (and their stage ablations {', '.join(arms)})" if arms else ""
-    console.print(f"compare {', '.join(cfg.norms)}{ablating} {what}, seeds {','.join(map(str, cfg.seeds))}: "
-                  f"{cost} -> {store.path}", soft_wrap=True, markup=False, highlight=False)
+    seeds_text = (f"seeds auto (looks after {', '.join(map(str, cfg.looks))} seeds; at most" if cfg.looks
+                  else f"seeds {','.join(map(str, cfg.seeds))}:")
+    console.print(f"compare {', '.join(cfg.norms)}{ablating} {what}, {seeds_text} {cost}"
+                  f"{')' if cfg.looks else ''} -> {store.path}", soft_wrap=True, markup=False, highlight=False)
     resume_hint = f"continue with: normkit compare --resume {store.path}"
     try:
         results = run_compare(cfg, store, progress=choose_progress(), executor=run_executor, options=options,

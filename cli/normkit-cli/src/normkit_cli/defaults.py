@@ -11,7 +11,8 @@ from typing import Any
 DEFAULTS: dict[str, Any] = {
     "seeds": [0, 1, 2, 3, 4], "baseline": None, "diagnostics": False, "select": "final",
     "metric": "test_acc", "margin": None,
-    "tune": {}, "tune_seeds": None, "sweep": {}, "ablate": False,
+    "tune": {}, "tune_seeds": None, "sweep": {}, "ablate": False, "looks": None, "max_seeds": None,
+    "max_cpu_minutes": None,
     "model": "small-cnn", "model_params": {}, "dataset": "digits", "dataset_params": {},
     "data_dir": None, "download": False, "epochs": 5, "batch_size": 128, "lr": None, "optimizer": "sgd",
     "momentum": 0.9, "weight_decay": None, "norm_weight_decay": None, "weight_decay_policy": "uniform",

@@ -58,7 +58,7 @@ def _cells(s: NormSummary, many: bool, any_failed: bool, tuned_keys: list[str]) 
         diff, interval = "-", d.note
     else:
         diff = f"{d.mean:+.2f}"
-        interval = interval_text(d.low, d.high, missing=d.note)
+        interval = interval_text(*(s.interval or (None, None)), missing=d.note)  # adjusted: what the verdict used
     from normkit_lab.analysis.summary import cell_label
 
     row = {"norm": s.norm}
@@ -66,7 +66,7 @@ def _cells(s: NormSummary, many: bool, any_failed: bool, tuned_keys: list[str]) 
         row["cell"] = cell_label(s.cell) or "-"
     if tuned_keys:
         row["tuned"] = tuned_text(s.tuned, tuned_keys)
-    row |= {"n": str(s.primary.n), "metric": _mean(s.primary), "Δ": diff, "95% CI": interval,
+    row |= {"n": str(s.primary.n), "metric": _mean(s.primary), "Δ": diff, ADJUSTED: interval,
             "Holm p": "" if v is None or v.p_holm is None else f"{v.p_holm:.3g}",
             "verdict": "baseline" if v is None else v.verdict,
             "MDE": "" if v is None or v.mde is None else f"{v.mde:.2f}",
@@ -77,6 +77,10 @@ def _cells(s: NormSummary, many: bool, any_failed: bool, tuned_keys: list[str]) 
         row["failed"] = str(s.failed)
     return row
 
+
+# The interval column: the paired difference's interval adjusted for the family (Holm) and the looks (sequential
+# seeds), the one the verdict is decided on (normkit_lab.analysis.verdicts), explained under the table.
+ADJUSTED = "adj. CI"
 
 # Narrowing steps, in order: drop these columns one at a time, fold the interval into Δ, drop MDE.
 _OPTIONAL = ("params", "peak MB", "samples/s", "s/epoch", "CPU s/epoch")
@@ -103,9 +107,9 @@ def summary_table(results: Results, summary: Summary, drop: tuple[str, ...] = ()
     fold = FOLD in drop
     if fold:
         for row in rows:
-            row["Δ"] = f"{row['Δ']} {row['95% CI']}".strip()
-    names = [name for name in rows[0] if name not in drop and not (fold and name == "95% CI")] if rows else []
-    headers = {"Δ": f"Δ vs {summary.baseline}" + (" [95% CI]" if fold else ""),
+            row["Δ"] = f"{row['Δ']} {row[ADJUSTED]}".strip()
+    names = [name for name in rows[0] if name not in drop and not (fold and name == ADJUSTED)] if rows else []
+    headers = {"Δ": f"Δ vs {summary.baseline}" + (f" [{ADJUSTED}]" if fold else ""),
                "tuned": f"tuned {tuned_keys[0]}" if len(tuned_keys) == 1 else "tuned",
                "metric": f"{metric.unit} ± s.e." if metric.unit == "%" else f"{metric.field} ± s.e."}
     for name in names:
@@ -153,6 +157,7 @@ def console() -> Console:
 def print_summary(results: Results, summaries: Sequence[Summary], console: Console) -> None:
     """The fitted table of each metric read (one with a single --metric) and, below them, the notes:
     fallbacks, failures, columns left out."""
+    from normkit_lab.analysis.looks import interval_lines, read_looks
     from normkit_lab.analysis.metric_family import family_caption
     from normkit_lab.analysis.summary import cell_label
     from normkit_lab.analysis.tuning import edge_warnings, read_tuning
@@ -187,11 +192,9 @@ def print_summary(results: Results, summaries: Sequence[Summary], console: Conso
             console.print(f"failed: {where} {error}", markup=False)
     if any(s.verdict is not None and s.verdict.verdict.startswith("no verdict") for s in summary.rows):
         console.print("no verdict (n<3): fewer than 3 paired seeds; run more seeds")
-    level = next((s.verdict.planning_alpha for s in summary.rows if s.verdict is not None and s.verdict.mde
-                  is not None), None)
-    if level is not None and "MDE" not in dropped:
-        console.print(f"MDE: the difference detected with 80% power at level {level:.3g} (alpha / comparisons, "
-                      f"the strictest Holm step)", markup=False)
+    for line in interval_lines(summary, results.sequential().get("design"), read_looks(results.sources[0])
+                               if len(results.sources) == 1 else None, "MDE" not in dropped):
+        console.print(line, markup=False, highlight=False)
 
 
 def _verdict_table(title: str, columns: list[str], left: tuple[str, ...]) -> Table:
@@ -210,7 +213,7 @@ def interaction_table(summary: Summary) -> Table:
     table = _verdict_table(f"interactions: does the gap to {summary.baseline} depend on the swept key? "
                            f"(gap at 'to' minus gap at 'from', paired by seed, + = the norm gains; Holm over "
                            f"{plural(len(summary.interactions), 'test')}; margin ±{summary.margin:g})",
-                           ["norm", "key", "from → to", "n", "Δ gap", "95% CI", "Holm p", "verdict"],
+                           ["norm", "key", "from → to", "n", "Δ gap", ADJUSTED, "Holm p", "verdict"],
                            ("norm", "key", "verdict"))
     for i in summary.interactions:
         t = i.test

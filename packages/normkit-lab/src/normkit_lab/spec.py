@@ -29,6 +29,7 @@ DEFAULT_WEIGHT_DECAY = {"sgd": 5e-4, "adamw": 0.05, "muon": 0.05}
 # (datasets/__init__.py, measured in docs/experiments.md). Other keys keep TrainConfig's defaults.
 TRAIN_DEFAULTS: dict[str, Any] = {"epochs": 5, "batch_size": 128}
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
+DEFAULT_MAX_SEEDS = 12  # `seeds: auto`: looks after 3, 5, 8 and 12 seeds (normkit_lab.sequential.plan_looks)
 DEFAULT_TUNE_SEEDS = 2  # tuning seeds when tuning and none are given: the next ones after `seeds`
 # How long a run trains: `epochs` (passes over the training data, the default), or a number of optimizer
 # `steps` or training `examples` that every cell of a batch-size sweep trains alike.
@@ -123,7 +124,10 @@ class CompareConfig:
     `select`: which epoch a run reports (`final` or `best-val`); `metric`: the primary metric
     (`normkit_lab.metrics.METRICS`; test accuracy, test bits per byte for language models);
     `margin`: the equivalence margin in the metric's unit (None = the metric's default, 0.5
-    points of accuracy). The runs are listed by `normkit_lab.study.plan`."""
+    points of accuracy). `looks`: sequential seeds (`seeds: auto`, normkit_lab.sequential): the seeds
+    after each look, `seeds` then being every seed the budget allows; None runs every seed (fixed n).
+    `max_cpu_minutes`: with looks, no further round starts once the runs' training CPU time plus the
+    next round's estimate would exceed it. The runs are listed by `normkit_lab.study.plan`."""
 
     norms: list[str]
     train: TrainConfig
@@ -137,6 +141,8 @@ class CompareConfig:
     tune_seeds: list[int] = field(default_factory=list)
     sweep: dict[str, list[Any]] = field(default_factory=dict)
     ablate: bool = False
+    looks: list[int] | None = None
+    max_cpu_minutes: float | None = None
     # the user's own training code (normkit_lab.runs.trainer): a program run once per run, or the
     # "module:name" of a Python function; code_files: hashes of the files they name (set by check)
     command: str | None = None
@@ -172,7 +178,7 @@ class CompareConfig:
             # one length: an epoch budget writes `epochs` (and no budget key, so its config hash is as before
             # budgets existed), a steps or examples budget writes `budget` and no unused `epochs`
             train.pop("epochs" if self.train.budget is not None else "budget")
-        own = {key: getattr(self, key) for key in EXTERNAL_KEYS if getattr(self, key) is not None}
+        own = {key: getattr(self, key) for key in (*SEQUENTIAL_KEYS, *EXTERNAL_KEYS) if getattr(self, key) is not None}
         return {"norms": list(self.norms), "seeds": list(self.seeds), "baseline": self.baseline_norm,
                 "diagnostics": self.diagnostics, "select": self.select, "metric": self.metric,
                 "margin": metric_named(self.metric).default_margin if self.margin is None else self.margin,
@@ -190,8 +196,9 @@ def own_code_train_keys(command: bool) -> tuple[str, ...]:
 
 # written to config.yaml only when set, so a built-in comparison's config (and its hash) is as before
 EXTERNAL_KEYS = ("command", "command_dir", "timeout", "train_function", "code_files")
+SEQUENTIAL_KEYS = ("looks", "max_cpu_minutes")  # `max_seeds` is read with `seeds: auto` and saved as the looks
 COMPARE_KEYS = ("norms", "seeds", "baseline", "diagnostics", "select", "metric", "margin", "tune", "tune_seeds",
-                 "sweep", "ablate", *EXTERNAL_KEYS)
+                 "sweep", "ablate", *SEQUENTIAL_KEYS, "max_seeds", *EXTERNAL_KEYS)
 
 
 def grid(values: dict[str, list[Any]]) -> list[dict[str, Any]]:
@@ -204,7 +211,8 @@ def defaults() -> dict[str, Any]:
     """Default value of every key except `norms`, which has none."""
     out: dict[str, Any] = {"seeds": list(DEFAULT_SEEDS), "baseline": None, "diagnostics": False,
                            "select": "final", "metric": "test_acc", "margin": None, "tune": {}, "tune_seeds": None,
-                           "sweep": {}, "ablate": False, **dict.fromkeys(EXTERNAL_KEYS)}
+                           "sweep": {}, "ablate": False, "looks": None, "max_seeds": None, "max_cpu_minutes": None,
+                           **dict.fromkeys(EXTERNAL_KEYS)}
     for f in dataclasses.fields(TrainConfig):
         if f.default is not dataclasses.MISSING:
             out[f.name] = f.default

@@ -138,6 +138,16 @@ def _tune_hint(config: Mapping[str, Any]) -> str:
     return "--tune lr=..."
 
 
+def _seeds_text(config: Mapping[str, Any], seeds: int) -> str:
+    """'5 seeds paired by seed', or with sequential seeds the design that chose how many."""
+    paired = f"{plural(seeds, 'seed')}{' paired by seed' if seeds > 1 else ''}"
+    looks = config.get("looks")
+    if not looks:
+        return paired
+    return (f"{paired}, added in looks at {', '.join(map(str, looks))} seeds to the comparisons still undecided "
+            f"(alpha spent across the looks, so stopping early keeps the error rates)")
+
+
 def caption(config: Mapping[str, Any], *, seeds: int, comparisons: int, baseline: str,
             summary: Summary | None = None) -> str:
     """The paragraph for a comparison saved with `config` (config.yaml's mapping); `summary` adds what its
@@ -158,7 +168,7 @@ def caption(config: Mapping[str, Any], *, seeds: int, comparisons: int, baseline
     size = (f"batches of {_values(sweep['batch_size'])} samples" if "batch_size" in sweep
             else f"a batch of {batch} samples")
     shows = (f"Shows: {config.get('model')} on {config.get('dataset')}, {training_length(config)} at {size}, {lr}, "
-             f"{plural(seeds, 'seed')}{' paired by seed' if seeds > 1 else ''}; the {config.get('select')} epoch's "
+             f"{_seeds_text(config, seeds)}; the {config.get('select')} epoch's "
              f"test-split value, each norm against {baseline} with Holm's adjustment over "
              f"{plural(comparisons, 'comparison')}.")
     shows += _length_sentence(config, summary)
@@ -206,7 +216,7 @@ def _own_code_caption(config: Mapping[str, Any], *, seeds: int, comparisons: int
     varied = [f"{key} tuned per norm on validation over {_values(values)}" for key, values in tune.items()]
     varied += [f"{key} = {_values(values)} (one cell each)" for key, values in sweep.items()]
     shows = (f"Shows: {code} (its own model, data and recipe){', ' + '; '.join(varied) if varied else ''}, "
-             f"{plural(seeds, 'seed')}{' paired by seed' if seeds > 1 else ''}; the {config.get('select')} "
+             f"{_seeds_text(config, seeds)}; the {config.get('select')} "
              f"epoch's {str(config.get('metric')).partition(':')[0]} as the program reported it, each norm against "
              f"{baseline} with Holm's adjustment over {plural(comparisons, 'comparison')}.")
     not_shown = ["how the norms rank under other recipes, models or data"]

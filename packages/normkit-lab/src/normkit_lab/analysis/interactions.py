@@ -8,7 +8,9 @@ values, the other keys held fixed), the per-seed difference of differences
     (norm - baseline at cell B) - (norm - baseline at cell A)     (oriented: + = the gap grows in
                                                                    the norm's favour from A to B)
 
-is tested like any paired difference (stats.py/verdicts.py): its 95% interval, paired t p (exact
+is tested like any paired difference (stats.py/verdicts.py): its Holm-adjusted interval (the t
+interval at the level the test was last tested at, so it excludes 0 exactly when a dependence is
+shown; `ci_level` in summary.json), paired t p (exact
 sign test with zero spread), Holm over every interaction test of the run, and TOST against the
 comparison's margin. Verdicts: "depends on KEY" (Holm p < alpha), "same gap across KEY (within
 margin)" (Holm TOST p < alpha: the gaps are shown to differ by less than the margin), otherwise "no
@@ -43,7 +45,8 @@ class Interaction:
         t = self.test
         return {"norm": self.norm, "key": self.key, "from": self.cell_a[self.key], "to": self.cell_b[self.key],
                 "cell_a": self.cell_a, "cell_b": self.cell_b, "n": t.n, "diff_of_diffs": self.mean,
-                "ci95_low": t.low, "ci95_high": t.high, "p_value": t.p, "p_holm": t.p_holm,
+                "ci95_low": t.low, "ci95_high": t.high, "ci_level": None if t.level is None else 1 - t.level,
+                "p_value": t.p, "p_holm": t.p_holm,
                 "p_tost_holm": t.p_tost_holm, "margin": t.margin, "verdict": self.verdict}
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from normkit_lab.analysis.caption import caption, summary_caption
 from normkit_lab.analysis.summary import Run, Summary, cell_key
-from normkit_lab.analysis.verdicts import decide
+from normkit_lab.analysis.verdicts import decide, oriented_to_metric
 from normkit_lab.errors import ConfigError
 from normkit_lab.metrics import metric_named, metric_spec, needs_margin
 
@@ -58,6 +58,13 @@ def across_metrics(summaries: Sequence[Summary]) -> list[Summary]:
     each comparison's equivalence test at its own metric's margin. One summary is returned as it is."""
     if len(summaries) < 2:
         return list(summaries)
+    first = summaries[0]
+    if any(r.verdict is not None and r.verdict.look is not None for r in first.rows):
+        others = ", ".join(s.metric.field for s in summaries[1:])
+        note = (f"sequential seeds: the looks decided on {first.metric.field}, which chose the seeds; the verdicts "
+                f"of {others} are fixed-seed tests on those seeds, each metric its own Holm family, not protected "
+                f"against that stopping")
+        return [first, *(dataclasses.replace(s, notes=[*s.notes, note]) for s in summaries[1:])]
     found = []  # (summary index, row index, oriented paired differences, margin)
     for i, summary in enumerate(summaries):
         base = {cell_key(r.cell): r.values for r in summary.rows if r.norm == summary.baseline}
@@ -73,7 +80,8 @@ def across_metrics(summaries: Sequence[Summary]) -> list[Summary]:
             f"({names}), one family: the verdicts of each metric count the others' claims too")
     out = [dataclasses.replace(s, rows=list(s.rows), notes=[*s.notes, note]) for s in summaries]
     for (i, j, _, _), verdict in zip(found, verdicts, strict=True):
-        out[i].rows[j] = dataclasses.replace(out[i].rows[j], verdict=verdict)
+        out[i].rows[j] = dataclasses.replace(out[i].rows[j], verdict=verdict, interval=oriented_to_metric(
+            verdict.low, verdict.high, summaries[i].metric.sign))  # the interval of the family's verdict
     return out
 
 

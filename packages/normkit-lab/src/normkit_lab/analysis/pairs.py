@@ -2,7 +2,7 @@
 
 The baseline comparison answers "how does each norm do against X"; with several candidates the
 question is often "which is best". Here every pair (A, B) of norms in a cell, in the given order
-with B after A, gets the paired difference B - A (oriented: + = B better), its 95% interval and the
+with B after A, gets the paired difference B - A (oriented: + = B better), its Holm-adjusted interval and the
 verdict rule of verdicts.py, Holm-adjusted over all pairs of all cells (k norms give k(k-1)/2 pairs
 per cell, so the adjustment is stricter than the baseline family's).
 
@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from normkit_lab.analysis.verdicts import BETTER, EQUIVALENT, WORSE, Verdict, decide
+from normkit_lab.analysis.verdicts import BETTER, EQUIVALENT, WORSE, Verdict, decide, oriented_to_metric
 from normkit_lab.stats import PairedDifference, paired_difference
 
 
@@ -31,12 +31,14 @@ class PairVerdict:
     other: str
     diff: PairedDifference
     verdict: Verdict
+    interval: tuple[float, float] | None = None  # the Holm-adjusted interval of norm - other the verdict used
 
     def as_dict(self) -> dict[str, Any]:
         d, v = self.diff, self.verdict
         return {"norm": self.norm, "vs": self.other, "n": d.n, "diff_mean": d.mean, "diff_ci95_low": d.low,
-                "diff_ci95_high": d.high, "p_value": v.p, "p_holm": v.p_holm, "p_tost_holm": v.p_tost_holm,
-                "verdict": v.verdict}
+                "diff_ci95_high": d.high, "diff_adj_low": self.interval[0] if self.interval else None,
+                "diff_adj_high": self.interval[1] if self.interval else None, "p_value": v.p, "p_holm": v.p_holm,
+                "p_tost_holm": v.p_tost_holm, "verdict": v.verdict}
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,8 @@ def all_pairs(cells: Sequence[tuple[dict[str, Any], Mapping[str, Mapping[int, fl
             diff = paired_difference([values[b][s] for s in seeds], [values[a][s] for s in seeds])
             found.append((cell, b, a, diff, [sign * (values[b][s] - values[a][s]) for s in seeds]))
     verdicts = decide([f[4] for f in found], margin)
-    return [PairVerdict(cell, b, a, diff, v) for (cell, b, a, diff, _), v in zip(found, verdicts, strict=True)]
+    return [PairVerdict(cell, b, a, diff, v, oriented_to_metric(v.low, v.high, sign))
+            for (cell, b, a, diff, _), v in zip(found, verdicts, strict=True)]
 
 
 def _kind(verdict: str) -> str:

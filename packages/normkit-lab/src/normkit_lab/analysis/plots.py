@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from normkit_lab.analysis.caption import plural
 from normkit_lab.analysis.diagnostic_verdicts import FAMILIES, MEANING
 from normkit_lab.analysis.metric_family import recorded_metrics
 from normkit_lab.analysis.summary import NormSummary, Run, Summary, cell_key, cell_label
@@ -80,7 +81,8 @@ def _many_cells(summary: Summary) -> bool:
 
 
 def forest(summary: Summary) -> bytes:
-    """Paired differences with their 95% intervals and the equivalence band; with --diagnostics,
+    """Paired differences with their adjusted intervals (Holm, and the looks with sequential seeds: the ones
+    the verdicts are decided on) and the equivalence band; with --diagnostics,
     one more panel per family of representation measures (their own units, no margin)."""
     plt = _pyplot()
     families = [f for f in FAMILIES if any(d.family == f for d in summary.diagnostics)]
@@ -111,7 +113,7 @@ def _metric_panel(ax: Any, summary: Summary, drawn: list[NormSummary]) -> None:
     ax.axvline(0.0, color="black", linewidth=0.8)
     for y, s in enumerate(reversed(drawn)):
         d = s.vs_baseline
-        low, high = d.low, d.high
+        low, high = s.interval or (None, None)
         if low is not None and high is not None and span is not None:
             low, high = max(-span, low), min(span, high)
         if low is not None and high is not None:
@@ -122,8 +124,10 @@ def _metric_panel(ax: Any, summary: Summary, drawn: list[NormSummary]) -> None:
                                       for s in reversed(drawn)])
     ax.set_ylim(-0.7, len(drawn) - 0.3)
     good = "right" if metric.higher_is_better else "left"
+    looks = ", looks" if any(s.verdict is not None and s.verdict.look is not None for s in drawn) else ""
     ax.set(xlabel=f"{summary.label} ({_unit(summary)}): norm - {summary.baseline}  ({good} is better)",
-           title=f"Paired difference to {summary.baseline}, mean and 95% t interval")
+           title=f"Paired difference to {summary.baseline}, mean and interval adjusted for "
+                 f"{plural(len(drawn), 'comparison')} (Holm{looks})")
     ax.grid(axis="x", alpha=0.3)
     ax.legend(loc="lower left", fontsize=8)
 

@@ -20,6 +20,7 @@ import yaml
 from normkit_lab import lm_baselines, safe_yaml, step_log
 from normkit_lab.analysis import plots
 from normkit_lab.analysis.caption import training_length
+from normkit_lab.analysis.looks import budget_ended, read_looks
 from normkit_lab.analysis.metric_family import across_metrics, margin_for, recorded_metrics, split_metrics
 from normkit_lab.analysis.report_html import render_html
 from normkit_lab.analysis.summary import Run, Summary, cell_key, runs_from_results, runs_from_rows, summarize
@@ -28,6 +29,7 @@ from normkit_lab.diagnostics.report import write_report as write_diagnostics_fil
 from normkit_lab.errors import ConfigError
 from normkit_lab.metrics import DEFAULT_METRIC, margin_of, metric_named, metric_spec, select_of
 from normkit_lab.records import RUNTIME_KEYS, RunResult
+from normkit_lab.sequential import Design
 from normkit_lab.store.results import METRICS_DIR, ResultsDir, atomic_write_text, rows_to_runs
 from normkit_lab.store.safe_paths import make_dirs
 
@@ -36,7 +38,8 @@ REPORT_HTML = "report.html"
 # Keys that may differ between merged directories besides the runtime ones. The primary metric (and
 # so its margin) only chooses what is read from the runs, which record every metric: the merged
 # report uses --metric, else the first directory's.
-_MERGE_FREE = RUNTIME_KEYS | {"norms", "seeds", "baseline", "margin", "select", "metric", "command_dir"}
+_MERGE_FREE = RUNTIME_KEYS | {"norms", "seeds", "baseline", "margin", "select", "metric", "command_dir", "looks",
+                              "max_cpu_minutes"}
 
 
 @dataclass
@@ -61,12 +64,23 @@ class Results:
         """Statistics and verdicts per (cell, norm), with `select` and `margin` from the config."""
         metric = metric_named(self.metric)
         summary = summarize(self.run_views(), self.norms, self.baseline, metric,
-                            select=select_of(self.config), margin=margin_of(self.config, metric), pairs=self.all_pairs)
+                            select=select_of(self.config), margin=margin_of(self.config, metric), pairs=self.all_pairs,
+                            **self.sequential())
         baselines = self.lm_baselines()
         line = lm_baselines.note(baselines, summary.rows, metric.unit) if baselines is not None else None
         if line:  # language models: where the runs end against the n-gram tables, in every view of them
             summary.notes.append(line)
         return summary
+
+    def sequential(self) -> dict[str, Any]:
+        """summarize()'s sequential-seeds arguments for one directory run with `seeds: auto` (its looks in
+        config.yaml, the rounds' stop in looks.json); none for fixed seeds or merged directories, whose
+        seeds are then analyzed as one look."""
+        looks = self.config.get("looks")
+        if not looks or len(self.sources) != 1:
+            return {}
+        return {"design": Design(tuple(looks)), "seeds": list(self.config.get("seeds") or ()),
+                "final": budget_ended(read_looks(self.sources[0]))}
 
     def lm_baselines(self) -> dict[str, Any] | None:
         """The n-gram tables recorded with a language model's runs (None for other data)."""

@@ -86,7 +86,7 @@ def _table(summary: Summary, many: bool) -> str:
     tuned_head = ([f"tuned {keys[0]} (chosen on validation)" if len(keys) == 1 else "tuned (chosen on validation)"]
                   if keys else [])
     heads = ["norm", *tuned_head, "seeds (n)", f"{summary.label} ({unit}) ± s.e.", f"Δ vs {summary.baseline}",
-             "95% CI of Δ", "p", "Holm p", "TOST Holm p (equivalence)", "verdict",
+             "adjusted CI of Δ (Holm, looks)", "p", "Holm p", "TOST Holm p (equivalence)", "verdict",
              f"MDE ({unit}): smallest Δ these seeds detect", f"seeds to detect a Δ of the margin ({m})",
              f"seeds to show equivalence within {m}", "steps", "s/epoch", "CPU s/epoch", "samples/s", "peak MB",
              "params", "diverged", "failed"]
@@ -95,7 +95,7 @@ def _table(summary: Summary, many: bool) -> str:
         d, v = s.vs_baseline, s.verdict
         mean = "-" if s.primary.mean is None else (
             f"{s.primary.mean:.2f} ± {s.primary.sem:.2f}" if s.primary.sem is not None else f"{s.primary.mean:.2f}")
-        ci = "" if d is None else interval_text(d.low, d.high, missing=d.note)
+        ci = "" if d is None else interval_text(*(s.interval or (None, None)), missing=d.note)
         verdict = v.verdict if v else BASELINE
         needed = "" if v is None else (str(v.seeds_needed) if v.seeds_needed is not None else v.seeds_note)
         cells = [_name(s, many), *([_tuned_text(s.tuned, keys)] if keys else []), str(s.primary.n), mean,
@@ -157,9 +157,7 @@ def _readings(summary: Summary, many: bool) -> str:
     for s in summary.rows:
         if s.verdict is None:
             continue
-        d = s.vs_baseline
-        interval = (d.low, d.high) if d is not None and d.low is not None and d.high is not None else None
-        text = reading(s.verdict, _name(s, many), summary.baseline, summary.label, summary.metric.unit, interval)
+        text = reading(s.verdict, _name(s, many), summary.baseline, summary.label, summary.metric.unit, s.interval)
         items.append(f'<li><span class="{_verdict_class(s.verdict.verdict)}">{_e(s.verdict.verdict)}</span>: '
                      f"{_e(text)}</li>")
     if not items:
@@ -174,10 +172,14 @@ def _how_to_read(summary: Summary) -> str:
         f"<p>Primary metric: <b>{_e(summary.label)}</b> ({_e(m.unit)}, {direction} is better), read from the "
         f"<code>{_e(summary.source)}</code> field at the <b>{_e(summary.select)}</b> epoch of every finished "
         f"run. Δ is norm minus {_e(summary.baseline)} on the same seed, averaged over seeds where both "
-        f"finished, with its 95% t interval. Verdicts: Holm-adjusted paired t-test p &lt; 0.05 gives "
+        f"finished, with its adjusted interval: the t interval at the Holm level the comparison was last tested "
+        f"at (and, with sequential seeds, at the alpha its look spent), the interval the verdict is decided on, "
+        f"so it excludes 0 exactly when a difference is shown (summary.csv also has the unadjusted 95% "
+        f"interval). With sequential seeds (<code>--seeds auto</code>) p-values are not Holm-adjusted: the "
+        f"looks decide, see docs/experiments.md. Verdicts: Holm-adjusted paired t-test p &lt; 0.05 gives "
         f"<i>better</i> or <i>worse</i>; otherwise a Holm-adjusted two one-sided test (TOST) against the "
         f"margin ±{summary.margin:g} {_e(m.unit)} gives <i>equivalent</i>; otherwise <i>inconclusive</i>. "
-        f"A significant difference whose whole 95% interval lies inside the margin is marked "
+        f"A significant difference whose whole adjusted interval lies inside the margin is marked "
         f"<i>(within margin)</i>. When every seed gives the same difference the exact sign test replaces "
         f"the t-test. Planning numbers use the level of the strictest Holm step, alpha / m (Bonferroni, m = "
         f"the number of comparisons): MDE is the difference this number of seeds detects with 80% power; "
@@ -190,12 +192,13 @@ def _interactions(summary: Summary) -> str:
     """Sweeps: the interaction tests (does a norm's gap to the baseline depend on the swept key?)."""
     if not summary.interactions:
         return ""
-    heads = ["norm", "key", "from", "to", "n", "Δ gap (to − from)", "95% CI", "p", "Holm p", "TOST Holm p",
+    heads = ["norm", "key", "from", "to", "n", "Δ gap (to − from)", "Holm-adjusted CI", "p", "Holm p", "TOST Holm p",
              "verdict"]
     out = ["<h2>Interactions</h2>",
            f"<p>For every norm and every pair of cells that differ in one swept key, the per-seed difference "
            f"of its gaps to {_e(summary.baseline)} (gap at <i>to</i> minus gap at <i>from</i>; + means the "
-           f"norm gains on the baseline), with a 95% t interval and paired t-test, Holm-adjusted over all "
+           f"norm gains on the baseline), with a t interval at its Holm step's level (it excludes 0 exactly when a "
+           f"dependence is shown) and paired t-test, Holm-adjusted over all "
            f"{len(summary.interactions)} interaction tests. <i>depends on KEY</i>: Holm p &lt; 0.05; <i>same "
            f"gap (within margin)</i>: TOST shows the gaps differ by less than ±{summary.margin:g} "
            f"{_e(summary.metric.unit)}; otherwise <i>no evidence that it depends</i>, which is not evidence "
@@ -289,11 +292,11 @@ def _ranking(summary: Summary) -> str:
         out.append("<tr>" + "".join(f'<td class="{"l" if i == len(cells) - 5 else ""}">{_e(c)}</td>'
                                     for i, c in enumerate(cells)) + "</tr>")
     out.append("</table>")
-    heads = ["norm", "vs", "n", "Δ", "95% CI", "p", "Holm p", "TOST Holm p", "verdict"]
+    heads = ["norm", "vs", "n", "Δ", "Holm-adjusted CI", "p", "Holm p", "TOST Holm p", "verdict"]
     out.append('<div class="wide"><table>' + _head(heads, ("norm", "vs", "verdict")))
     for p in summary.pairs:
         d, v = p.diff, p.verdict
-        ci = interval_text(d.low, d.high, missing=d.note)
+        ci = interval_text(*(p.interval or (None, None)), missing=d.note)
         name = f"{p.norm} [{cell_label(p.cell)}]" if many and p.cell else p.norm
         cells = [name, p.other, d.n, _num(d.mean, ".2f", True), ci, _p(v.p), _p(v.p_holm), _p(v.p_tost_holm)]
         tds = [f'<td class="{"l" if i < 2 else ""}">{_e(c)}</td>' for i, c in enumerate(cells)]

@@ -20,10 +20,11 @@ from normkit_lab.analysis.ablations import StageTest, declared_ablations, stage_
 from normkit_lab.analysis.diagnostic_verdicts import DiagnosticVerdict, diagnostic_verdicts, measures_of
 from normkit_lab.analysis.interactions import Interaction, interactions
 from normkit_lab.analysis.pairs import PairVerdict, Rank, all_pairs, ranking
-from normkit_lab.analysis.verdicts import BASELINE, Verdict, decide
+from normkit_lab.analysis.verdicts import BASELINE, Verdict, decide, oriented_to_metric
 from normkit_lab.errors import ConfigError
 from normkit_lab.metrics import METRICS, Metric, run_value
 from normkit_lab.records import RunResult
+from normkit_lab.sequential import Design, looks_reached
 from normkit_lab.stats import MeanSem, PairedDifference, mean_sem, paired_difference
 from normkit_lab.store.results import group_runs, run_rows
 
@@ -110,6 +111,9 @@ class NormSummary:
     steps: int | None = None  # optimizer steps of a finished run (the median; they differ only if runs stopped)
     load_max: float | None = None  # the highest 1-minute load average at the end of any epoch
     cores: int | None = None  # the cores the runs could use
+    # the interval the verdict implies (norm - baseline, metric unit): adjusted for the family (Holm) and,
+    # with sequential seeds, for the looks; excludes 0 exactly when a difference is shown (verdicts.py)
+    interval: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -157,6 +161,9 @@ class Summary:
             "diff_sd": d.sd if d else None,
             "diff_ci95_low": d.low if d else None, "diff_ci95_high": d.high if d else None,
             "diff_p_value": d.p_value if d else None, "diff_note": d.note if d else "baseline",
+            "diff_adj_low": s.interval[0] if s.interval else None,
+            "diff_adj_high": s.interval[1] if s.interval else None,
+            "adj_level": v.level if v else None, "look": v.look if v else None, "stop": v.stop if v else "",
             "verdict": v.verdict if v else BASELINE, "p_holm": v.p_holm if v else None,
             "p_tost": v.p_tost if v else None, "p_tost_holm": v.p_tost_holm if v else None,
             "margin": self.margin, "mde": v.mde if v else None,
@@ -215,11 +222,15 @@ def _cells(runs: Sequence[Run]) -> list[dict[str, Any]]:
 
 
 def summarize(runs: Sequence[Run], norms: Sequence[str], baseline: str, metric: Metric,
-              select: str = "final", margin: float | None = None, pairs: bool = False) -> Summary:
+              select: str = "final", margin: float | None = None, pairs: bool = False,
+              design: Design | None = None, seeds: Sequence[int] = (), final: bool = False) -> Summary:
     """One NormSummary per (cell, norm) (cells in order of appearance, norms in `norms` order).
 
     Only comparison-phase runs count (tuning runs are on other seeds and pick hyperparameters).
     `pairs`: also compare every pair of norms and rank them (`--all-pairs`, see pairs.py).
+    `design`: sequential seeds (normkit_lab.sequential) over `seeds` in the order they are added; a
+    comparison has reached the looks whose seeds both its norms have recorded runs for (any status);
+    `final`: the budget ended the rounds (looks.json).
     """
     runs = [r for r in runs if r.phase == COMPARE_PHASE]
     margin = metric.default_margin if margin is None else margin
@@ -249,11 +260,19 @@ def summarize(runs: Sequence[Run], norms: Sequence[str], baseline: str, metric: 
             seeds = sorted(set(values[norm]) & set(values[baseline]))
             diff = None if norm == baseline else paired_difference(
                 [values[norm][s] for s in seeds], [values[baseline][s] for s in seeds])
+            recorded = {r.seed for r in mine} & {r.seed for r in in_cell if r.norm == baseline}
             partial.append({"norm": norm, "cell": cell, "mine": mine, "values": values[norm], "diff": diff,
-                            "oriented": {s: metric.sign * (values[norm][s] - values[baseline][s]) for s in seeds}})
+                            "oriented": {s: metric.sign * (values[norm][s] - values[baseline][s]) for s in seeds},
+                            "recorded": recorded})
     compared = [p for p in partial if p["diff"] is not None]
-    for p, verdict in zip(compared, decide([list(p["oriented"].values()) for p in compared], margin), strict=True):
+    position = {seed: i for i, seed in enumerate(seeds)}
+    found = decide([list(p["oriented"].values()) for p in compared], margin, design=design, final=final,
+                   positions=[[position.get(s, len(position)) for s in p["oriented"]] for p in compared],
+                   reached=[looks_reached(design, [position[s] for s in p["recorded"] if s in position])
+                            for p in compared] if design is not None else None)
+    for p, verdict in zip(compared, found, strict=True):
         p["verdict"] = verdict
+        p["interval"] = oriented_to_metric(verdict.low, verdict.high, metric.sign)
     rows = [_norm_summary(p) for p in partial]
     notes += load_notes(rows)
     cells = _cells(runs)
@@ -297,7 +316,7 @@ def _norm_summary(p: dict[str, Any]) -> NormSummary:
         diverged=sum(r.status == "diverged" for r in mine), failed=sum(r.status == "failed" for r in mine),
         errors=[f"seed {r.seed}: {r.error}" for r in mine if r.status == "failed"],
         values=dict(p["values"]), primary=mean_sem(list(p["values"].values())), best_val_acc=mean_sem(bests),
-        vs_baseline=p["diff"], verdict=p.get("verdict"),
+        vs_baseline=p["diff"], verdict=p.get("verdict"), interval=p.get("interval"),
         time_per_epoch_s=_median(numbers("epoch_time_s")), throughput=_median(numbers("throughput")),
         peak_mem_mb=max(peaks) if peaks else None,
         params=next((r.params for r in mine if r.params is not None), None),

@@ -39,6 +39,7 @@ from normkit_lab.study import versions
 from normkit_lab.study.config import build_config, load_yaml, save_yaml
 from normkit_lab.study.plan import choose, compare_plan, run_count, tune_plan
 from normkit_lab.study.progress import Progress
+from normkit_lab.study.rounds import run_rounds
 
 TuningTable = Callable[[list[dict[str, Any]]], None]
 
@@ -209,7 +210,10 @@ def run_compare(cfg: CompareConfig, store: ResultsDir, *, progress: Progress | N
             store.write_tuning(table)
             if on_tuned is not None:
                 on_tuned(table)
-        run_all([run_id for run_id in compare_plan(cfg, chosen) if run_id not in finished])
+        if cfg.looks is None:
+            run_all([run_id for run_id in compare_plan(cfg, chosen) if run_id not in finished])
+        else:  # sequential seeds: the same plan and executor, one look at a time (study/rounds.py)
+            run_rounds(cfg, store, chosen, run_all, lambda: results_of(cfg, store).summary())
     finally:
         progress.close()
         _record_load(store)

@@ -9,6 +9,7 @@ keys are errors, so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import re
 import types
@@ -29,9 +30,11 @@ from normkit_lab.metrics import metric_named, metric_spec, needs_margin
 from normkit_lab.models import model_params
 from normkit_lab.records import RUNTIME_KEYS, SELECTIONS
 from normkit_lab.runs.template import check_free_values, value_as_written
+from normkit_lab.sequential import plan_looks
 from normkit_lab.spec import (
     BUDGET_UNITS,
     COMPARE_KEYS,
+    DEFAULT_MAX_SEEDS,
     DEFAULT_TUNE_SEEDS,
     EXTERNAL_KEYS,
     CompareConfig,
@@ -342,7 +345,8 @@ def build_config(values: dict[str, Any]) -> CompareConfig:
     if merged.get("norms") is None:
         raise ConfigError("no norms to compare; pass --norms, e.g. --norms bn,bnn,gn+pn")
     norms = parse_norms(merged.pop("norms"))
-    seeds = parse_seeds(merged.pop("seeds"))
+    seeds, looks, max_cpu_minutes = _sequential(merged.pop("seeds"), merged.pop("max_seeds"), merged.pop("looks"),
+                                                merged.pop("max_cpu_minutes"))
     baseline = _check_type("baseline", merged.pop("baseline"), str | None)
     diagnostics = _check_type("diagnostics", merged.pop("diagnostics"), bool)
     ablate = _check_type("ablate", merged.pop("ablate"), bool)
@@ -393,7 +397,41 @@ def build_config(values: dict[str, Any]) -> CompareConfig:
                           "available for a command or train function: drop --diagnostics")
     return CompareConfig(norms=norms, train=train, seeds=seeds, baseline=baseline, diagnostics=diagnostics,
                          select=select, metric=metric, margin=margin, tune=tune, tune_seeds=tune_seeds, sweep=sweep,
-                         ablate=ablate, **own)
+                         ablate=ablate, looks=looks, max_cpu_minutes=max_cpu_minutes, **own)
+
+
+_AUTO_HINT = "seeds auto adds seeds in rounds; give --max-seeds N (at least 3) and optionally --max-cpu-minutes M"
+
+
+def _sequential(seeds_value: Any, max_seeds: Any, looks: Any, max_cpu_minutes: Any
+                ) -> tuple[list[int], list[int] | None, float | None]:
+    """Seeds, looks and CPU budget: `seeds: auto` (optionally `max_seeds`) plans the looks of sequential seeds
+    (normkit_lab.sequential.plan_looks) over seeds 0..max_seeds-1; a config.yaml saved by such a run gives
+    the seeds and `looks` themselves; any other seeds are fixed (no looks, no max_seeds or budget)."""
+    auto = isinstance(seeds_value, str) and seeds_value.strip().lower() == "auto"
+    max_seeds = _check_type("max_seeds", max_seeds, int | None)
+    budget = _check_type("max_cpu_minutes", max_cpu_minutes, float | None)
+    if budget is not None and not (math.isfinite(budget) and budget > 0):
+        raise ConfigError(f"max_cpu_minutes must be a number of minutes > 0, not {budget!r}")
+    if auto:
+        if looks is not None:
+            raise ConfigError("seeds auto plans the looks itself; give either seeds auto or looks, not both")
+        count = DEFAULT_MAX_SEEDS if max_seeds is None else max_seeds
+        if not 3 <= count <= MAX_SEEDS:
+            raise ConfigError(f"max_seeds must be between 3 and {MAX_SEEDS:,}, not {count}; {_AUTO_HINT}")
+        return list(range(count)), list(plan_looks(count)), budget
+    if max_seeds is not None or (budget is not None and looks is None):
+        raise ConfigError(f"max_seeds and max_cpu_minutes apply to --seeds auto, not to fixed seeds "
+                          f"{short_repr(seeds_value)}; {_AUTO_HINT}")
+    seeds = parse_seeds(seeds_value)
+    if looks is None:
+        return seeds, None, None
+    if not (isinstance(looks, list) and looks and all(isinstance(n, int) and not isinstance(n, bool) for n in looks)
+            and all(b > a for a, b in itertools.pairwise(looks)) and looks[0] >= 3
+            and looks[-1] == len(seeds)):
+        raise ConfigError(f"looks must be increasing seed counts from at least 3 up to the number of seeds "
+                          f"({len(seeds)}), not {short_repr(looks)}; {_AUTO_HINT}")
+    return seeds, list(looks), budget
 
 
 def _refuse_builtin_keys(values: dict[str, Any]) -> None:

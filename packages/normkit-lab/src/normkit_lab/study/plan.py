@@ -34,16 +34,20 @@ def tune_plan(cfg: CompareConfig) -> list[RunId]:
             for seed in cfg.tune_seeds for norm in cfg.arms for candidate in grid(cfg.tune)]
 
 
-def compare_plan(cfg: CompareConfig, chosen: dict[tuple[Any, str], dict[str, Any]] | None = None) -> list[RunId]:
+def compare_plan(cfg: CompareConfig, chosen: dict[tuple[Any, str], dict[str, Any]] | None = None, *,
+                 seeds: int | None = None, arms: Callable[[dict[str, Any]], list[str]] | None = None) -> list[RunId]:
     """The comparison runs, seed-major within each cell so an interruption keeps full pairs.
 
     `chosen` maps (frozen cell, norm) to the tuned values (from `choose`); required with `tune`.
+    Sequential seeds (study/rounds.py) list one look's runs: `seeds` the first N seeds, `arms(cell)` the
+    arms that still run in a cell (default every arm).
     """
     if cfg.tune and chosen is None:
         raise ValueError("compare_plan needs the values chosen by tuning")
     chosen = chosen or {}
     return [RunId.of(norm, seed, "compare", cell, chosen.get((frozen(cell), norm)))
-            for cell in grid(cfg.sweep) for seed in cfg.seeds for norm in cfg.arms]
+            for cell in grid(cfg.sweep) for seed in cfg.seeds[:seeds]
+            for norm in (cfg.arms if arms is None else arms(cell))]
 
 
 def run_count(cfg: CompareConfig) -> tuple[int, int]:
