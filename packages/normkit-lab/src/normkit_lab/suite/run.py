@@ -299,7 +299,7 @@ def _check_own(suite: Suite, task: Task, store: ResultsDir) -> None:
     saved = _comparable(lab_config.load_yaml(store.config_path))
     made = lab_config.save_yaml(lab_config.build_config(suite.plan.task_values(task, suite.plan.hosted_norms(task))))
     expected = _comparable(lab_config.normalize_keys(safe_yaml.loads(made, "config"), "config"))
-    changed = [f"{k}: {short_repr(expected.get(k), 30)} -> {short_repr(saved.get(k), 30)}"
+    changed = [f"{k}: {short_repr(saved.get(k), 30)} there, {short_repr(expected.get(k), 30)} in the plan"
                for k in sorted(set(saved) | set(expected)) if json.dumps(saved.get(k), sort_keys=True, default=repr)
                != json.dumps(expected.get(k), sort_keys=True, default=repr)]
     if changed:
