@@ -163,8 +163,8 @@ def edit(path: Path, **changes) -> None:
 @pytest.mark.parametrize(("changes", "needle"), [
     ({"seeds": [0, 1, 2, 3, 4]}, "was edited after the suite was created (seeds: [0] -> [0, 1, 2, 3, 4])"),
     ({"norms": ["bn", "ln"]}, "was edited after the suite was created (norms: ['bn'] -> ['bn', 'ln'])"),
-    ({"norms": ["bogus"]}, "does not hold a valid plan (unknown norm or stage 'bogus'"),
-    ({"workloads": ["../../x"]}, "does not hold a valid plan (unknown workload '../../x'"),
+    ({"norms": ["bogus"]}, "holds a plan this installation cannot run (unknown norm or stage 'bogus'"),
+    ({"workloads": ["../../x"]}, "holds a plan this installation cannot run (unknown workload '../../x'"),
     ({"seeds": "0-4"}, "they must be a list of integers"),
     ({"excluded": "x"}, "has excluded 'x'"),
     ({"excluded": {"tiny": ["bn"]}}, "has excluded"),

@@ -227,8 +227,9 @@ def _plan_of(data: Any, path: Path) -> tuple[SuitePlan, str | None]:
                              f"that cannot run there and why")
     try:
         plan = SuitePlan.make(norms, seeds, workloads, data["scale"], data["holdout"], runtime)
-    except normkit.NormkitError as exc:
-        raise _damaged(path, f"does not hold a valid plan ({one_line(str(exc), 200)})") from None
+    except normkit.NormkitError as exc:  # a plugin uninstalled since, or an edit
+        raise ConfigError(f"{str(path)!r} holds a plan this installation cannot run ({one_line(str(exc), 200)}); "
+                          f"install the plugin it needs, or restore the file if it was edited") from None
     if plan.identity() != {key: data[key] for key in IDENTITY_KEYS}:
         raise _damaged(path, "holds a plan in another spelling than the one it was created with")
     plan.excluded = {task: dict(by) for task, by in excluded.items()}
