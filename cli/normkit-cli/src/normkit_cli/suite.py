@@ -90,6 +90,8 @@ def suite_cmd(
     validation; then the comparison seeds, paired verdicts against the first norm, and the steps and
     CPU seconds to the workload's target. Across workloads: performance profiles and the mean rank
     with a bootstrap interval over seeds. Writes scorecard.json, profile.png and report.html.
+    Exit 1 when any run failed (the scorecard shows the failures per norm and does not rank those
+    norms), 2 for bad input; --resume continues with the saved plan (docs/suite.md).
     """
     if list_:
         _list("quick" if quick else scale or "cpu")
