@@ -57,7 +57,7 @@ def suite_cmd(
                                                    "baseline, e.g. bn,gn+pn,mynorm.", show_default=False)] = None,
     list_: Annotated[bool, typer.Option("--list", help="List the workloads and exit.")] = False,
     seeds: Annotated[str | None, typer.Option(help="Comparison seeds: a count N, a list 0,1,5 or a range 0-4 "
-                                                   "(tuning uses the seed after them).  [default: 3]",
+                                                   "(tuning uses the seed after them; default 3).",
                                               show_default=False)] = None,
     workloads: Annotated[str | None, typer.Option(help="Only these workloads, comma-separated (default: all).",
                                                   show_default=False)] = None,
@@ -65,7 +65,7 @@ def suite_cmd(
                                                "them beside the visible ones.")] = False,
     quick: Annotated[bool, typer.Option(help="The workloads' quick forms: a smoke test (CI), not a result.")] = False,
     scale: Annotated[str | None, typer.Option(help="cpu (runs here), or paper (each workload's GPU recipe; "
-                                                   "docs/suite.md).  [default: cpu]", show_default=False)] = None,
+                                                   "docs/suite.md; default cpu).", show_default=False)] = None,
     out: Annotated[Path | None, typer.Option(help="Suite directory (default runs/<timestamp>-suite).",
                                              show_default=False)] = None,
     resume: Annotated[Path | None, typer.Option(help="Continue a suite directory with its saved plan; finished "
