@@ -263,13 +263,13 @@ def test_quick_is_a_smoke_test_in_the_scorecard_the_page_and_the_terminal(tmp_pa
     out = tmp_path / "smoke"
     result = suite("--norms", "bn,ln", "--workloads", "tiny", "--quick", "--seeds", "1", "--out", str(out))
     assert result.exit_code == 0, result.output
-    assert "smoke test: a smoke test (--quick)" in result.stdout
+    assert "this is a smoke test (--quick), not a result" in result.stdout
     assert "inconclusive" not in result.stdout and "mean rank" not in result.stdout
     card = json.loads((out / "scorecard.json").read_text())
-    assert card["smoke_test"] and "not results" in card["note"]
+    assert card["smoke_test"] and "not a result" in card["note"]
     assert card["visible"] is None and all(n["verdict"] is None for n in card["workloads"][0]["norms"])
     page = (out / "report.html").read_text()
-    assert "Smoke test, not a result" in page and "Across the visible workloads" not in page
+    assert "This is a smoke test (--quick), not a result" in page and "Across the visible workloads" not in page
     assert not (out / "profile.png").exists()
 
 

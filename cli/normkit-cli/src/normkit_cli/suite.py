@@ -198,7 +198,7 @@ def _print(card: dict[str, Any]) -> None:
     """Per workload the verdicts; then the aggregate: mean rank [bootstrap], profile score (a smoke test:
     the metric means only, and a line saying it is one)."""
     if card["smoke_test"]:
-        typer.echo(f"smoke test: {card['note']}")
+        typer.echo(f"this is {card['note']}")
     for w in card["workloads"]:
         cells = []
         for n in w["norms"]:

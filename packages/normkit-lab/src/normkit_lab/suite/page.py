@@ -180,7 +180,7 @@ def render(card: dict[str, Any], figure: bytes | None) -> str:
         missing += (f"<p class='note fail'>Failed runs per norm: {_e(failed)}; each workload's table gives the first "
                     f"error. A norm with failed runs is not ranked.</p>")
     if card.get("smoke_test"):
-        missing = f"<p class='note'><b>Smoke test, not a result</b>: {_e(card['note'])}.</p>" + missing
+        missing = f"<p class='note'><b>This is {_e(card['note'])}.</b></p>" + missing
     visible = [w for w in card["workloads"] if not w["held_out"]]
     held = [w for w in card["workloads"] if w["held_out"]]
     scope = plural(len(visible), "workload") + (f" and {plural(len(held), 'held-out variant')}" if held else "")

@@ -54,8 +54,8 @@ def at_edge(tuned: dict[str, Any], tune: dict[str, list[Any]]) -> list[str]:
 
 
 _INFERENCE = ("verdict", "diff_mean", "diff_ci95_low", "diff_ci95_high", "p_holm", "mde", "seeds_needed")
-SMOKE_TEST = ("a smoke test (--quick): tiny forms of the workloads check that the suite runs; its numbers are "
-              "not results, so it gives no verdicts, ranks or profile scores")
+SMOKE_TEST = ("a smoke test (--quick), not a result: tiny forms of the workloads check that the suite runs, so it "
+              "gives no verdicts, ranks or profile scores")
 
 
 def task_card(suite: Suite, task: Task) -> dict[str, Any] | None:
