@@ -37,6 +37,9 @@ def test_list_shows_every_workload_on_one_line_with_what_it_asks() -> None:
     (["suite", "--norms", "bn", "--quick", "--scale", "paper"], "drop --scale with it"),
     (["suite", "--norms", "bn", "--seeds", "0,0"], "repeat a seed"),
     (["suite", "--norms", "bn", "--allow-version-change"], "give it with --resume"),
+    (["suite", "--norms", "bn", "--workloads", "cnn", "--device", "bogus"], "unknown device 'bogus'"),
+    (["suite", "--norms", "bn", "--workloads", ""], "--workloads names no workload"),
+    (["suite", "--norms", "bn", "--workloads", "cnn", "--scale", "bogus"], "--scale must be one of"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
     out = tmp_path / "suite"

@@ -86,9 +86,19 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so flushing it at exit does not fail again on the closed pipe (the
+    recipe of Python's signal documentation for SIGPIPE)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (a test runner's stream)
+        pass
+
+
 def one_line_errors(fn: F) -> F:
     """Turn what a command raises into one line: NormkitError and OSError exit 2, other errors exit 1;
-    Ctrl-C exits 130 and SIGTERM (handled like Ctrl-C) 143.
+    Ctrl-C exits 130 and SIGTERM (handled like Ctrl-C) 143; a reader that closed the pipe exits 0.
 
     With NORMKIT_TRACEBACK=1 nothing is caught, so the full traceback shows.
     """
@@ -108,6 +118,9 @@ def one_line_errors(fn: F) -> F:
                 raise
             if is_normkit_error(exc):
                 raise fail(str(exc)) from None
+            if isinstance(exc, BrokenPipeError):  # `normkit ... | head`: the reader has all it wanted
+                _silence_stdout()
+                return None
             if isinstance(exc, OSError):
                 where = f" {exc.filename!r}" if exc.filename else ""
                 raise fail(f"cannot access{where}: {exc.strerror or exc}") from None

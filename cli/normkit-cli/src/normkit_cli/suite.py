@@ -19,7 +19,15 @@ from typing import Annotated, Any
 import typer
 
 from normkit_cli.ascii_ints import ascii_int
-from normkit_cli.errors import fail, interrupted_code, is_normkit_error, one_line_errors, show_tracebacks
+from normkit_cli.errors import (
+    EXIT_RUNS_FAILED,
+    fail,
+    interrupted_code,
+    is_normkit_error,
+    one_line,
+    one_line_errors,
+    show_tracebacks,
+)
 from normkit_cli.text import plural
 
 # The lab (torch) is imported inside the command: `normkit suite --help` must not load it.
@@ -48,15 +56,16 @@ def suite_cmd(
     norms: Annotated[str | None, typer.Option(help="Norm specs, comma-separated; the first is every workload's "
                                                    "baseline, e.g. bn,gn+pn,mynorm.", show_default=False)] = None,
     list_: Annotated[bool, typer.Option("--list", help="List the workloads and exit.")] = False,
-    seeds: Annotated[str, typer.Option(help="Comparison seeds: a count N, a list 0,1,5 or a range 0-4 (tuning "
-                                            "uses the seed after them).")] = "3",
+    seeds: Annotated[str | None, typer.Option(help="Comparison seeds: a count N, a list 0,1,5 or a range 0-4 "
+                                                   "(tuning uses the seed after them; default 3).",
+                                              show_default=False)] = None,
     workloads: Annotated[str | None, typer.Option(help="Only these workloads, comma-separated (default: all).",
                                                   show_default=False)] = None,
     holdout: Annotated[bool, typer.Option(help="Also run every workload's held-out variants; the scorecard shows "
                                                "them beside the visible ones.")] = False,
     quick: Annotated[bool, typer.Option(help="The workloads' quick forms: a smoke test (CI), not a result.")] = False,
-    scale: Annotated[str, typer.Option(help="cpu (runs here), or paper (each workload's GPU recipe; docs/suite.md)."
-                                       )] = "cpu",
+    scale: Annotated[str | None, typer.Option(help="cpu (runs here), or paper (each workload's GPU recipe; "
+                                                   "docs/suite.md; default cpu).", show_default=False)] = None,
     out: Annotated[Path | None, typer.Option(help="Suite directory (default runs/<timestamp>-suite).",
                                              show_default=False)] = None,
     resume: Annotated[Path | None, typer.Option(help="Continue a suite directory with its saved plan; finished "
@@ -81,37 +90,44 @@ def suite_cmd(
     validation; then the comparison seeds, paired verdicts against the first norm, and the steps and
     CPU seconds to the workload's target. Across workloads: performance profiles and the mean rank
     with a bootstrap interval over seeds. Writes scorecard.json, profile.png and report.html.
+    Exit 1 when any run failed (the scorecard shows the failures per norm and does not rank those
+    norms), 2 for bad input; --resume continues with the saved plan (docs/suite.md).
     """
     if list_:
-        _list("quick" if quick else scale)
+        _list("quick" if quick else scale or "cpu")
         return
     from normkit_cli.compare import _executor_options
     from normkit_lab.executors import make_executor
-    from normkit_lab.suite.run import SuitePlan, create_suite, open_suite
+    from normkit_lab.suite.run import SuitePlan, create_suite, open_suite, prepare
 
-    if quick and scale != "cpu":
+    if quick and scale is not None:
         raise fail("--quick is the workloads' smoke-test form; drop --scale with it")
     options = _executor_options(executor, jobs, 1, None, None, 60, -1, None, None)
     if allow_version_change and resume is None:
         raise fail("--allow-version-change lets --resume continue under other versions; give it with --resume")
     if resume is not None:
-        if norms is not None or out is not None or workloads is not None or holdout or quick:
-            raise fail("--resume continues a suite with its saved plan; drop --norms/--workloads/--holdout/"
-                       "--quick/--out")
-        suite = open_suite(resume)
+        given = [flag for flag, value in (("--norms", norms), ("--seeds", seeds), ("--workloads", workloads),
+                                          ("--holdout", holdout or None), ("--quick", quick or None),
+                                          ("--scale", scale), ("--out", out)) if value is not None]
+        if given:
+            raise fail(f"--resume continues a suite with its saved plan (suite.json); drop {', '.join(given)} "
+                       f"(only --device, --data-dir and the Scale out options may change), or start a new suite")
+        suite = open_suite(resume, _runtime(data_dir, device))
         run_executor = make_executor(options)
+        prepare(suite, options.parallel_runs, allow_version_change,  # every check before anything trains
+                warn=lambda line: typer.echo(f"warning: {line}", err=True))
     else:
         if norms is None:
             raise fail("give the norms to compare, e.g. --norms bn,gn+pn (or --list to see the workloads)")
         names = [w.strip() for w in workloads.split(",") if w.strip()] if workloads is not None else None
-        plan = SuitePlan.make(norms, seeds, names, "quick" if quick else scale, holdout,
-                              runtime=_runtime(data_dir, device))
+        plan = SuitePlan.make(norms, "3" if seeds is None else seeds, names, "quick" if quick else scale or "cpu",
+                              holdout, runtime=_runtime(data_dir, device))
         run_executor = make_executor(options)  # a missing engine: before any directory is made
-        suite = create_suite(plan, out)
-    _run(suite, run_executor, options.parallel_runs, allow_version_change)
+        suite = create_suite(plan, out, options.parallel_runs)  # every task checked before its directory
+    _run(suite, run_executor, options.parallel_runs)
 
 
-def _run(suite: Any, run_executor: Any, parallel: int, allow_version_change: bool) -> None:
+def _run(suite: Any, run_executor: Any, parallel: int) -> None:
     from normkit_lab.analysis.report import command_line
     from normkit_lab.runs.environment import environment
     from normkit_lab.study.plan import run_count
@@ -124,17 +140,19 @@ def _run(suite: Any, run_executor: Any, parallel: int, allow_version_change: boo
                f"{plural(planned_runs(plan), 'run')} -> {suite.path}")
 
     def on_task(task: Any, cfg: Any, excluded: dict[str, str]) -> None:
-        n_tune, n_compare = run_count(cfg)
-        typer.echo(f"{task.name}: {task.workload.recipe(plan.scale, task.variant)}; {n_tune} tuning + "
-                   f"{n_compare} comparison runs")
+        recipe = task.workload.recipe(plan.scale, task.variant)
+        if cfg is None:
+            typer.echo(f"{task.name}: {recipe}; no norm given can run it, so each counts as a miss there")
+        else:
+            n_tune, n_compare = run_count(cfg)
+            typer.echo(f"{task.name}: {recipe}; {n_tune} tuning + {n_compare} comparison runs")
         for norm, why in excluded.items():
             typer.echo(f"  {norm} left out: {why}")
 
     hint = f"continue with: normkit suite --resume {suite.path}"
     started, load_start = time.monotonic(), os.getloadavg()[0]
     try:
-        run_suite(suite, executor=run_executor, progress=_progress, on_task=on_task, parallel=parallel,
-                  allow_version_change=allow_version_change)
+        run_suite(suite, executor=run_executor, progress=_progress, on_task=on_task, parallel=parallel)
     except KeyboardInterrupt as exc:
         typer.echo(f"interrupted: finished runs are saved in {suite.path}; {hint}", err=True)
         raise typer.Exit(interrupted_code(exc)) from None
@@ -148,27 +166,48 @@ def _run(suite: Any, run_executor: Any, parallel: int, allow_version_change: boo
     _print(card)
     typer.echo(f"written: {suite.path / 'scorecard.json'}, {suite.path / 'report.html'}"
                + (f", {suite.path / 'profile.png'}" if (suite.path / "profile.png").is_file() else ""))
+    if card["failed_runs"]:
+        raise _runs_failed(card, suite.path)
+
+
+def _runs_failed(card: dict[str, Any], path: Path) -> typer.Exit:
+    """One line on stderr (failed runs per norm, the first error, how to retry) and the Exit(1) to raise,
+    as `normkit compare` does: the scorecard is written, but a CI job must not read "all ran" from it."""
+    total = sum(card["failed_runs"].values())
+    per_norm = ", ".join(f"{norm} {count}" for norm, count in card["failed_runs"].items())
+    first = next(n["error"] for w in card["workloads"] for n in w["norms"] if n["error"])
+    typer.echo(f"{plural(total, 'run')} failed ({per_norm}; first: {one_line(first, 300)}); fix the norm, then "
+               f"retry them with: normkit suite --resume {path}", err=True)
+    return typer.Exit(EXIT_RUNS_FAILED)
 
 
 def _progress() -> Any:
     """Rich bars on a terminal; elsewhere one line per finished run (a suite has hundreds of epochs)."""
-    from normkit_lab.study.progress import PlainProgress, choose_progress
+    from normkit_lab.study.progress import PlainProgress, Progress, choose_progress
 
     class RunLines(PlainProgress):
-        def epoch_end(self, run_id: Any, record: Any) -> None:
-            """Only finished runs are reported."""
+        def epoch_end(self, run_id: Any, record: Any) -> int:
+            """Only finished runs are reported; every epoch is counted (the ETA's pace)."""
+            return Progress.epoch_end(self, run_id, record)
 
     chosen = choose_progress()
     return RunLines() if isinstance(chosen, PlainProgress) else chosen
 
 
 def _print(card: dict[str, Any]) -> None:
-    """Per workload the verdicts; then the aggregate: mean rank [bootstrap], profile score."""
+    """Per workload the verdicts; then the aggregate: mean rank [bootstrap], profile score (a smoke test:
+    the metric means only, and a line saying it is one)."""
+    if card["smoke_test"]:
+        typer.echo(f"this is {card['note']}")
     for w in card["workloads"]:
         cells = []
         for n in w["norms"]:
             if n["excluded"]:
                 cells.append(f"{n['norm']} n/a")
+            elif n["failed"] or n["tuning_failed"]:
+                cells.append(f"{n['norm']} {n['failed'] + n['tuning_failed']} failed")
+            elif card["smoke_test"]:
+                cells.append(f"{n['norm']} " + ("-" if n["metric_mean"] is None else f"{n['metric_mean']:.2f}"))
             elif n["norm"] == w["baseline"]:
                 cells.append(f"{n['norm']} {n['metric_mean']:.2f} (baseline)" if n["metric_mean"] is not None
                              else f"{n['norm']} -")
@@ -183,10 +222,12 @@ def _print(card: dict[str, Any]) -> None:
         if not agg:
             continue
         typer.echo(f"across the {len(agg['workloads'])} {title}: mean rank [95% bootstrap over seeds], profile score")
-        for norm in sorted(card["norms"], key=lambda n: agg["mean_rank"][n]["mean"]):
+        for norm in sorted(agg["norms"], key=lambda n: agg["mean_rank"][n]["mean"]):
             r = agg["mean_rank"][norm]
             typer.echo(f"  {norm:<12} {r['mean']:.2f} [{r['low']:.2f}, {r['high']:.2f}]  "
                        f"{agg['profile_score'][norm]:.2f}")
+        for norm, why in agg["unranked"].items():
+            typer.echo(f"  {norm:<12} not ranked: {why}")
 
 
 def register(app: typer.Typer) -> None:

@@ -8,6 +8,7 @@ naming both plugins.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -20,6 +21,23 @@ Kind = Literal["norm", "step", "activation", "post_activation", "model", "datase
 STAGE_KINDS = ("step", "activation", "post_activation")
 # Keyword arguments `normkit.build` passes to a factory= norm itself; never spec parameters.
 BUILD_ARGUMENTS = ("channel_dim",)
+
+
+# Names that become a directory or a link (a workload's results directory in a suite, `cnn@narrow` for a
+# held-out variant, the scorecard page's link to it): a letter or digit, then letters, digits, '-' or '_'.
+# No '.', '/', '\\', ':', '@' or spaces, so no such name can climb out of the directory it is written in
+# (`../x`), be absolute, name a URL scheme (`javascript:`), collide with a suite's own files (`suite.json`)
+# or split at the variant separator.
+PATH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+
+
+def path_name(owner: str, what: str, name: Any) -> str:
+    """`name` when it is safe as a directory name and a relative link; else one PluginError naming `owner`."""
+    if not isinstance(name, str) or not PATH_NAME.fullmatch(name):
+        raise PluginError(f"{owner}: {what} {name!r} becomes a directory and a link, so it must be 1 to 64 "
+                          f"letters, digits, '-' or '_', starting with a letter or digit (no '.', '/', ':' or "
+                          f"spaces)")
+    return name
 
 
 def _owner(plugin: str, kind: str, name: Any) -> str:
@@ -204,6 +222,15 @@ class Registry:
             if not isinstance(workload, Mapping):
                 raise PluginError(f"{owner}: the workload must be a mapping (see docs/suite.md), "
                                   f"not {type(workload).__name__}")
+            path_name(f"plugin {plugin!r}", "workload name", name)
+            variants = workload.get("variants")
+            seen: dict[str, str] = {}
+            for variant in variants if isinstance(variants, Mapping) else ():
+                path_name(owner, "variant name", variant)
+                if canonical_name(variant) in seen:  # one directory on a case-insensitive file system
+                    raise PluginError(f"{owner}: variants {seen[canonical_name(variant)]!r} and {variant!r} "
+                                      f"differ only in case or '-'/'_'; rename one")
+                seen[canonical_name(variant)] = variant
             self.add(Entry(name, "workload", plugin, summary, citation, meta={"workload": dict(workload)}))
 
         return {

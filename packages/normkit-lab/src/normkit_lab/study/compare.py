@@ -79,7 +79,7 @@ def _environment_name(store: ResultsDir) -> str:
     return repr(str(store.path / ENVIRONMENT_FILE))
 
 
-def _record_version_change(cfg: CompareConfig, store: ResultsDir) -> None:
+def record_version_change(cfg: CompareConfig, store: ResultsDir) -> None:
     """Record in environment.json the versions an allowed resume runs under, if they changed: read,
     compare and record as one step against a concurrent resume (which then finds them recorded)."""
     with store.environment_lock():
@@ -170,7 +170,7 @@ def run_compare(cfg: CompareConfig, store: ResultsDir, *, progress: Progress | N
     executor = executor or make_executor(ExecutorOptions())
     options = dataclasses.replace(options or RunOptions(), diagnostics=cfg.diagnostics)
     if allow_version_change:
-        _record_version_change(cfg, store)
+        record_version_change(cfg, store)
     finished = store.finished()
     n_tune, n_compare = run_count(cfg)
     tuning = [run_id for run_id in tune_plan(cfg) if run_id not in finished]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import html
 from typing import Any
+from urllib.parse import quote
 
 from normkit_lab.analysis.caption import plural
 from normkit_lab.analysis.plots import available as plots_available
@@ -17,7 +18,8 @@ from normkit_lab.analysis.report_html import PAGE_STYLE
 PROFILE_PNG = "profile.png"
 _STYLES = ("-", "--", ":", "-.", (0, (6, 1.5, 1, 1.5, 1, 1.5)), (0, (3, 3)))
 _STYLE = PAGE_STYLE + """
-.miss { color: #888; } .ex { color: #888; font-style: italic; } .scope { color: #555; font-size: 0.9em; }
+.miss { color: #888; } .fail { color: #b00020; }
+.ex { color: #888; font-style: italic; } .scope { color: #555; font-size: 0.9em; }
 """
 
 
@@ -45,7 +47,7 @@ def profile_png(card: dict[str, Any]) -> bytes | None:
 
     fig, axes = plt.subplots(1, len(parts), figsize=(7.4 * len(parts), 4.2), squeeze=False)
     for ax, (title, agg) in zip(axes[0], parts, strict=True):
-        norms = card["norms"]
+        norms = agg["norms"]  # the ranked ones: a norm whose runs failed has no profile
         for i, norm in enumerate(norms):
             # where profiles coincide, each line is drawn thinner than those under it, so every one stays
             # visible as a border around the next; line styles tell them apart too
@@ -72,7 +74,7 @@ def _aggregate_table(card: dict[str, Any], key: str, title: str) -> str:
     if not agg:
         return ""
     rows = []
-    order = sorted(card["norms"], key=lambda n: agg["mean_rank"][n]["mean"])
+    order = sorted(agg["norms"], key=lambda n: agg["mean_rank"][n]["mean"])
     for norm in order:
         rank = agg["mean_rank"][norm]
         cells = [f'<td class="l">{_e(norm)}</td>', f"<td>{rank['mean']:.2f}</td>",
@@ -81,11 +83,15 @@ def _aggregate_table(card: dict[str, Any], key: str, title: str) -> str:
             ratio = agg["ratios"][workload].get(norm)
             cells.append(f"<td>{ratio:.2f}</td>" if ratio is not None else '<td class="miss">miss</td>')
         rows.append("<tr>" + "".join(cells) + "</tr>")
+    for norm, why in agg["unranked"].items():
+        rows.append(f'<tr><td class="l">{_e(norm)}</td><td class="fail wrap" colspan="{3 + len(agg["workloads"])}">'
+                    f'not ranked: {_e(why)}</td></tr>')
     heads = "".join(f"<th>{_e(w)}</th>" for w in agg["workloads"])
     return (f"<h2>{_e(title)}</h2><div class='wide'><table><tr><th class='l'>norm</th><th>mean rank</th>"
             f"<th>95% bootstrap</th><th>profile score</th>{heads}</tr>{''.join(rows)}</table></div>"
             f"<p class='scope'>Mean rank: each workload ranks the norms by their mean {'/'.join(_metrics(card))} "
-            f"(1 = best; a norm that cannot run a workload shares its last places), averaged over the "
+            f"(1 = best; a norm that cannot run a workload shares its last places; a norm with failed or missing "
+            f"runs is not ranked), averaged over the "
             f"{plural(len(agg['workloads']), 'workload')}; the interval resamples seeds within each workload "
             f"(2,000 draws), not workloads. Profile score: area under the profile from τ = 1 to {agg['r_max']:g}, "
             f"1 = fastest to target on every workload. Columns: steps to target over the fastest norm's.</p>")
@@ -101,6 +107,19 @@ def _tuned(n: dict[str, Any]) -> str:
         return (f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}") + (" (edge)" if k in n["tuned_at_edge"] else "")
 
     return ", ".join(one(k, v) for k, v in (n["tuned"] or {}).items())
+
+
+def _href(directory: str) -> str:
+    """A task's report as a relative link: `./` first and every character of the name URL-quoted, so
+    no name can become a scheme (`javascript:`), an absolute path or a step up."""
+    return _e(f"./{quote(directory, safe='')}/report.html")
+
+
+def _failures(n: dict[str, Any]) -> str:
+    count = n["failed"] + n["tuning_failed"]
+    if not count:
+        return ""
+    return f' <span class="fail" title="{_e(n["error"] or "")}">({count} failed)</span>'
 
 
 def _workload(w: dict[str, Any]) -> str:
@@ -121,16 +140,17 @@ def _workload(w: dict[str, Any]) -> str:
             f'<td>{_num(n["metric_mean"], ".2f")} ± {_num(n["metric_sem"], ".2f")}</td>'
             f'<td>{_num(n["diff_mean"], ".2f", True)} {_e(ci)}</td>'
             f'<td class="l v-{_e(verdict.split()[0])}">{_e(verdict)}</td><td>{_num(n["mde"], ".2f")}</td>'
-            f'<td>{n["reached"]}/{n["runs"]}</td><td>{steps}</td><td>{cpu}</td></tr>')
+            f'<td>{n["reached"]}/{n["runs"]}{_failures(n)}</td><td>{steps}</td><td>{cpu}</td></tr>')
     direction = "higher" if w["higher_is_better"] else "lower"
     op = ">=" if w["higher_is_better"] else "<="
-    title = w["task"] + (" (held out)" if w["held_out"] else "") + ("" if w["complete"] else " (runs missing)")
+    title = w["task"] + (" (held out)" if w["held_out"] else "") + ("" if w["complete"] else " (incomplete)")
+    link = (f" Report: <a href='{_href(w['dir'])}'>{_e(w['dir'])}/report.html</a>." if w["dir"] else
+            " No norm given can run this workload.")
     return (f"<h3>{_e(title)}: {_e(w['question'])}</h3>"
             f"<p class='scope'>{_e(w['recipe'])}; tuning budget per norm {_e(w['budget'])} on tune seeds "
             f"{_e(w['tune_seeds'])}, chosen on validation; comparison seeds {_e(w['seeds'])}; {_e(w['metric_label'])} "
             f"({_e(w['unit'])}, {direction} is better), paired against {_e(w['baseline'])}; target "
-            f"{_e(w['target_field'])} {op} {w['target']:g}. Report: <a href='{_e(w['dir'])}/report.html'>"
-            f"{_e(w['dir'])}/report.html</a>.</p>"
+            f"{_e(w['target_field'])} {op} {w['target']:g}.{link}</p>"
             f"<div class='wide'><table><tr><th class='l'>norm</th><th>tuned</th><th>{_e(w['metric'])}</th>"
             f"<th>vs {_e(w['baseline'])} [95% CI]</th><th class='l'>verdict (Holm)</th><th>MDE</th>"
             f"<th>reached</th><th>steps to target</th><th>CPU s to target</th></tr>{''.join(rows)}</table></div>"
@@ -151,9 +171,16 @@ def render(card: dict[str, Any], figure: bytes | None) -> str:
         machine += (f"\nthis session: {session['wall_s'] / 60:.1f} min wall, load average {session['load_start']:.2f} "
                     f"at start, {session['load_end']:.2f} at end")
     img = (f'<img alt="performance profiles" src="data:image/png;base64,{base64.b64encode(figure).decode()}">'
-           if figure else "<p class='note'>No figure: matplotlib is not installed.</p>")
-    missing = (f"<p class='note'>Not run yet: {_e(', '.join(card['missing']))}; continue with "
-               f"<code>normkit suite --resume DIR</code>.</p>" if card["missing"] else "")
+           if figure else "" if not (card.get("visible") or card.get("held_out"))
+           else "<p class='note'>No figure: matplotlib is not installed.</p>")
+    missing = (f"<p class='note'>Incomplete (runs not made yet, or failed): {_e(', '.join(card['missing']))}; "
+               f"continue with <code>normkit suite --resume DIR</code>.</p>" if card["missing"] else "")
+    failed = ", ".join(f"{norm} {count}" for norm, count in card.get("failed_runs", {}).items())
+    if failed:
+        missing += (f"<p class='note fail'>Failed runs per norm: {_e(failed)}; each workload's table gives the first "
+                    f"error. A norm with failed runs is not ranked.</p>")
+    if card.get("smoke_test"):
+        missing = f"<p class='note'><b>This is {_e(card['note'])}.</b></p>" + missing
     visible = [w for w in card["workloads"] if not w["held_out"]]
     held = [w for w in card["workloads"] if w["held_out"]]
     scope = plural(len(visible), "workload") + (f" and {plural(len(held), 'held-out variant')}" if held else "")

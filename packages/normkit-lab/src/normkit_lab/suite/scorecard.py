@@ -53,35 +53,48 @@ def at_edge(tuned: dict[str, Any], tune: dict[str, list[Any]]) -> list[str]:
                                                                                               max(tune[key]))]
 
 
+_INFERENCE = ("verdict", "diff_mean", "diff_ci95_low", "diff_ci95_high", "p_holm", "mde", "seeds_needed")
+SMOKE_TEST = ("a smoke test (--quick), not a result: tiny forms of the workloads check that the suite runs, so it "
+              "gives no verdicts, ranks or profile scores")
+
+
 def task_card(suite: Suite, task: Task) -> dict[str, Any] | None:
-    """One workload's part of the scorecard (None when its directory does not exist yet)."""
+    """One workload's part of the scorecard (None when its directory does not exist yet, unless no norm
+    given can run the task: then a card whose every norm is excluded)."""
     where = suite.task_dir(task)
-    if not (where / "config.yaml").is_file():
+    excluded = suite.plan.excluded.get(task.name, {})
+    if not (where / "config.yaml").is_file() and not (excluded and set(suite.plan.norms) <= set(excluded)):
         return None
-    store = ResultsDir.open(where)
-    config = load_yaml(store.config_path)
-    metric = metric_named(config["metric"])
+    config, runs, summary, chosen = {}, [], {}, {}
+    if (where / "config.yaml").is_file():
+        store = ResultsDir.open(where)
+        config = load_yaml(store.config_path)
+        summary = {row["norm"]: row for row in _load(where / SUMMARY_JSON)}
+        chosen = {row["norm"]: row["values"] for row in _load(where / TUNING_FILE) if row.get("chosen")}
+        runs = runs_from_rows(store.rows())
+    metric = metric_named(config["metric"]) if config else task.workload.metric
     _, tune, target = task.workload.resolved(suite.plan.scale, task.variant)
-    summary = {row["norm"]: row for row in _load(where / SUMMARY_JSON)}
-    chosen = {row["norm"]: row["values"] for row in _load(where / TUNING_FILE) if row.get("chosen")}
-    runs = runs_from_rows(store.rows())
+    seeds = config.get("seeds", suite.plan.seeds)
+    smoke = suite.plan.scale == "quick"
     norms = []
     for norm in suite.plan.norms:
         mine = [r for r in runs if r.norm == norm and r.phase == "compare"]
-        reached = [time_to_target(r.epochs, metric, target) if r.status == "ok" else None for r in mine]
-        values = {r.seed: v for r in mine if r.status == "ok"
+        done = [r for r in mine if r.status != "failed"]
+        reached = [time_to_target(r.epochs, metric, target) if r.status == "ok" else None for r in done]
+        values = {r.seed: v for r in done if r.status == "ok"
                   and (v := run_value(r.epochs, metric, config.get("select", "final"))) is not None}
         row = summary.get(norm, {})
+        tuning = [r for r in runs if r.norm == norm and r.phase == "tune"]
         norms.append({
-            "norm": norm, "runs": len(mine),
-            "tuning_runs": sum(r.norm == norm and r.phase == "tune" for r in runs), "tuned": chosen.get(norm),
-            "tuned_at_edge": at_edge(chosen.get(norm) or {}, tune),
-            "excluded": suite.plan.excluded.get(task.name, {}).get(norm),
+            "norm": norm, "runs": len(done), "failed": len(mine) - len(done),
+            "tuning_runs": sum(r.status != "failed" for r in tuning),
+            "tuning_failed": sum(r.status == "failed" for r in tuning),
+            "error": next((r.error for r in mine + tuning if r.status == "failed"), None),
+            "tuned": chosen.get(norm), "tuned_at_edge": at_edge(chosen.get(norm) or {}, tune),
+            "excluded": excluded.get(norm),
             "values": {str(s): v for s, v in sorted(values.items())},
             "metric_mean": row.get("metric_mean"), "metric_sem": row.get("metric_sem"),
-            "verdict": row.get("verdict"), "diff_mean": row.get("diff_mean"),
-            "diff_ci95_low": row.get("diff_ci95_low"), "diff_ci95_high": row.get("diff_ci95_high"),
-            "p_holm": row.get("p_holm"), "mde": row.get("mde"), "seeds_needed": row.get("seeds_needed"),
+            **{key: None if smoke else row.get(key) for key in _INFERENCE},
             "reached": sum(x is not None for x in reached),
             "steps_to_target": _finite(median_time([x.steps if x and x.steps is not None else math.inf
                                                     for x in reached])),
@@ -94,39 +107,75 @@ def task_card(suite: Suite, task: Task) -> dict[str, Any] | None:
             "budget": task.workload.budget_text(suite.plan.scale, task.variant), "metric": metric.field,
             "metric_label": metric.label, "unit": metric.unit, "higher_is_better": metric.higher_is_better,
             "target_field": metric.select_by, "target": target, "baseline": config.get("baseline"),
-            "seeds": config.get("seeds"), "tune_seeds": config.get("tune_seeds"), "dir": task.name,
-            "complete": all(n["runs"] == len(config.get("seeds", [])) for n in norms if n["excluded"] is None),
+            "seeds": seeds, "tune_seeds": config.get("tune_seeds"), "dir": task.name if config else None,
+            "complete": all(n["runs"] == len(seeds) and not n["failed"] and not n["tuning_failed"]
+                            for n in norms if n["excluded"] is None),
             "norms": norms}
 
 
+def _unranked(cards: list[dict[str, Any]], norms: list[str]) -> dict[str, str]:
+    """Norms that cannot be ranked across `cards`: a run of theirs failed or is missing on a workload they
+    can run, so a rank would count runs that did not happen."""
+    out: dict[str, str] = {}
+    for card in cards:
+        for n in card["norms"]:
+            if n["norm"] in out or n["excluded"] is not None:
+                continue
+            if n["failed"] or n["tuning_failed"]:
+                out[n["norm"]] = f"{n['failed'] + n['tuning_failed']} failed runs on {card['task']}"
+            elif n["runs"] < len(card["seeds"]):
+                out[n["norm"]] = f"{len(card['seeds']) - n['runs']} runs missing on {card['task']}"
+    return {norm: out[norm] for norm in norms if norm in out}
+
+
 def aggregate(cards: list[dict[str, Any]], norms: list[str]) -> dict[str, Any]:
-    """Profiles, profile scores and mean ranks across `cards` (one kind: visible or held out)."""
+    """Profiles, profile scores and mean ranks across `cards` (one kind: visible or held out), over the
+    norms whose every run there succeeded (a norm that cannot run a workload counts as a miss there); the
+    others are listed under `unranked` with the reason."""
+    unranked = _unranked(cards, norms)
+    ranked = [n for n in norms if n not in unranked]
     times = {c["task"]: {n["norm"]: n["steps_to_target"] if n["steps_to_target"] is not None else math.inf
-                         for n in c["norms"]} for c in cards}
+                         for n in c["norms"] if n["norm"] in ranked} for c in cards}
     ratios = performance_ratios(times)
-    values = {c["task"]: ({n["norm"]: {int(s): v for s, v in n["values"].items()} for n in c["norms"]},
-                          1.0 if c["higher_is_better"] else -1.0) for c in cards}
-    ranks = mean_ranks(values, norms)
-    return {"workloads": [c["task"] for c in cards], "taus": TAUS, "profile": profile(ratios, TAUS),
-            "profile_score": profile_score(ratios), "r_max": R_MAX,
+    values = {c["task"]: ({n["norm"]: {int(s): v for s, v in n["values"].items()} for n in c["norms"]
+                           if n["norm"] in ranked}, 1.0 if c["higher_is_better"] else -1.0) for c in cards}
+    ranks = mean_ranks(values, ranked) if ranked else {}
+    return {"workloads": [c["task"] for c in cards], "norms": ranked, "unranked": unranked, "taus": TAUS,
+            "profile": profile(ratios, TAUS), "profile_score": profile_score(ratios), "r_max": R_MAX,
             "ratios": {w: {n: _finite(r) for n, r in by.items()} for w, by in ratios.items()},
             "mean_rank": {n: r.as_dict() for n, r in ranks.items()}}
 
 
+def failed_runs(cards: list[dict[str, Any]]) -> dict[str, int]:
+    """Failed runs (tuning and comparison) per norm over every workload; norms without any are left out."""
+    out: dict[str, int] = {}
+    for card in cards:
+        for n in card["norms"]:
+            if n["failed"] or n["tuning_failed"]:
+                out[n["norm"]] = out.get(n["norm"], 0) + n["failed"] + n["tuning_failed"]
+    return out
+
+
 def scorecard(suite: Suite, environment: dict[str, Any] | None = None, command: str = "") -> dict[str, Any]:
-    """The whole scorecard of `suite` (tasks not run yet are listed under `missing`)."""
+    """The whole scorecard of `suite`. `missing`: tasks not complete (not started, runs missing or failed);
+    `failed_runs`: failed runs per norm. A quick suite is a smoke test: no verdicts, ranks or profiles."""
     cards, missing = [], []
     for task in suite.plan.tasks():
         card = task_card(suite, task)
-        (cards.append(card) if card is not None else missing.append(task.name))
+        if card is not None:
+            cards.append(card)
+        if card is None or not card["complete"]:
+            missing.append(task.name)
     norms = suite.plan.norms
+    smoke = suite.plan.scale == "quick"
     visible = [c for c in cards if not c["held_out"]]
     held = [c for c in cards if c["held_out"]]
     return {"format": 1, "norms": norms, "seeds": suite.plan.seeds, "scale": suite.plan.scale,
-            "holdout": suite.plan.holdout, "command": command, "environment": environment or {},
-            "missing": missing, "workloads": cards,
-            "visible": aggregate(visible, norms) if visible else None,
-            "held_out": aggregate(held, norms) if held else None}
+            "holdout": suite.plan.holdout, "smoke_test": smoke, **({"note": SMOKE_TEST} if smoke else {}),
+            "command": command, "environment": environment or {}, "complete": not missing,
+            "missing": missing, "failed_runs": failed_runs(cards), "workloads": cards,
+            "visible": aggregate(visible, norms) if visible and not smoke else None,
+            "held_out": aggregate(held, norms) if held and not smoke else None}
 
 
 def write_scorecard(suite: Suite, environment: dict[str, Any] | None = None, command: str = "") -> dict[str, Any]:
