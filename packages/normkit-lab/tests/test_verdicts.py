@@ -102,7 +102,7 @@ def test_an_inconclusive_never_shows_an_interval_that_excludes_zero():
     near = np.array([1.0, 3.4, 2.1, 0.6, 4.5])  # raw paired p 0.034; Holm over 4 comparisons: above 0.05
     noise = [rng.normal(0, 1, 5) for _ in range(3)]
     verdicts = decide([near, *noise], 0.5)
-    raw_low, raw_high = interval95(near)
+    raw_low, _ = interval95(near)
     assert verdicts[0].p < 0.05 < verdicts[0].p_holm and raw_low > 0  # today's 95% interval excludes 0
     assert verdicts[0].verdict == INCONCLUSIVE and verdicts[0].low < 0 < verdicts[0].high
     for v in decide([near + 3, *noise], 0.5):
