@@ -88,3 +88,22 @@ def test_one_family_with_a_margin_per_comparison():
     loss, acc = decide([tiny, same_in_points], [0.01, 0.5])
     assert loss.verdict == acc.verdict == "equivalent" and (loss.margin, acc.margin) == (0.01, 0.5)
     assert decide([tiny, same_in_points], 0.01)[1].verdict == "inconclusive"  # one margin for both: wrong unit
+
+
+def test_an_inconclusive_never_shows_an_interval_that_excludes_zero():
+    """The issue's case: raw p below 0.05, Holm p above it. The unadjusted 95% interval excludes 0; the
+    interval a verdict carries is the one at its Holm level, which includes 0 beside `inconclusive`, and
+    excludes 0 beside every `better` / `worse`."""
+    import numpy as np
+
+    from normkit_lab.analysis.verdicts import interval95
+
+    rng = np.random.default_rng(0)
+    near = np.array([1.0, 3.4, 2.1, 0.6, 4.5])  # raw paired p 0.034; Holm over 4 comparisons: above 0.05
+    noise = [rng.normal(0, 1, 5) for _ in range(3)]
+    verdicts = decide([near, *noise], 0.5)
+    raw_low, _ = interval95(near)
+    assert verdicts[0].p < 0.05 < verdicts[0].p_holm and raw_low > 0  # today's 95% interval excludes 0
+    assert verdicts[0].verdict == INCONCLUSIVE and verdicts[0].low < 0 < verdicts[0].high
+    for v in decide([near + 3, *noise], 0.5):
+        assert (v.low > 0 or v.high < 0) == v.verdict.startswith(("better", "worse"))
