@@ -3,10 +3,15 @@
 `yaml.safe_load` shares aliased nodes, so a "billion laughs" document loads in microseconds but
 becomes exponentially large when anything walks or prints it. Here the composed node graph is
 walked with a budget before any Python value is built, so such a document is refused up front.
+
+Numbers are read as YAML 1.2 and Python write them, as the command line reads them, not by PyYAML's
+YAML 1.1 rules: `010` is 10 (not octal 8), `1e-3` is 0.001 (not the text "1e-3"), `1:30` and `1_000`
+stay text (not 90 and 1000). `dumps` quotes every text these rules would read as a number.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +19,44 @@ import yaml
 
 from normkit_lab.errors import ConfigError, one_line
 from normkit_lab.limits import MAX_YAML_BYTES, MAX_YAML_NODES
+
+_INT_TAG, _FLOAT_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+_INT = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
+_FLOAT = re.compile(r"^(?:[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+|\.[0-9]+[eE][-+]?[0-9]+)"
+                    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
+
+
+def _numbers_as_written(cls: type) -> None:
+    """Replace `cls`'s YAML 1.1 int and float resolvers with the YAML 1.2 core ones (see the module)."""
+    cls.yaml_implicit_resolvers = {first: [(tag, pattern) for tag, pattern in resolvers
+                                           if tag not in (_INT_TAG, _FLOAT_TAG)]
+                                   for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    cls.add_implicit_resolver(_INT_TAG, _INT, list("-+0123456789"))
+    cls.add_implicit_resolver(_FLOAT_TAG, _FLOAT, list("-+0123456789."))
+
+
+class _Loader(yaml.SafeLoader):
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:  # type: ignore[override]
+        text = str(self.construct_scalar(node))
+        if not _INT.match(text):  # only a `!!int` tag on other text gets here
+            raise yaml.constructor.ConstructorError(None, None, f"{text!r} is not an integer", node.start_mark)
+        if text[:2] in ("0o", "0x"):
+            return int(text[2:], 8 if text[1] == "o" else 16)
+        return int(text, 10)  # YAML 1.1 would read 010 as octal 8
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+_numbers_as_written(_Loader)
+_numbers_as_written(_Dumper)
+_Loader.add_constructor(_INT_TAG, _Loader.construct_yaml_int)
+
+
+def dumps(data: Any) -> str:
+    """YAML text of `data` that `loads` reads back as the same values (keys in the order given)."""
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False)
 
 
 def _count_nodes(node: yaml.Node, what: str) -> None:
@@ -58,7 +101,7 @@ def loads(text: str, what: str) -> Any:
     """The value of YAML `text` (safe types only); `what` names its source in one-line errors."""
     if len(text) > MAX_YAML_BYTES:
         raise ConfigError(f"{what} is larger than {MAX_YAML_BYTES:,} characters; a config is a few lines")
-    loader = yaml.SafeLoader(text)
+    loader = _Loader(text)
     try:
         node = loader.get_single_node()
         if node is None:

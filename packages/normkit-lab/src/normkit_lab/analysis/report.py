@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from normkit_lab import lm_baselines, safe_yaml, step_log
 from normkit_lab.analysis import plots
 from normkit_lab.analysis.caption import training_length
@@ -264,7 +262,7 @@ def merge_into(results: Results, out: str | Path | None) -> ResultsDir:
     environments = {str(source): ResultsDir.open(source).environment() for source in results.sources}
     config = {**results.config, "norms": results.norms, "baseline": results.baseline,
               "seeds": sorted({r.seed for r in results.runs})}
-    store = ResultsDir.create(out, yaml.safe_dump(config, sort_keys=False), {"merged_from": environments},
+    store = ResultsDir.create(out, safe_yaml.dumps(config), {"merged_from": environments},
                               kind="report")
     for source in results.sources:
         store.append_rows(ResultsDir.open(source).rows())

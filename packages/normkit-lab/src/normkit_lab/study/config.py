@@ -16,8 +16,6 @@ import typing
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 import normkit
 from normkit.errors import did_you_mean
 from normkit.grammar import expand_lists
@@ -106,42 +104,47 @@ def parse_norms(value: Any) -> list[str]:
 
 def parse_key_values(items: list[str], what: str) -> dict[str, Any]:
     """`["width=64", "depth=2"]` -> {"width": 64, "depth": 2} (values typed by YAML rules)."""
-    out: dict[str, Any] = {}
+    pairs = []
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"{what} {short_repr(item)} is not KEY=VALUE, e.g. {what} width=64")
         name = key.strip().replace("-", "_")
-        out[name] = safe_yaml.loads(raw, f"{what} {name}=...") if raw.strip() else ""
-    return out
-
-
-def _scalar(text: str) -> Any:
-    """A typed value from text: YAML rules, plus numbers YAML 1.1 leaves as text (1e-3)."""
-    value = yaml.safe_load(text)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
+        pairs.append((key, safe_yaml.loads(raw, f"{what} {name}=...") if raw.strip() else ""))
+    return _distinct_keys(pairs, what)
 
 
 def _grid_items(value: Any, what: str, free: bool = False) -> dict[str, list[Any]]:
     """key -> values from a YAML mapping, or from "KEY=V1,V2" strings (one or a list of them); `free`
     (the user's program's keys): each value as written (`runs.template.value_as_written`), never by YAML."""
     if isinstance(value, dict):
-        return {str(k).strip().replace("-", "_"): v if isinstance(v, list) else [v] for k, v in value.items()}
+        return _distinct_keys({str(k): v if isinstance(v, list) else [v] for k, v in value.items()}.items(), what)
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
-        raise ConfigError(f"{what} must be KEY=V1,V2,... (e.g. lr=0.03,0.1,0.3), not {value!r}")
-    out: dict[str, list[Any]] = {}
+        raise ConfigError(f"{what} must be KEY=V1,V2,... (e.g. lr=0.03,0.1,0.3), not {short_repr(value)}")
+    pairs = []
     for item in items:
         key, sep, raw = item.partition("=")
-        values = [value_as_written(v.strip()) if free else _scalar(v) for v in raw.split(",") if v.strip()]
+        values = [value_as_written(v.strip()) if free else safe_yaml.loads(v, f"{what} {key.strip()}=...")
+                  for v in raw.split(",") if v.strip()]
         if not sep or not key.strip() or not values:
-            raise ConfigError(f"{what} {item!r} is not KEY=V1,V2,..., e.g. lr=0.03,0.1,0.3")
-        out[key.strip().replace("-", "_")] = values
+            raise ConfigError(f"{what} {short_repr(item)} is not KEY=V1,V2,..., e.g. lr=0.03,0.1,0.3")
+        pairs.append((key, values))
+    return _distinct_keys(pairs, what)
+
+
+def _distinct_keys(pairs: Any, what: str) -> dict[str, Any]:
+    """key -> value with '-' read as '_'; a key given twice (`--tune lr=0.1 --tune lr=0.3`, or `batch_size`
+    and `batch-size`) is refused, never silently the last one."""
+    out: dict[str, Any] = {}
+    written: dict[str, str] = {}
+    for key, value in pairs:
+        name = str(key).strip().replace("-", "_")
+        if name in out:
+            same = "" if written[name] == str(key).strip() else f" (as {written[name]!r} and {str(key).strip()!r})"
+            raise ConfigError(f"{what} gives {name} twice{same}; give it once with every value, "
+                              f"e.g. {name}=V1,V2,V3")
+        out[name], written[name] = value, str(key).strip()
     return out
 
 
@@ -218,9 +221,19 @@ def _matches(value: Any, hint: Any) -> bool:
     return isinstance(base, type) and isinstance(value, base)
 
 
+_TYPE_WORDS = {float: "a number", int: "a whole number", bool: "true or false", str: "a text", dict: "a mapping",
+               list: "a list", type(None): "null (the default)"}
+
+
 def _type_name(hint: Any) -> str:
-    text = str(hint).replace("typing.", "").replace("<class '", "").replace("'>", "")
-    return text.replace("NoneType", "null")
+    """A type annotation in words (`float | None` -> "a number or null (the default)")."""
+    if typing.get_origin(hint) is typing.Literal:
+        return "one of " + ", ".join(map(str, typing.get_args(hint)))
+    members = _members(hint)
+    if len(members) > 1:
+        return " or ".join(_type_name(m) for m in members)
+    origin = typing.get_origin(hint) or hint
+    return _TYPE_WORDS.get(origin, getattr(origin, "__name__", str(origin)))
 
 
 def _check_type(key: str, value: Any, hint: Any) -> Any:
@@ -235,13 +248,11 @@ def _check_type(key: str, value: Any, hint: Any) -> Any:
 def normalize_keys(raw: dict[Any, Any], source: str) -> dict[str, Any]:
     """Map '-' to '_' in keys and refuse keys a comparison does not know."""
     valid = known_keys()
-    out = {}
-    for key, value in raw.items():
-        name = str(key).strip().replace("-", "_")
+    out = _distinct_keys(raw.items(), source)
+    for key, name in zip(raw, out, strict=True):
         if name not in valid:
             raise ConfigError(f"unknown key {short_repr(key)} in {source}{did_you_mean(name, valid)}; "
                               f"valid keys: {', '.join(valid)}")
-        out[name] = value
     return out
 
 
@@ -396,4 +407,4 @@ def resolve(cli_values: dict[str, Any], config_file: str | Path | None = None) -
 
 def save_yaml(cfg: CompareConfig) -> str:
     """config.yaml text: the resolved config, loadable again with `--config` or `--resume`."""
-    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+    return safe_yaml.dumps(cfg.to_dict())

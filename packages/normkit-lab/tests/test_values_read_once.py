@@ -1,0 +1,74 @@
+"""One reading of every value normkit takes (issue 41): a YAML file, `--tune`, `--model-param` and the
+command line agree on what a number is, and a key given twice, in any spelling, is refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from normkit_lab import safe_yaml
+from normkit_lab.errors import ConfigError
+from normkit_lab.study import config
+
+
+def _resolve(tmp_path, text, **cli):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    return config.resolve(cli, path)
+
+
+@pytest.mark.parametrize("text", ["norms: bn\nbatch_size: 64\nbatch-size: 8\n",
+                                  "norms: bn\nbatch-size: 8\nbatch_size: 64\n"])
+def test_keys_that_differ_only_by_dash_or_underscore_are_one_key_given_twice(tmp_path, text):
+    with pytest.raises(ConfigError, match="batch_size twice .*'batch_size' and 'batch-size'|"
+                                          "batch_size twice .*'batch-size' and 'batch_size'") as info:
+        _resolve(tmp_path, text)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(("text", "key", "value"), [
+    ("batch_size: 010", "batch_size", 10),  # YAML 1.1: octal 8
+    ("lr: 1e-3", "lr", 0.001),  # YAML 1.1: the text "1e-3", then refused
+    ("lr: 1E-2", "lr", 0.01),
+    ("lr: .5", "lr", 0.5),
+    ("epochs: +3", "epochs", 3),
+])
+def test_numbers_in_a_config_file_read_as_on_the_command_line(tmp_path, text, key, value):
+    cfg = _resolve(tmp_path, f"norms: bn\n{text}\n")
+    assert getattr(cfg.train, key) == value and type(getattr(cfg.train, key)) is type(value)
+
+
+@pytest.mark.parametrize("text", ["epochs: 1:30", "epochs: 1_0", "batch_size: 0b11"])
+def test_yaml_1_1_number_forms_the_command_line_refuses_are_refused(tmp_path, text):
+    with pytest.raises(ConfigError, match="must be a whole number") as info:
+        _resolve(tmp_path, f"norms: bn\n{text}\n")
+    assert "\n" not in str(info.value)
+
+
+def test_tune_values_read_as_the_config_file_reads_them():
+    cfg = config.build_config({"norms": "bn", "tune": ["lr=1e-3,.1", "warmup_epochs=010,2"]})
+    assert cfg.tune == {"lr": [0.001, 0.1], "warmup_epochs": [10, 2]}
+
+
+@pytest.mark.parametrize("tune", [["lr=0.1,0.3", "lr=0.03"], ["batch_size=4,8", "batch-size=16"]])
+def test_a_repeated_tune_key_is_refused_not_last_wins(tune):
+    with pytest.raises(ConfigError, match="gives (lr|batch_size) twice") as info:
+        config.build_config({"norms": "bn", "tune": tune})
+    assert "\n" not in str(info.value)
+
+
+def test_a_repeated_model_param_is_refused_not_last_wins():
+    with pytest.raises(ConfigError, match="--model-param gives width twice"):
+        config.parse_key_values(["width=8", "width=16"], "--model-param")
+
+
+@pytest.mark.parametrize(("tune", "words"), [(["lr=abc"], "lr must be a number or null"),
+                                             (["epochs=2.5"], "epochs must be a whole number, not 2.5")])
+def test_a_wrong_value_type_is_said_in_words_not_as_a_type_annotation(tune, words):
+    with pytest.raises(ConfigError) as info:
+        config.build_config({"norms": "bn", "tune": tune})
+    assert words in str(info.value) and "|" not in str(info.value) and "float" not in str(info.value)
+
+
+def test_saved_config_quotes_text_that_would_read_back_as_a_number():
+    values = {"a": "1e-3", "b": "010", "c": 0.001, "d": "1:30", "e": 1e-5}
+    assert safe_yaml.loads(safe_yaml.dumps(values), "x") == values
