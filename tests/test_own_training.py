@@ -607,3 +607,22 @@ def test_a_program_reporting_percent_is_compared_with_an_explicit_recorded_scale
     assert {row["test_acc"] <= 1 for row in percent.runs} == {True}  # runs.jsonl holds fractions
     with pytest.raises(ConfigError, match="only the accuracies normkit knows"):
         compare(tmp_path, "bn,gn+pn", f"{PY} percent.py", out="x", metric="test_loss:percent")
+
+
+def test_fractions_under_a_percent_metric_fail_the_run_in_one_line_and_percent_on_a_further_metric_applies(
+        tmp_path: Path) -> None:
+    """Issue 41: `--metric test_acc:percent` with a program that reports fractions (every accuracy <= 1)
+    failed no run and gave "0.90 vs 0.80 %"; `:percent` said on a second metric was not applied."""
+    write(tmp_path, "tiny.py", TINY)
+    write(tmp_path, "percent.py", PERCENT)
+    command = "{py} {script} --norm {{norm}} --seed {{seed}}"
+    fractions = compare(tmp_path, "bn,gn+pn", command.format(py=PY, script="tiny.py"), out="fractions", seeds=1,
+                        metric="test_acc:percent")
+    assert {row["status"] for row in fractions.runs} == {"failed"}
+    assert all("reported every accuracy at most 1" in row["error"] and "drop :percent" in row["error"]
+               and "\n" not in row["error"] for row in fractions.runs)
+    second = compare(tmp_path, "bn,gn+pn", command.format(py=PY, script="percent.py"), out="second", seeds=3,
+                     metric="val_loss,test_acc:percent")
+    assert {row["status"] for row in second.runs} == {"ok"}
+    assert second.config["metric"] == "val_loss,test_acc:percent"  # every metric kept, with its scale
+    assert {row["test_acc"] <= 1 for row in second.runs} == {True}  # divided by 100 as recorded

@@ -261,12 +261,20 @@ def test_bad_metric_lists_are_one_line_errors(results_dir, metric, message):
     assert result.exit_code == 2 and message in result.output and len(result.output.strip().splitlines()) == 1
 
 
-def test_compare_reads_further_metrics_from_its_metric_option():
-    from normkit_cli.report import further_metrics
-
-    given = {"metric": "test_acc,test_loss"}
-    assert further_metrics(given) == ["test_loss"] and given == {"metric": "test_acc"}
-    assert further_metrics({"metric": "f1:max"}) == [] and further_metrics({}) == []
+def test_the_results_directory_keeps_every_metric_so_report_reads_them_all_without_repeating_them(tmp_path):
+    """Issue 41: `compare --metric test_acc,test_loss` printed both tables, but config.yaml kept only the
+    first metric, so `normkit report DIR` lost the others."""
+    cfg = config.build_config({"norms": "bn,bnn,ln", "seeds": "4", "epochs": 2, "batch_size": 128,
+                               "metric": "test_acc,test_loss"})
+    assert (cfg.metric, cfg.further_metrics) == ("test_acc", ["test_loss"])
+    store = ResultsDir.create(tmp_path / "cmp", config.save_yaml(cfg), {"host": "h"})
+    assert "metric: test_acc,test_loss" in (store.path / "config.yaml").read_text()
+    for seed in range(4):
+        store.append_rows(run_rows("bn", seed, BN[seed]) + run_rows("bnn", seed, GAIN[seed]))
+    result = invoke("report", store.path, columns=160)
+    assert result.exit_code == 0, result.output
+    assert "of the 2 metrics read (test_acc, test_loss)" in " ".join(result.output.split())
+    assert "test_loss ± s.e." in result.output
 
 
 def test_a_language_model_comparison_shows_the_ngram_note_in_compare_and_in_report(tmp_path):

@@ -277,7 +277,7 @@ def compare_cmd(
     (docs/own-training.md).
     """
     from normkit_cli.report import console as make_console
-    from normkit_cli.report import further_metrics, show
+    from normkit_cli.report import show
     from normkit_lab.executors import make_executor
     from normkit_lab.runs.execute import RunOptions
     from normkit_lab.runs.loggers import check_log_kinds
@@ -287,10 +287,12 @@ def compare_cmd(
     from normkit_lab.study.progress import choose_progress
 
     given = _given(ctx)
-    also = further_metrics(given)  # --metric a,b: a table per metric, one Holm family (normkit_cli.report)
     if higher_is_better is not None:
         if "metric" not in given:
             raise fail("--higher-is-better/--lower-is-better say which way --metric is better; give --metric too")
+        if "," in given["metric"]:
+            raise fail("--higher-is-better/--lower-is-better give one metric's direction; with several metrics "
+                       "write each one's, e.g. --metric f1:max,test_wer:min")
         given["metric"] = f"{given['metric'].partition(':')[0]}:{'max' if higher_is_better else 'min'}"
     options = RunOptions(keep_checkpoints=keep_checkpoints, log=check_log_kinds(log or ()))
     scale = _executor_options(executor, jobs, jobs_per_gpu, ray_address, slurm_partition, slurm_time,
@@ -345,7 +347,7 @@ def compare_cmd(
                    f"finished runs are kept; {resume_hint}", err=True)
         raise typer.Exit(1) from None
     results.all_pairs = all_pairs
-    results.also = also
+    results.also = list(cfg.further_metrics)  # --metric a,b: a table per metric, one Holm family
     show(results, store, console)
     failed = [run for run in results.runs if run.status == "failed"]
     if failed:

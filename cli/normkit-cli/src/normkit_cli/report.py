@@ -129,21 +129,6 @@ def fitted_table(results: Results, summary: Summary, console: Console) -> tuple[
     return table, dropped
 
 
-def further_metrics(given: dict[str, Any]) -> list[str]:
-    """`normkit compare --metric a,b,...`: leaves the first in `given` (the comparison's metric, saved in
-    config.yaml, which tuning and selection use) and returns the others, read from the same runs in a
-    table each, with one Holm family across all (normkit_lab.analysis.metric_family)."""
-    from normkit_lab.analysis.metric_family import margin_for, split_metrics
-
-    if "," not in str(given.get("metric", "")):
-        return []
-    first, *others = split_metrics(given["metric"])
-    for name in others:
-        margin_for(name)
-    given["metric"] = first
-    return others
-
-
 def console() -> Console:
     """The terminal's console; COLUMNS when set, else 160 columns when writing to a file or pipe (the
     table is narrowed to fit, its names never cut, and the caption wraps at a readable width)."""

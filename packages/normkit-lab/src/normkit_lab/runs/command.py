@@ -32,7 +32,6 @@ from typing import IO, TYPE_CHECKING, Any
 
 import normkit
 from normkit_lab.errors import ConfigError, one_line
-from normkit_lab.metrics import reports_percent
 from normkit_lab.processes import read_status, supervised
 from normkit_lab.reporting import ACCURACY_ENV, PREFIX, ReportError, near_miss, parse_line
 from normkit_lab.runs.external import (
@@ -72,12 +71,14 @@ class CommandTrainer:
     metric: str
     select: str = "final"
     timeout: float | None = None
+    percent: bool = False  # the program reports accuracies in percent (`CompareConfig.accuracies_in_percent`)
     kind: str = "command"
 
     @classmethod
     def of(cls, cfg: CompareConfig) -> CommandTrainer:
         assert cfg.command is not None
-        return cls(cfg.command, cfg.command_dir or os.getcwd(), cfg.metric, cfg.select, cfg.timeout)
+        return cls(cfg.command, cfg.command_dir or os.getcwd(), cfg.metric, cfg.select, cfg.timeout,
+                   cfg.accuracies_in_percent)
 
     def check(self, cfg: CompareConfig, parallel: int = 1) -> None:
         """The command splits, names only known placeholders and an existing program; the files it names
@@ -121,7 +122,7 @@ class CommandTrainer:
                     "NORMKIT_RUN_DIR": values["run_dir"], "NORMKIT_PHASE": run_id.phase,
                     "NORMKIT_EPOCHS": str(job.train.epochs), "NORMKIT_CELL": json.dumps(dict(run_id.cell)),
                     "NORMKIT_TUNED": json.dumps(dict(run_id.tuned)), "PYTHONUNBUFFERED": "1",
-                    ACCURACY_ENV: "percent" if reports_percent(self.metric) else "fraction"})
+                    ACCURACY_ENV: "percent" if self.percent else "fraction"})
         for prefix, items in (("NORMKIT_CELL_", run_id.cell), ("NORMKIT_TUNED_", run_id.tuned)):
             for key, value in items:
                 env[prefix + key.upper()] = text_of(value)
@@ -139,7 +140,7 @@ class CommandTrainer:
         run_dir = make_dirs(Path(job.store), context.run_dir)
         values = self.values(job, run_dir.resolve())
         argv = CommandTemplate.parse(self.command).argv(values)
-        records = Records(run_dir, context.on_epoch, context.loggers, reports_percent(self.metric))
+        records = Records(run_dir, context.on_epoch, context.loggers, self.percent)
         started = time.monotonic()
         status, cpu_s, stderr_tail, problem = _run(argv, self.workdir, self.environment(job, values), run_dir,
                                                    records, self.timeout)
@@ -150,7 +151,7 @@ class CommandTrainer:
         if problem is None:
             try:
                 records.require_this_attempt("no `normkit: {...}` line on stdout")
-                require_metric(epochs, self.metric, self.select)
+                require_metric(epochs, self.metric, self.select, self.percent)
             except ReportError as exc:
                 problem = str(exc)
         if problem is not None:

@@ -22,7 +22,7 @@ from normkit.grammar import expand_lists
 from normkit_lab import safe_yaml
 from normkit_lab.errors import ConfigError, short_repr
 from normkit_lab.limits import MAX_SEED, MAX_SEEDS
-from normkit_lab.metrics import metric_named, metric_spec, needs_margin
+from normkit_lab.metrics import metric_list, metric_named, needs_margin
 from normkit_lab.records import RUNTIME_KEYS, SELECTIONS
 from normkit_lab.runs.template import check_free_values, value_as_written
 from normkit_lab.spec import (
@@ -333,7 +333,7 @@ def build_config(values: dict[str, Any]) -> CompareConfig:
     select = merged.pop("select")
     if select not in SELECTIONS:
         raise ConfigError(f"select must be one of {', '.join(SELECTIONS)}, not {select!r}")
-    metric = metric_spec(_check_type("metric", merged.pop("metric"), str))
+    metric, *further_metrics = metric_list(_check_type("metric", merged.pop("metric"), str))
     margin = _check_type("margin", merged.pop("margin"), float | None)
     if margin is not None and not (math.isfinite(margin) and margin > 0):
         raise ConfigError(f"margin must be a finite number > 0 in the metric's unit, not {margin!r}")
@@ -375,8 +375,8 @@ def build_config(values: dict[str, Any]) -> CompareConfig:
         raise ConfigError("diagnostics measure normkit's own models during its own training; they are not "
                           "available for a command or train function: drop --diagnostics")
     return CompareConfig(norms=norms, train=train, seeds=seeds, baseline=baseline, diagnostics=diagnostics,
-                         select=select, metric=metric, margin=margin, tune=tune, tune_seeds=tune_seeds, sweep=sweep,
-                         ablate=ablate, **own)
+                         select=select, metric=metric, further_metrics=further_metrics, margin=margin, tune=tune,
+                         tune_seeds=tune_seeds, sweep=sweep, ablate=ablate, **own)
 
 
 def _refuse_builtin_keys(values: dict[str, Any]) -> None:
