@@ -293,3 +293,30 @@ def test_a_language_model_comparison_shows_the_ngram_note_in_compare_and_in_repo
         text = " ".join(output.split())  # the note wraps at the console's width
         assert text.count("reference tables fitted on the train split") == 1, output
         assert "of 4 finished runs end below the trigram" in text
+
+
+def _edit_final_row(path: Path, norm: str, seed: int, text: str) -> None:
+    """runs.jsonl with the final epoch row of (norm, seed) having its test_acc written as `text`."""
+    lines = (path / "runs.jsonl").read_text().splitlines()
+    final = max(i for i, line in enumerate(lines) if json.loads(line)["norm"] == norm
+                and json.loads(line)["seed"] == seed)
+    row = json.loads(lines[final])
+    lines[final] = json.dumps(row).replace(f'"test_acc": {row["test_acc"]}', f'"test_acc": {text}')
+    (path / "runs.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_an_ok_row_with_a_null_metric_is_reported_not_silently_one_seed_fewer(results_dir):
+    """Issue 41: an ok row whose metric was null dropped that seed from the statistics without a word."""
+    _edit_final_row(results_dir, "bnn", 1, "null")
+    result = invoke("report", results_dir, columns=200)
+    assert result.exit_code == 0, result.output
+    assert ("failed: bnn seed 1: status ok, but runs.jsonl has no test_acc at its selected epoch (null or "
+            "missing), so it is left out of the statistics") in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("text", ["NaN", "Infinity", "-Infinity"])
+def test_an_ok_row_with_a_nan_metric_is_a_damaged_row(results_dir, text):
+    _edit_final_row(results_dir, "bnn", 1, text)
+    result = invoke("report", results_dir, columns=200)
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+    assert "runs.jsonl:" in result.output and "has test_acc" in result.output and "edited or damaged" in result.output

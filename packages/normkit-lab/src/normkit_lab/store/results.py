@@ -167,6 +167,10 @@ def _row_problem(row: Any) -> str | None:
     for key, ok, expected in checks:
         if not ok:
             return f"has {key} {short_repr(row.get(key), 40)}; it must be {expected}"
+    values = [*row.items(), *(item for key in ("cell", "tuned") for item in (row.get(key) or {}).items())]
+    for key, value in values:  # normkit writes NaN and inf as null (json_text), so one here was edited in
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"has {key} {value!r}; normkit records only finite numbers (or null)"
     if row["status"] == "failed" and not isinstance(row.get("error"), str):
         return "has status failed but no error text"
     if row["epoch"] is not None and row.get("trainer") in (None, "builtin"):
