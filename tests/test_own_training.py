@@ -626,3 +626,33 @@ def test_fractions_under_a_percent_metric_fail_the_run_in_one_line_and_percent_o
     assert {row["status"] for row in second.runs} == {"ok"}
     assert second.config["metric"] == "val_loss,test_acc:percent"  # every metric kept, with its scale
     assert {row["test_acc"] <= 1 for row in second.runs} == {True}  # divided by 100 as recorded
+
+
+NOISY = textwrap.dedent("""
+    import sys
+    print('normkit: {"epoch": 0, "val_acc": 0.9, "test_acc": 0.9}', flush=True)
+    for _ in range(4000):
+        print("x" * 99, flush=True)  # 400 kB of log, past the file size limit of the test
+    print('normkit: {"epoch": 1, "val_acc": 0.9, "test_acc": 0.9}', flush=True)
+""")
+
+
+def test_a_full_disk_while_a_program_prints_stops_in_one_line_naming_the_file_and_records_nothing(
+        tmp_path: Path) -> None:
+    """Issue 41: stdout.log on a full disk gave a traceback from the reader thread. RLIMIT_FSIZE stands in for
+    the full disk (Python ignores SIGXFSZ, so a write past it fails with EFBIG, as ENOSPC would)."""
+    import resource
+
+    write(tmp_path, "noisy.py", NOISY)
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, resource.RLIM_INFINITY))
+
+    proc = subprocess.run([NORMKIT, "compare", "--norms", "bn", "--seeds", "1", "--command", f"{PY} noisy.py",
+                           "--out", "out"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          preexec_fn=limit)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr and "Exception in thread" not in proc.stderr, lines
+    assert "stdout.log" in lines[0] and "File too large" in lines[0] and "--resume" in lines[0], lines
+    assert ResultsDir(tmp_path / "out").rows() == []  # the machine's failure: nothing recorded, resume retries

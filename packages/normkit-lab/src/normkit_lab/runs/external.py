@@ -72,10 +72,13 @@ class Records:
         if self.percent:
             record.metrics.update({k: v / 100 for k, v in record.metrics.items() if k in FRACTIONS})
         self.current.append(record)
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record.as_dict()) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(record.as_dict()) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:  # a full disk: named, so the one line that stops the comparison says where
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from None
         step = record.metrics.get("step")
         for logger in self.loggers:
             logger.on_reported(record.epoch, record.metrics, step=None if step is None else int(step))
