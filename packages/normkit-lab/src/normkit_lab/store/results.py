@@ -408,10 +408,13 @@ class ResultsDir:
         with locks.exclusive(self._lock_path("runs.lock")):
             self._drop_torn_tail(runs_path)
             fd = os.open(runs_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
-            with os.fdopen(fd, "a", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
+            try:
+                with os.fdopen(fd, "a", encoding="utf-8") as f:
+                    f.write(text)
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as exc:  # a full disk: a torn line is cut by the next append; the file is named
+                raise OSError(exc.errno, exc.strerror or str(exc), str(runs_path)) from None
 
     @staticmethod
     def _drop_torn_tail(path: Path) -> None:
