@@ -72,3 +72,22 @@ def test_a_wrong_value_type_is_said_in_words_not_as_a_type_annotation(tune, word
 def test_saved_config_quotes_text_that_would_read_back_as_a_number():
     values = {"a": "1e-3", "b": "010", "c": 0.001, "d": "1:30", "e": 1e-5}
     assert safe_yaml.loads(safe_yaml.dumps(values), "x") == values
+
+
+@pytest.mark.parametrize(("budget", "words"), [
+    ("steps=1e14", "budget steps=1e14 is too large: at most 100,000,000 steps"),
+    ("steps=100000000000000", "budget steps=100000000000000 is too large: at most 100,000,000 steps"),
+    ("epochs=20000", "too large: at most 10,000 epochs"),
+    ("steps=1e3", "must be a whole number >= 1 written with digits"),
+    ("steps=0", "must be a whole number >= 1"),
+])
+def test_a_budget_names_its_real_problem(budget, words):
+    with pytest.raises(ConfigError) as info:
+        config.parse_budget(budget)
+    assert words in str(info.value)
+
+
+@pytest.mark.parametrize("epochs", [0, 20_000])
+def test_epochs_out_of_range_are_refused_with_a_command(epochs):
+    with pytest.raises(ConfigError, match=r"epochs .* is not in \[1, 10,000\]; the command gets it as \{epochs\}"):
+        config.build_config({"norms": "bn", "command": "python t.py", "epochs": epochs})

@@ -21,7 +21,7 @@ from normkit.errors import did_you_mean
 from normkit.grammar import expand_lists
 from normkit_lab import safe_yaml
 from normkit_lab.errors import ConfigError, short_repr
-from normkit_lab.limits import MAX_SEED, MAX_SEEDS
+from normkit_lab.limits import MAX_BATCH_SIZE, MAX_EPOCHS, MAX_SEED, MAX_SEEDS, MAX_STEPS
 from normkit_lab.metrics import metric_list, metric_named, needs_margin
 from normkit_lab.records import RUNTIME_KEYS, SELECTIONS
 from normkit_lab.runs.template import check_free_values, value_as_written
@@ -271,6 +271,8 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 # equal steps): it stands only while the user gives none of these keys, which choose a design of their own.
 DESIGN_KEYS = ("epochs", "budget", "batch_size", "sweep")
 
+# the largest amount of each budget unit; an examples budget is checked against steps again once the batch is known
+_BUDGET_LIMITS = {"epochs": MAX_EPOCHS, "steps": MAX_STEPS, "examples": MAX_STEPS * MAX_BATCH_SIZE}
 _BUDGET_HINT = "budget must be UNIT=N with UNIT epochs, steps or examples, e.g. --budget steps=600"
 
 
@@ -281,15 +283,25 @@ def parse_budget(value: Any) -> tuple[str, int]:
     elif isinstance(value, str) and "=" in value:
         unit, _, amount = value.partition("=")
         amount = amount.strip()
-        amount = int(amount) if re.fullmatch(r"[0-9]{1,12}", amount) else amount
+        amount = int(amount) if re.fullmatch(r"[0-9]{1,30}", amount) else amount
     else:
         raise ConfigError(f"{_BUDGET_HINT}, not {short_repr(value)}")
     unit = str(unit).strip()
     if unit not in BUDGET_UNITS:
         raise ConfigError(f"budget unit {short_repr(unit)} is not one of {', '.join(BUDGET_UNITS)}"
                           f"{did_you_mean(unit, list(BUDGET_UNITS))}; e.g. --budget steps=600")
+    written = amount if isinstance(amount, str) else repr(amount)
+    try:
+        number = float(amount) if not isinstance(amount, bool) else math.nan
+    except (TypeError, ValueError, OverflowError):
+        number = math.nan
+    limit = _BUDGET_LIMITS[unit]
+    if number > limit:  # said before the form, so 1e14 is "too large", not "must be a whole number"
+        raise ConfigError(f"budget {unit}={written} is too large: at most {limit:,} {unit} (see Limits in "
+                          f"docs/experiments.md)")
     if not (isinstance(amount, int) and not isinstance(amount, bool) and amount >= 1):
-        raise ConfigError(f"budget {unit}={short_repr(amount)} must be a whole number >= 1, e.g. {unit}=600")
+        raise ConfigError(f"budget {unit}={written} must be a whole number >= 1 written with digits, "
+                          f"e.g. {unit}=600")
     return unit, amount
 
 
@@ -371,6 +383,9 @@ def build_config(values: dict[str, Any]) -> CompareConfig:
         train = TrainConfig(**train_values)
     except TypeError as exc:
         raise ConfigError(f"incomplete training config: {exc}") from None
+    if own["command"] is not None and not 1 <= train.epochs <= MAX_EPOCHS:  # own loop: runs.checks does it
+        raise ConfigError(f"epochs {train.epochs} is not in [1, {MAX_EPOCHS:,}]; the command gets it as {{epochs}} "
+                          f"(and NORMKIT_EPOCHS), so give the epochs each run trains")
     if external and diagnostics:
         raise ConfigError("diagnostics measure normkit's own models during its own training; they are not "
                           "available for a command or train function: drop --diagnostics")
