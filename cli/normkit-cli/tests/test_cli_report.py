@@ -320,3 +320,16 @@ def test_an_ok_row_with_a_nan_metric_is_a_damaged_row(results_dir, text):
     result = invoke("report", results_dir, columns=200)
     assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
     assert "runs.jsonl:" in result.output and "has test_acc" in result.output and "edited or damaged" in result.output
+
+
+@pytest.mark.parametrize("rows", ["", "tune"])
+def test_report_of_a_directory_without_comparison_runs_exits_2_in_one_line(results_dir, rows):
+    """Issue 41: an empty runs.jsonl gave a table of n = 0 rows and exit 0."""
+    text = "" if not rows else "".join(json.dumps({**row, "phase": "tune", "seed": 9}) + "\n"
+                                       for row in run_rows("bn", 9, 0.8))
+    (results_dir / "runs.jsonl").write_text(text)
+    before = snapshot(results_dir)
+    result = invoke("report", results_dir)
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+    assert "holds no comparison run yet" in result.output and "normkit compare --resume" in result.output
+    assert snapshot(results_dir) == before

@@ -302,6 +302,10 @@ def report_cmd(
     if margin is not None and not (margin > 0 and margin != float("inf")):
         raise fail(f"--margin must be > 0 (a finite number in the metric's unit), not {margin!r}")
     results = load_results(dirs, baseline, metric)
+    if not any(run.phase == "compare" for run in results.runs):  # a table of n = 0 rows would read as results
+        where = " ".join(str(d) for d in dirs)
+        raise fail(f"{where} holds no comparison run yet (runs.jsonl has none): nothing to report; train the "
+                   f"runs with: normkit compare --resume {dirs[0]}")
     overrides = {k: v for k, v in (("margin", margin), ("select", select)) if v is not None}
     results.config = {**results.config, **overrides}
     results.all_pairs = all_pairs
