@@ -333,3 +333,11 @@ def test_report_of_a_directory_without_comparison_runs_exits_2_in_one_line(resul
     assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
     assert "holds no comparison run yet" in result.output and "normkit compare --resume" in result.output
     assert snapshot(results_dir) == before
+
+
+def test_compare_says_when_a_budget_drops_the_default_designs_cells(tmp_path):
+    result = invoke("compare", "--norms", "bn", "--seeds", "1", "--budget", "steps=1", "--out", tmp_path / "o")
+    assert result.exit_code == 0, result.output
+    assert ("note: --budget replaces the default design of digits (batch_size=2,16 at steps=500 each), so every "
+            "run trains at batch_size=2; to keep its cells, add --sweep batch_size=2,16") in " ".join(
+        result.output.split())

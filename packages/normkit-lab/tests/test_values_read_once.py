@@ -91,3 +91,14 @@ def test_a_budget_names_its_real_problem(budget, words):
 def test_epochs_out_of_range_are_refused_with_a_command(epochs):
     with pytest.raises(ConfigError, match=r"epochs .* is not in \[1, 10,000\]; the command gets it as \{epochs\}"):
         config.build_config({"norms": "bn", "command": "python t.py", "epochs": epochs})
+
+
+def test_keys_that_end_the_default_design_say_which_cells_stop_running():
+    """Issue 41: `--budget steps=N` on the default silently dropped its batch-16 cell (6 runs, not 12)."""
+    note = config.design_note({"norms": "bn", "budget": "steps=100"})
+    assert note == ("--budget replaces the default design of digits (batch_size=2,16 at steps=500 each), so every "
+                    "run trains at batch_size=2; to keep its cells, add --sweep batch_size=2,16")
+    assert "so every run trains at batch_size=32" in config.design_note({"norms": "bn", "batch_size": 32})
+    assert config.design_note({"norms": "bn"}) is None  # the design stands
+    assert config.design_note({"norms": "bn", "budget": "steps=9", "sweep": ["batch_size=4,8"]}) is None  # own cells
+    assert config.design_note({"norms": "bn", "epochs": 2, "dataset": "synthetic"}) is None  # no design there

@@ -276,6 +276,10 @@ def compare_cmd(
     your own training program instead of normkit's loop, with everything else unchanged
     (docs/own-training.md).
     """
+    from normkit_cli.quick_check import unknown_norm
+
+    if norms is not None and (problem := unknown_norm(norms)) is not None:  # before torch: well under a second
+        raise fail(problem)
     from normkit_cli.report import console as make_console
     from normkit_cli.report import show
     from normkit_lab.executors import make_executor
@@ -312,11 +316,15 @@ def compare_cmd(
         check(cfg)
         run_executor = make_executor(scale)
     else:
-        cfg = lab_config.resolve(given, config)
+        values = lab_config.given_values(given, config)
+        cfg = lab_config.build_config(values)
         check(cfg, parallel=scale.parallel_runs)
         run_executor = make_executor(scale)  # a missing engine or a bad cluster option: before any file
         store = create_store(cfg, out)
     console = make_console()
+    note = lab_config.design_note(values) if resume is None else None
+    if note is not None:  # the default design's cells stop running where the user's keys replace it
+        console.print(f"note: {note}", soft_wrap=True, markup=False, highlight=False)
     train = cfg.train
     n_tune, n_compare = run_count(cfg)
     cost = (f"{plural(n_tune, 'tuning run')} + {plural(n_compare, 'comparison run')}" if n_tune

@@ -268,8 +268,38 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 
 # A model's or dataset's registered `sweep` and `budget` are a default design (digits: batch 2 and 16 at
-# equal steps): it stands only while the user gives none of these keys, which choose a design of their own.
+# equal steps): it stands only while the user gives none of these keys, which choose a design of their own
+# (`design_note` says so when that drops the design's cells).
 DESIGN_KEYS = ("epochs", "budget", "batch_size", "sweep")
+
+
+def _registered(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(global defaults, the dataset's registered training values, the model's) for `values`."""
+    base = defaults()
+    of_model = registered_train_defaults("model", values.get("model", base["model"]))
+    of_dataset = registered_train_defaults("dataset", values.get("dataset", of_model.get("dataset", base["dataset"])))
+    return base, of_dataset, of_model
+
+
+def design_note(values: dict[str, Any]) -> str | None:
+    """One line when keys the user gave (DESIGN_KEYS, but no sweep) end a registered default design that has
+    cells: which cells no longer run and how to keep them (a newcomer adding `--budget steps=N` to the
+    default lost its batch-16 cell without a word). None otherwise."""
+    given = [key for key in DESIGN_KEYS if key in values]
+    if not given or "sweep" in values or values.get("command") is not None \
+            or values.get("train_function") is not None:
+        return None
+    base, of_dataset, of_model = _registered(values)
+    design = {**of_dataset, **of_model}
+    if not design.get("sweep"):
+        return None
+    cells = " ".join(f"{key}={','.join(map(str, vals))}" for key, vals in design["sweep"].items())
+    length = f" at {design['budget']} each" if design.get("budget") else ""
+    now = ", ".join(f"{key}={values.get(key, design.get(key, base.get(key)))}" for key in design["sweep"])
+    flags = ", ".join(f"--{key.replace('_', '-')}" for key in given)
+    dataset = values.get("dataset", base["dataset"])
+    return (f"{flags} {'replace' if len(given) > 1 else 'replaces'} the default design of {dataset} "
+            f"({cells}{length}), so every run trains at {now}; to keep its cells, add --sweep {cells}")
 
 # the largest amount of each budget unit; an examples budget is checked against steps again once the batch is known
 _BUDGET_LIMITS = {"epochs": MAX_EPOCHS, "steps": MAX_STEPS, "examples": MAX_STEPS * MAX_BATCH_SIZE}
@@ -327,9 +357,7 @@ def _resolve_budget(merged: dict[str, Any], given: dict[str, Any]) -> None:
 def build_config(values: dict[str, Any]) -> CompareConfig:
     """A CompareConfig from a flat mapping of known keys (model defaults, then global defaults
     fill what is missing)."""
-    base = defaults()
-    of_model = registered_train_defaults("model", values.get("model", base["model"]))
-    of_dataset = registered_train_defaults("dataset", values.get("dataset", of_model.get("dataset", base["dataset"])))
+    base, of_dataset, of_model = _registered(values)
     merged = {**base, **of_dataset, **of_model, **values}
     own_code = values.get("command") is not None or values.get("train_function") is not None
     if own_code or any(key in values for key in DESIGN_KEYS):
@@ -412,12 +440,17 @@ def _refuse_builtin_keys(values: dict[str, Any]) -> None:
                           f"{{cell.{key}}}, --tune {key}=... with {{{key}}})")
 
 
-def resolve(cli_values: dict[str, Any], config_file: str | Path | None = None) -> CompareConfig:
-    """CLI values (only those the user typed) over the YAML file over defaults."""
+def given_values(cli_values: dict[str, Any], config_file: str | Path | None = None) -> dict[str, Any]:
+    """The values the user gave: CLI values (only those typed) over the YAML file's, keys checked."""
     from_file = load_yaml(config_file) if config_file is not None else {}
     values = {**from_file, **normalize_keys(cli_values, "command-line options")}
     _refuse_builtin_keys(values)
-    return build_config(values)
+    return values
+
+
+def resolve(cli_values: dict[str, Any], config_file: str | Path | None = None) -> CompareConfig:
+    """CLI values (only those the user typed) over the YAML file over defaults."""
+    return build_config(given_values(cli_values, config_file))
 
 
 def save_yaml(cfg: CompareConfig) -> str:
