@@ -337,12 +337,14 @@ def compare_cmd(
     console.print(f"compare {', '.join(cfg.norms)}{ablating} {what}, seeds {','.join(map(str, cfg.seeds))}: "
                   f"{cost} -> {store.path}", soft_wrap=True, markup=False, highlight=False)
     resume_hint = f"continue with: normkit compare --resume {store.path}"
+    progress = choose_progress()
     try:
-        results = run_compare(cfg, store, progress=choose_progress(), executor=run_executor, options=options,
+        results = run_compare(cfg, store, progress=progress, executor=run_executor, options=options,
                               on_tuned=functools.partial(print_tuning, console=console),
                               allow_version_change=allow_version_change)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (one_line_errors raises Terminated for it)
-        saved = len(store.finished())
+        progress.close()  # again: a Ctrl-C inside its start skips run_compare's close, leaving the bar's line
+        saved = len(store.finished())  # open and the cursor hidden; closing twice is harmless
         typer.echo(f"interrupted: {saved} of {plural(n_tune + n_compare, 'run')} are saved in {store.path}; "
                    f"{resume_hint}", err=True)
         raise typer.Exit(interrupted_code(exc)) from None
