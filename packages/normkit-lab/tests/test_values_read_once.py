@@ -102,3 +102,11 @@ def test_keys_that_end_the_default_design_say_which_cells_stop_running():
     assert config.design_note({"norms": "bn"}) is None  # the design stands
     assert config.design_note({"norms": "bn", "budget": "steps=9", "sweep": ["batch_size=4,8"]}) is None  # own cells
     assert config.design_note({"norms": "bn", "epochs": 2, "dataset": "synthetic"}) is None  # no design there
+
+
+def test_an_empty_workloads_list_says_so_not_that_none_are_registered():
+    """Issue 41: `normkit suite --workloads ""` said "no workloads are registered"."""
+    from normkit_lab.suite.run import SuitePlan
+
+    with pytest.raises(ConfigError, match="--workloads names no workload; give names separated by commas"):
+        SuitePlan.make("bn,ln", seeds=3, workloads=[])
