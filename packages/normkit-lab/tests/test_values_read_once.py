@@ -61,7 +61,7 @@ def test_a_repeated_model_param_is_refused_not_last_wins():
         config.parse_key_values(["width=8", "width=16"], "--model-param")
 
 
-@pytest.mark.parametrize(("tune", "words"), [(["lr=abc"], "lr must be a number or null"),
+@pytest.mark.parametrize(("tune", "words"), [(["lr=abc"], "tune value of lr must be a number, not 'abc'"),
                                              (["epochs=2.5"], "epochs must be a whole number, not 2.5")])
 def test_a_wrong_value_type_is_said_in_words_not_as_a_type_annotation(tune, words):
     with pytest.raises(ConfigError) as info:

@@ -118,7 +118,8 @@ def _grid_items(value: Any, what: str, free: bool = False) -> dict[str, list[Any
     """key -> values from a YAML mapping, or from "KEY=V1,V2" strings (one or a list of them); `free`
     (the user's program's keys): each value as written (`runs.template.value_as_written`), never by YAML."""
     if isinstance(value, dict):
-        return _distinct_keys({str(k): v if isinstance(v, list) else [v] for k, v in value.items()}.items(), what)
+        return _distinct_keys({str(k): v if isinstance(v, list) else [v] for k, v in value.items()}.items(), what,
+                              grid=True)
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
         raise ConfigError(f"{what} must be KEY=V1,V2,... (e.g. lr=0.03,0.1,0.3), not {short_repr(value)}")
@@ -130,20 +131,20 @@ def _grid_items(value: Any, what: str, free: bool = False) -> dict[str, list[Any
         if not sep or not key.strip() or not values:
             raise ConfigError(f"{what} {short_repr(item)} is not KEY=V1,V2,..., e.g. lr=0.03,0.1,0.3")
         pairs.append((key, values))
-    return _distinct_keys(pairs, what)
+    return _distinct_keys(pairs, what, grid=True)
 
 
-def _distinct_keys(pairs: Any, what: str) -> dict[str, Any]:
+def _distinct_keys(pairs: Any, what: str, grid: bool = False) -> dict[str, Any]:
     """key -> value with '-' read as '_'; a key given twice (`--tune lr=0.1 --tune lr=0.3`, or `batch_size`
-    and `batch-size`) is refused, never silently the last one."""
+    and `batch-size`) is refused, never silently the last one. `grid`: the values are lists (tune, sweep)."""
     out: dict[str, Any] = {}
     written: dict[str, str] = {}
     for key, value in pairs:
         name = str(key).strip().replace("-", "_")
         if name in out:
             same = "" if written[name] == str(key).strip() else f" (as {written[name]!r} and {str(key).strip()!r})"
-            raise ConfigError(f"{what} gives {name} twice{same}; give it once with every value, "
-                              f"e.g. {name}=V1,V2,V3")
+            fix = f"give it once with every value, e.g. {name}=V1,V2,V3" if grid else "keep one"
+            raise ConfigError(f"{what} gives {name} twice{same}; {fix}")
         out[name], written[name] = value, str(key).strip()
     return out
 
@@ -172,7 +173,8 @@ def parse_grid(value: Any, what: str, *, numeric: bool, free: bool = False) -> d
                               f"valid: {', '.join(valid)}")
         if numeric and not any(h in (int, float) for h in _members(hints[key])):
             raise ConfigError(f"{what} key {key!r} is not numeric; tune numbers such as lr or weight_decay")
-        typed = [_check_type(f"{what} value of {key}", v, hints[key]) for v in values]
+        hint = typing.Union[tuple(m for m in _members(hints[key]) if m is not type(None))]  # noqa: UP007 - built
+        typed = [_check_type(f"{what} value of {key}", v, hint) for v in values]
         if not typed or len(set(map(repr, typed))) != len(typed):
             raise ConfigError(f"{what} {key}={values} must list distinct values, e.g. {key}=0.03,0.1,0.3")
         out[key] = typed
@@ -264,7 +266,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise ConfigError(f"config {str(path)!r} must be a mapping of keys to values, "
                           f"not a {type(raw).__name__}")
-    return normalize_keys(raw, str(path))
+    return normalize_keys(raw, f"config {str(path)!r}")
 
 
 # A model's or dataset's registered `sweep` and `budget` are a default design (digits: batch 2 and 16 at
