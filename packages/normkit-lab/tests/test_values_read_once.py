@@ -110,3 +110,31 @@ def test_an_empty_workloads_list_says_so_not_that_none_are_registered():
 
     with pytest.raises(ConfigError, match="--workloads names no workload; give names separated by commas"):
         SuitePlan.make("bn,ln", seeds=3, workloads=[])
+
+
+def test_a_results_directory_written_before_still_reads_as_written(tmp_path):
+    """config.yaml of an older comparison may hold a plain `1e-3` meaning the text (a program's own tune value,
+    passed as written); reading it as YAML 1.2 would make it 0.001, so the store's hash and its runs' tuned
+    values would no longer match. A results directory's own files are read by the rules they were written
+    under, and what normkit writes now reads the same under both."""
+    import json
+
+    import yaml
+
+    from normkit_lab.records import config_hash, config_identity
+    from normkit_lab.store.results import ResultsDir
+
+    cfg = config.build_config({"norms": "bn,ln", "command": "python t.py {lr}", "tune": ["lr=1e-3,0.01"]})
+    assert cfg.tune == {"lr": ["1e-3", 0.01]}  # as written: the program gets the text 1e-3
+    old_text = yaml.safe_dump(cfg.to_dict(), sort_keys=False)  # how config.yaml was written before
+    assert "- 1e-3\n" in old_text
+    store = tmp_path / "old"
+    store.mkdir()
+    (store / "config.yaml").write_text(old_text)
+    raw = yaml.safe_load(old_text)
+    (store / "store.json").write_text(json.dumps({"format": 1, "config_hash": config_hash(raw),
+                                                  "config": config_identity(raw)}))
+    ResultsDir.open(store)  # not "config.yaml was edited after the store was created"
+    assert config.load_yaml(store / "config.yaml", saved=True)["tune"] == {"lr": ["1e-3", 0.01]}
+    assert config.build_config(config.load_yaml(store / "config.yaml", saved=True)).tune == cfg.tune
+    assert "'1e-3'" in config.save_yaml(cfg)  # written now: quoted, the same under both rule sets

@@ -4,9 +4,12 @@
 becomes exponentially large when anything walks or prints it. Here the composed node graph is
 walked with a budget before any Python value is built, so such a document is refused up front.
 
-Numbers are read as YAML 1.2 and Python write them, as the command line reads them, not by PyYAML's
-YAML 1.1 rules: `010` is 10 (not octal 8), `1e-3` is 0.001 (not the text "1e-3"), `1:30` and `1_000`
-stay text (not 90 and 1000). `dumps` quotes every text these rules would read as a number.
+Numbers a user writes are read as YAML 1.2 and Python write them, as the command line reads them, not
+by PyYAML's YAML 1.1 rules: `010` is 10 (not octal 8), `1e-3` is 0.001 (not the text "1e-3"), `1:30` and
+`1_000` stay text (not 90 and 1000). `dumps` quotes every text that either rule set would read as
+something else, so what normkit writes reads the same both ways; a results directory's own files
+(`saved=True`) are read by the rules they were written under, so an older directory, whose config.yaml
+may hold a plain `1e-3` meaning the text, still matches the hash of its runs.
 """
 
 from __future__ import annotations
@@ -50,8 +53,10 @@ class _Dumper(yaml.SafeDumper):
 
 
 _numbers_as_written(_Loader)
-_numbers_as_written(_Dumper)
 _Loader.add_constructor(_INT_TAG, _Loader.construct_yaml_int)
+_Dumper.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeDumper.yaml_implicit_resolvers.items()}
+_Dumper.add_implicit_resolver(_INT_TAG, _INT, list("-+0123456789"))  # quoted when 1.1 or 1.2 reads a number
+_Dumper.add_implicit_resolver(_FLOAT_TAG, _FLOAT, list("-+0123456789."))
 
 
 def dumps(data: Any) -> str:
@@ -97,11 +102,12 @@ def _problem(exc: yaml.YAMLError) -> str:
     return one_line(f"{problem}{where}")
 
 
-def loads(text: str, what: str) -> Any:
-    """The value of YAML `text` (safe types only); `what` names its source in one-line errors."""
+def loads(text: str, what: str, saved: bool = False) -> Any:
+    """The value of YAML `text` (safe types only); `what` names its source in one-line errors; `saved`: a
+    file normkit wrote into a results directory, read by the rules it was written under (see the module)."""
     if len(text) > MAX_YAML_BYTES:
         raise ConfigError(f"{what} is larger than {MAX_YAML_BYTES:,} characters; a config is a few lines")
-    loader = _Loader(text)
+    loader = yaml.SafeLoader(text) if saved else _Loader(text)
     try:
         node = loader.get_single_node()
         if node is None:
@@ -116,8 +122,9 @@ def loads(text: str, what: str) -> Any:
         loader.dispose()
 
 
-def read(path: str | Path, what: str) -> Any:
-    """The value of a YAML file; unreadable, binary, non-UTF-8 or oversized files raise ConfigError."""
+def read(path: str | Path, what: str, saved: bool = False) -> Any:
+    """The value of a YAML file; unreadable, binary, non-UTF-8 or oversized files raise ConfigError.
+    `saved`: a results directory's own file (see `loads`)."""
     path = Path(path)
     try:
         with open(path, "rb") as f:
@@ -137,4 +144,4 @@ def read(path: str | Path, what: str) -> Any:
         line = text[:text.index("\x00")].count("\n") + 1
         raise ConfigError(f"{what} {str(path)!r} line {line} holds a NUL byte (a binary file?); "
                           f"give a YAML file")
-    return loads(text, f"{what} {str(path)!r}")
+    return loads(text, f"{what} {str(path)!r}", saved)

@@ -87,7 +87,7 @@ class Results:
 
 
 def read_config(store: ResultsDir) -> dict[str, Any]:
-    raw = safe_yaml.read(store.config_path, "config")
+    raw = safe_yaml.read(store.config_path, "config", saved=True)
     norms = raw.get("norms") if isinstance(raw, dict) else None
     if not (isinstance(norms, list) and norms and all(isinstance(n, str) for n in norms)
             and isinstance(raw.get("baseline"), (str, type(None)))):

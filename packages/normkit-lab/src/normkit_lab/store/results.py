@@ -259,7 +259,7 @@ class ResultsDir:
                kind: str = "compare") -> ResultsDir:
         store = cls(new_results_dir(out, kind))
         atomic_write_text(store.path / CONFIG_FILE, config_yaml)
-        raw = safe_yaml.read(store.path / CONFIG_FILE, "config") or {}
+        raw = safe_yaml.read(store.path / CONFIG_FILE, "config", saved=True) or {}
         atomic_write_text(store.path / STORE_FILE, json_text(
             {"format": 1, "config_hash": config_hash(raw), "config": config_identity(raw)}))
         store.write_environment(environment)
@@ -303,7 +303,7 @@ class ResultsDir:
                               f"configuration, so the store cannot be checked; restore {STORE_FILE} from a copy "
                               f"or start a new comparison with --out")
         (rows_hash,) = hashes
-        raw = safe_yaml.read(self.config_path, "config")
+        raw = safe_yaml.read(self.config_path, "config", saved=True)
         if not isinstance(raw, dict) or config_hash(raw) != rows_hash:
             raise ConfigError(f"{str(path)!r} is missing and {str(self.config_path)!r} is not the configuration "
                               f"the runs in {RUNS_FILE} were made with (their hash {rows_hash}); restore both "
@@ -322,7 +322,7 @@ class ResultsDir:
         info = self._store_info()
         if info is None:
             return
-        raw = safe_yaml.read(self.config_path, "config")
+        raw = safe_yaml.read(self.config_path, "config", saved=True)
         if not isinstance(raw, dict):
             raise ConfigError(f"{str(self.config_path)!r} is not a config written by `normkit compare` (not a "
                               f"mapping of keys to values); restore it")

@@ -258,9 +258,10 @@ def normalize_keys(raw: dict[Any, Any], source: str) -> dict[str, Any]:
     return out
 
 
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    """The mapping in a YAML config file, with keys checked; unreadable or invalid files raise ConfigError."""
-    raw = safe_yaml.read(path, "config")
+def load_yaml(path: str | Path, saved: bool = False) -> dict[str, Any]:
+    """The mapping in a YAML config file, with keys checked; unreadable or invalid files raise ConfigError.
+    `saved`: a results directory's config.yaml (`safe_yaml.loads`)."""
+    raw = safe_yaml.read(path, "config", saved)
     if raw is None:
         return {}
     if not isinstance(raw, dict):

@@ -59,7 +59,7 @@ def task_card(suite: Suite, task: Task) -> dict[str, Any] | None:
     if not (where / "config.yaml").is_file():
         return None
     store = ResultsDir.open(where)
-    config = load_yaml(store.config_path)
+    config = load_yaml(store.config_path, saved=True)
     metric = metric_named(config["metric"])
     _, tune, target = task.workload.resolved(suite.plan.scale, task.variant)
     summary = {row["norm"]: row for row in _load(where / SUMMARY_JSON)}
