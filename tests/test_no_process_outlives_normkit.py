@@ -153,3 +153,65 @@ def test_a_sigkilled_normkit_with_two_jobs_leaves_no_worker_program_or_child_run
 def test_a_sigkilled_normkit_on_ray_leaves_no_ray_process_program_or_child_running(tmp_path: Path) -> None:
     pytest.importorskip("ray")
     kill_normkit_mid_run(tmp_path, "--executor", "ray", programs=1, start_s=240)
+
+
+# A `--jobs 2` pool started by a parent the test SIGKILLs as soon as its first worker process exists.
+POOL_PARENT = textwrap.dedent("""
+    import sys
+    from normkit_lab.executors import ExecutorOptions
+    from normkit_lab.executors.local import LocalExecutor
+    from normkit_lab.records import RunId
+    from normkit_lab.runs.execute import Job, RunOptions
+    from normkit_lab.study import compare, config
+
+    cfg = config.build_config({"norms": "bn,ln", "seeds": 1, "epochs": 1, "batch_size": 64, "device": "cpu"})
+    compare.check(cfg)
+    store = compare.create_store(cfg, sys.argv[1])
+    jobs = [Job.make(cfg, RunId.of(norm, 0), store, RunOptions()) for norm in cfg.norms]
+    print("starting the pool", flush=True)
+    LocalExecutor(ExecutorOptions(jobs=2)).run(jobs, lambda kind, value: None)
+""")
+
+
+def _pool_workers(parent: int) -> list[int]:
+    """The spawned worker processes whose parent is `parent`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            if int(stat[stat.rfind(")") + 2:].split()[1]) == parent and \
+                    b"--multiprocessing-fork" in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def test_pool_workers_of_a_normkit_killed_while_they_start_die_before_their_heavy_imports(tmp_path: Path) -> None:
+    """Issue 41: a worker asked for the parent-death signal only after importing torch (seconds), so a normkit
+    SIGKILLed while its workers started left them running that long. Now no worker loads torch once its
+    parent is dead: it dies at once, or exits at its first check, before the heavy imports."""
+    proc = subprocess.Popen([PY, "-c", POOL_PARENT, str(tmp_path / "out")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "starting the pool"
+        deadline = time.monotonic() + 60
+        while not (workers := _pool_workers(proc.pid)) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert workers, "no worker process started"
+        proc.kill()
+        proc.wait()
+        loaded_torch = set()
+        deadline = time.monotonic() + 60
+        while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+            for pid in workers:
+                try:
+                    if "libtorch" in Path(f"/proc/{pid}/maps").read_text():
+                        loaded_torch.add(pid)
+                except OSError:
+                    pass
+            time.sleep(0.01)
+        assert not any(alive(pid) for pid in workers)
+        assert not loaded_torch, "a worker imported torch after normkit was killed"
+    finally:
+        proc.kill()
+        proc.wait()

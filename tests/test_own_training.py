@@ -607,3 +607,52 @@ def test_a_program_reporting_percent_is_compared_with_an_explicit_recorded_scale
     assert {row["test_acc"] <= 1 for row in percent.runs} == {True}  # runs.jsonl holds fractions
     with pytest.raises(ConfigError, match="only the accuracies normkit knows"):
         compare(tmp_path, "bn,gn+pn", f"{PY} percent.py", out="x", metric="test_loss:percent")
+
+
+def test_fractions_under_a_percent_metric_fail_the_run_in_one_line_and_percent_on_a_further_metric_applies(
+        tmp_path: Path) -> None:
+    """Issue 41: `--metric test_acc:percent` with a program that reports fractions (every accuracy <= 1)
+    failed no run and gave "0.90 vs 0.80 %"; `:percent` said on a second metric was not applied."""
+    write(tmp_path, "tiny.py", TINY)
+    write(tmp_path, "percent.py", PERCENT)
+    command = "{py} {script} --norm {{norm}} --seed {{seed}}"
+    fractions = compare(tmp_path, "bn,gn+pn", command.format(py=PY, script="tiny.py"), out="fractions", seeds=1,
+                        metric="test_acc:percent")
+    assert {row["status"] for row in fractions.runs} == {"failed"}
+    assert all("reported every accuracy at most 1" in row["error"] and "drop :percent" in row["error"]
+               and "\n" not in row["error"] for row in fractions.runs)
+    second = compare(tmp_path, "bn,gn+pn", command.format(py=PY, script="percent.py"), out="second", seeds=3,
+                     metric="val_loss,test_acc:percent")
+    assert {row["status"] for row in second.runs} == {"ok"}
+    assert second.config["metric"] == "val_loss,test_acc:percent"  # every metric kept, with its scale
+    assert {row["test_acc"] <= 1 for row in second.runs} == {True}  # divided by 100 as recorded
+
+
+NOISY = textwrap.dedent("""
+    import sys
+    print('normkit: {"epoch": 0, "val_acc": 0.9, "test_acc": 0.9}', flush=True)
+    for _ in range(4000):
+        print("x" * 99, flush=True)  # 400 kB of log, past the file size limit of the test
+    print('normkit: {"epoch": 1, "val_acc": 0.9, "test_acc": 0.9}', flush=True)
+""")
+
+
+def test_a_full_disk_while_a_program_prints_stops_in_one_line_naming_the_file_and_records_nothing(
+        tmp_path: Path) -> None:
+    """Issue 41: stdout.log on a full disk gave a traceback from the reader thread. RLIMIT_FSIZE stands in for
+    the full disk (Python ignores SIGXFSZ, so a write past it fails with EFBIG, as ENOSPC would)."""
+    import resource
+
+    write(tmp_path, "noisy.py", NOISY)
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, resource.RLIM_INFINITY))
+
+    proc = subprocess.run([NORMKIT, "compare", "--norms", "bn", "--seeds", "1", "--command", f"{PY} noisy.py",
+                           "--out", "out"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          preexec_fn=limit)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr and "Exception in thread" not in proc.stderr, lines
+    assert "stdout.log" in lines[0] and "File too large" in lines[0] and "--resume" in lines[0], lines
+    assert ResultsDir(tmp_path / "out").rows() == []  # the machine's failure: nothing recorded, resume retries

@@ -147,3 +147,24 @@ def test_no_catalog_while_a_plugin_fails(tmp_path: Path) -> None:
         failed = {p["name"]: p["error"] for p in json.loads(out.stdout) if p["error"]}
         assert failed == {"cachetest": "import failed: ImportError: broken on purpose"} and loaded
     assert not list((tmp_path / "cache").glob("catalog-*.json"))
+
+
+def test_a_misspelled_norm_is_answered_from_the_catalog_without_torch(tmp_path: Path) -> None:
+    """Issue 41: `normkit compare --norms bogus` imported torch and every plugin (8 s of CPU, 80 s at load 11)
+    before its one-line error; with a current catalog the names are checked first."""
+    site = tmp_path / "site"
+    install(site, "1.0", ["cachenorm"])
+    normkit(tmp_path, "list", "--json")  # builds the catalog
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), *filter(None, os.environ.get(
+        "PYTHONPATH", "").split(os.pathsep))]), "NORMKIT_CACHE_DIR": str(tmp_path / "cache"),
+        "NORMKIT_STRICT_PLUGINS": ""}
+    environ.pop("NORMKIT_NO_CATALOG_CACHE", None)
+    for norms, error in [("bn,gnn2+pn", "unknown norm or stage 'gnn2'; did you mean 'gnn' or 'nn' or 'gn'?"),
+                         ("cachenorm,bnn(noise=[0,0.4])+cachenrm", "unknown norm or stage 'cachenrm'; did you "
+                                                                    "mean 'cachenorm'")]:
+        out = subprocess.run([sys.executable, "-c", RUN, "compare", "--norms", norms], env=environ,
+                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and lines[0].startswith(f"error: {error}"), out.stderr
+        assert lines[-1] == "torch imported: False" and len(lines) == 2, out.stderr
+    assert not any(tmp_path.glob("runs"))  # nothing written

@@ -261,12 +261,20 @@ def test_bad_metric_lists_are_one_line_errors(results_dir, metric, message):
     assert result.exit_code == 2 and message in result.output and len(result.output.strip().splitlines()) == 1
 
 
-def test_compare_reads_further_metrics_from_its_metric_option():
-    from normkit_cli.report import further_metrics
-
-    given = {"metric": "test_acc,test_loss"}
-    assert further_metrics(given) == ["test_loss"] and given == {"metric": "test_acc"}
-    assert further_metrics({"metric": "f1:max"}) == [] and further_metrics({}) == []
+def test_the_results_directory_keeps_every_metric_so_report_reads_them_all_without_repeating_them(tmp_path):
+    """Issue 41: `compare --metric test_acc,test_loss` printed both tables, but config.yaml kept only the
+    first metric, so `normkit report DIR` lost the others."""
+    cfg = config.build_config({"norms": "bn,bnn,ln", "seeds": "4", "epochs": 2, "batch_size": 128,
+                               "metric": "test_acc,test_loss"})
+    assert (cfg.metric, cfg.further_metrics) == ("test_acc", ["test_loss"])
+    store = ResultsDir.create(tmp_path / "cmp", config.save_yaml(cfg), {"host": "h"})
+    assert "metric: test_acc,test_loss" in (store.path / "config.yaml").read_text()
+    for seed in range(4):
+        store.append_rows(run_rows("bn", seed, BN[seed]) + run_rows("bnn", seed, GAIN[seed]))
+    result = invoke("report", store.path, columns=160)
+    assert result.exit_code == 0, result.output
+    assert "of the 2 metrics read (test_acc, test_loss)" in " ".join(result.output.split())
+    assert "test_loss ± s.e." in result.output
 
 
 def test_a_language_model_comparison_shows_the_ngram_note_in_compare_and_in_report(tmp_path):
@@ -304,3 +312,51 @@ def test_compare_defaults_to_sequential_seeds_and_report_prints_the_design(tmp_p
                                  if line.startswith("sequential seeds:")]
     bad = invoke("compare", "--norms", "bn", "--seeds", "4", "--max-seeds", "8", "--out", str(tmp_path / "bad"))
     assert bad.exit_code == 2 and "apply to --seeds auto" in bad.output and not (tmp_path / "bad").exists()
+
+
+def _edit_final_row(path: Path, norm: str, seed: int, text: str) -> None:
+    """runs.jsonl with the final epoch row of (norm, seed) having its test_acc written as `text`."""
+    lines = (path / "runs.jsonl").read_text().splitlines()
+    final = max(i for i, line in enumerate(lines) if json.loads(line)["norm"] == norm
+                and json.loads(line)["seed"] == seed)
+    row = json.loads(lines[final])
+    lines[final] = json.dumps(row).replace(f'"test_acc": {row["test_acc"]}', f'"test_acc": {text}')
+    (path / "runs.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_an_ok_row_with_a_null_metric_is_reported_not_silently_one_seed_fewer(results_dir):
+    """Issue 41: an ok row whose metric was null dropped that seed from the statistics without a word."""
+    _edit_final_row(results_dir, "bnn", 1, "null")
+    result = invoke("report", results_dir, columns=200)
+    assert result.exit_code == 0, result.output
+    assert ("failed: bnn seed 1: status ok, but runs.jsonl has no test_acc at its selected epoch (null or "
+            "missing), so it is left out of the statistics") in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("text", ["NaN", "Infinity", "-Infinity"])
+def test_an_ok_row_with_a_nan_metric_is_a_damaged_row(results_dir, text):
+    _edit_final_row(results_dir, "bnn", 1, text)
+    result = invoke("report", results_dir, columns=200)
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+    assert "runs.jsonl:" in result.output and "has test_acc" in result.output and "edited or damaged" in result.output
+
+
+@pytest.mark.parametrize("rows", ["", "tune"])
+def test_report_of_a_directory_without_comparison_runs_exits_2_in_one_line(results_dir, rows):
+    """Issue 41: an empty runs.jsonl gave a table of n = 0 rows and exit 0."""
+    text = "" if not rows else "".join(json.dumps({**row, "phase": "tune", "seed": 9}) + "\n"
+                                       for row in run_rows("bn", 9, 0.8))
+    (results_dir / "runs.jsonl").write_text(text)
+    before = snapshot(results_dir)
+    result = invoke("report", results_dir)
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+    assert "holds no comparison run yet" in result.output and "normkit compare --resume" in result.output
+    assert snapshot(results_dir) == before
+
+
+def test_compare_says_when_a_budget_drops_the_default_designs_cells(tmp_path):
+    result = invoke("compare", "--norms", "bn", "--seeds", "1", "--budget", "steps=1", "--out", tmp_path / "o")
+    assert result.exit_code == 0, result.output
+    assert ("note: --budget replaces the default design of digits (batch_size=2,16 at steps=500 each), so every "
+            "run trains at batch_size=2; to keep its cells, add --sweep batch_size=2,16") in " ".join(
+        result.output.split())

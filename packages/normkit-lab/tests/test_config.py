@@ -56,7 +56,7 @@ def test_plan_is_seed_major_and_pairs_by_seed():
 
 @pytest.mark.parametrize(("text", "match"), [
     ("norms: [bn]\nepoch: 3\n", "unknown key 'epoch'.*did you mean 'epochs'"),
-    ("norms: [bn]\nepochs: three\n", "epochs must be int"),
+    ("norms: [bn]\nepochs: three\n", "epochs must be a whole number"),
     ("norms: [bn]\nlr: [1]\n", "lr must be"),
     ("norms: [bn\n", "not valid YAML: .* at line 2"),
     ("- bn\n- ln\n", "must be a mapping"),

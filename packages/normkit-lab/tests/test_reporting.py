@@ -35,6 +35,9 @@ def test_report_metrics_prints_one_checked_line() -> None:
     ({"epoch": 0, "test_acc": 96.8}, None, r"fractions in \[0, 1\] \(report 0.968\), or say the program reports "
                                            r"percent: --metric test_acc:percent"),
     ({"epoch": 0, "params": 1.5}, None, "parameter count"),
+    ({"epoch": 0, "test_acc": 1.0000001}, None, r"test_acc=1.0000001 at epoch 0; accuracies are fractions in "
+                                                r"\[0, 1\]; report a value in that range"),  # not rounded to 1
+    ({"epoch": 0, "test_acc": -1e-9}, None, r"test_acc=-1e-09 at"),
 ])
 def test_a_bad_record_is_refused_with_what_is_wrong(values: object, previous: int | None, message: str) -> None:
     with pytest.raises(ReportError, match=message):

@@ -258,3 +258,31 @@ def test_a_link_at_any_level_below_the_store_is_refused_and_nothing_written_thro
     assert f"{str(link)!r} is a symbolic link" in str(info.value) and "\n" not in str(info.value)
     assert list(elsewhere.iterdir()) == []  # nothing written through the link
     assert not (store.path / "runs.jsonl").exists()
+
+
+NAMED = textwrap.dedent("""
+    import resource, sys
+    from pathlib import Path
+    from normkit_lab.store.atomic import atomic_write_text
+    from normkit_lab.store.results import ResultsDir
+
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))  # Python ignores SIGXFSZ: EFBIG
+    root = Path(sys.argv[1])
+    store = ResultsDir(root)
+    for write in (lambda: atomic_write_text(root / "summary.json", "x" * 10_000),
+                  lambda: store.append_rows([{"norm": "bn", "pad": "x" * 10_000}])):
+        try:
+            write()
+        except OSError as exc:
+            print(exc.filename, exc.strerror)
+""")
+
+
+def test_a_full_disk_in_normkits_own_writes_names_the_file(tmp_path):
+    """Issue 41: a write that fails part-way (a full disk) raised an OSError naming no file, so the one-line
+    error said only "cannot access: File too large"; RLIMIT_FSIZE stands in for the full disk."""
+    proc = subprocess.run([sys.executable, "-c", NAMED, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines() == [f"{tmp_path / 'summary.json'} File too large",
+                                        f"{tmp_path / 'runs.jsonl'} File too large"]
+    assert not (tmp_path / "summary.json").exists()  # nothing half-written left behind

@@ -72,7 +72,7 @@ def test_a_plugin_registers_a_workload_and_the_suite_lists_it() -> None:
     ({"colour": "red"}, "unknown key 'colour'"),
     ({"question": ""}, "question must be a sentence"),
     ({"variants": {"v": {"tune": "lr"}}}, "variant 'v' tune must be a mapping"),
-    ({"config": {"batch_size": "big"}}, "config: batch_size must be int"),
+    ({"config": {"batch_size": "big"}}, "config: batch_size must be a whole number"),
     ({"config": {"metric": "test_accuracy"}}, "config: unknown metric 'test_accuracy'"),
 ])
 def test_a_wrong_workload_fails_in_one_line_naming_it(change: dict[str, Any], message: str) -> None:

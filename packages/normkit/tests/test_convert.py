@@ -93,3 +93,13 @@ def test_convert_reports_layers_it_cannot_build() -> None:
         normkit.convert(nn.BatchNorm2d(4), "bn")
     with pytest.raises(normkit.SpecError, match="only LayerNorm over the last dim"):
         normkit.convert(nn.Sequential(nn.LayerNorm([4, 5])), "ln")
+
+
+@pytest.mark.parametrize("model", ["model", None, 3, [nn.BatchNorm2d(4)]])
+def test_convert_of_something_that_is_not_a_model_is_one_line(model):
+    """Issue 41: `normkit.convert("model", ...)` raised AttributeError ('str' object has no attribute 'children')."""
+    with pytest.raises(normkit.NormkitError, match=r"convert\(\) takes your model, a torch.nn.Module, not the") as info:
+        normkit.convert(model, "gn+pn")
+    assert "\n" not in str(info.value)
+    with pytest.raises(normkit.NormkitError, match=r"convert_sync\(\) takes your model"):
+        normkit.convert_sync(model)

@@ -288,8 +288,12 @@ def compare_cmd(
     your own training program instead of normkit's loop, with everything else unchanged
     (docs/own-training.md).
     """
+    from normkit_cli.quick_check import unknown_norm
+
+    if norms is not None and (problem := unknown_norm(norms)) is not None:  # before torch: well under a second
+        raise fail(problem)
     from normkit_cli.report import console as make_console
-    from normkit_cli.report import further_metrics, show
+    from normkit_cli.report import show
     from normkit_lab.executors import make_executor
     from normkit_lab.runs.execute import RunOptions
     from normkit_lab.runs.loggers import check_log_kinds
@@ -299,10 +303,12 @@ def compare_cmd(
     from normkit_lab.study.progress import choose_progress
 
     given = _given(ctx)
-    also = further_metrics(given)  # --metric a,b: a table per metric, one Holm family (normkit_cli.report)
     if higher_is_better is not None:
         if "metric" not in given:
             raise fail("--higher-is-better/--lower-is-better say which way --metric is better; give --metric too")
+        if "," in given["metric"]:
+            raise fail("--higher-is-better/--lower-is-better give one metric's direction; with several metrics "
+                       "write each one's, e.g. --metric f1:max,test_wer:min")
         given["metric"] = f"{given['metric'].partition(':')[0]}:{'max' if higher_is_better else 'min'}"
     options = RunOptions(keep_checkpoints=keep_checkpoints, log=check_log_kinds(log or ()))
     scale = _executor_options(executor, jobs, jobs_per_gpu, ray_address, slurm_partition, slurm_time,
@@ -324,11 +330,15 @@ def compare_cmd(
     else:
         if "seeds" not in given and (config is None or "seeds" not in lab_config.load_yaml(config)):
             given["seeds"] = "auto"  # compare's default: sequential seeds (the library's default stays 5 fixed)
-        cfg = lab_config.resolve(given, config)
+        values = lab_config.given_values(given, config)
+        cfg = lab_config.build_config(values)
         check(cfg, parallel=scale.parallel_runs)
         run_executor = make_executor(scale)  # a missing engine or a bad cluster option: before any file
         store = create_store(cfg, out)
     console = make_console()
+    note = lab_config.design_note(values) if resume is None else None
+    if note is not None:  # the default design's cells stop running where the user's keys replace it
+        console.print(f"note: {note}", soft_wrap=True, markup=False, highlight=False)
     train = cfg.train
     n_tune, n_compare = run_count(cfg)
     cost = (f"{plural(n_tune, 'tuning run')} + {plural(n_compare, 'comparison run')}" if n_tune
@@ -343,12 +353,14 @@ def compare_cmd(
     console.print(f"compare {', '.join(cfg.norms)}{ablating} {what}, {seeds_text} {cost}"
                   f"{')' if cfg.looks else ''} -> {store.path}", soft_wrap=True, markup=False, highlight=False)
     resume_hint = f"continue with: normkit compare --resume {store.path}"
+    progress = choose_progress()
     try:
-        results = run_compare(cfg, store, progress=choose_progress(), executor=run_executor, options=options,
+        results = run_compare(cfg, store, progress=progress, executor=run_executor, options=options,
                               on_tuned=functools.partial(print_tuning, console=console),
                               allow_version_change=allow_version_change)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (one_line_errors raises Terminated for it)
-        saved = len(store.finished())
+        progress.close()  # again: a Ctrl-C inside its start skips run_compare's close, leaving the bar's line
+        saved = len(store.finished())  # open and the cursor hidden; closing twice is harmless
         typer.echo(f"interrupted: {saved} of {plural(n_tune + n_compare, 'run')} are saved in {store.path}; "
                    f"{resume_hint}", err=True)
         raise typer.Exit(interrupted_code(exc)) from None
@@ -361,7 +373,7 @@ def compare_cmd(
                    f"finished runs are kept; {resume_hint}", err=True)
         raise typer.Exit(1) from None
     results.all_pairs = all_pairs
-    results.also = also
+    results.also = list(cfg.further_metrics)  # --metric a,b: a table per metric, one Holm family
     show(results, store, console)
     failed = [run for run in results.runs if run.status == "failed"]
     if failed:

@@ -133,21 +133,6 @@ def fitted_table(results: Results, summary: Summary, console: Console) -> tuple[
     return table, dropped
 
 
-def further_metrics(given: dict[str, Any]) -> list[str]:
-    """`normkit compare --metric a,b,...`: leaves the first in `given` (the comparison's metric, saved in
-    config.yaml, which tuning and selection use) and returns the others, read from the same runs in a
-    table each, with one Holm family across all (normkit_lab.analysis.metric_family)."""
-    from normkit_lab.analysis.metric_family import margin_for, split_metrics
-
-    if "," not in str(given.get("metric", "")):
-        return []
-    first, *others = split_metrics(given["metric"])
-    for name in others:
-        margin_for(name)
-    given["metric"] = first
-    return others
-
-
 def console() -> Console:
     """The terminal's console; COLUMNS when set, else 160 columns when writing to a file or pipe (the
     table is narrowed to fit, its names never cut, and the caption wraps at a readable width)."""
@@ -320,6 +305,10 @@ def report_cmd(
     if margin is not None and not (margin > 0 and margin != float("inf")):
         raise fail(f"--margin must be > 0 (a finite number in the metric's unit), not {margin!r}")
     results = load_results(dirs, baseline, metric)
+    if not any(run.phase == "compare" for run in results.runs):  # a table of n = 0 rows would read as results
+        where = " ".join(str(d) for d in dirs)
+        raise fail(f"{where} holds no comparison run yet (runs.jsonl has none): nothing to report; train the "
+                   f"runs with: normkit compare --resume {dirs[0]}")
     overrides = {k: v for k, v in (("margin", margin), ("select", select)) if v is not None}
     results.config = {**results.config, **overrides}
     results.all_pairs = all_pairs

@@ -104,5 +104,5 @@ def read_result(store: ResultsDir | str | Path) -> ComparisonResult:
         path = store.path / name
         return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
 
-    return ComparisonResult(path=store.path, config=lab_config.load_yaml(store.config_path),
+    return ComparisonResult(path=store.path, config=lab_config.load_yaml(store.config_path, saved=True),
                             summary=load(SUMMARY_JSON), runs=store.rows(), tuning=load(TUNING_FILE))

@@ -148,6 +148,41 @@ def needs_margin(metric: Metric) -> bool:
     return not math.isfinite(metric.default_margin)
 
 
+def split_metrics(value: str) -> list[str]:
+    """`test_acc,test_loss` -> the metrics' specs in order, each checked (ConfigError, one line, for an
+    unknown one or one named twice)."""
+    names = [part.strip() for part in str(value).split(",")]
+    if not all(names):
+        raise ConfigError(f"--metric {value!r} has an empty name; write metrics separated by commas, e.g. "
+                          f"test_acc,test_loss")
+    specs = [metric_spec(name) for name in names]
+    fields = [metric_named(spec).field for spec in specs]
+    repeated = sorted({f for f in fields if fields.count(f) > 1})
+    if repeated:
+        raise ConfigError(f"--metric {value!r} names {', '.join(repeated)} twice; name each metric once")
+    return specs
+
+
+def margin_for(name: str) -> float:
+    """A further metric's margin: its own default (a program's own metric has none, so it can only be
+    read as the first metric, whose margin --margin gives)."""
+    metric = metric_named(name)
+    if needs_margin(metric):
+        raise ConfigError(f"metric {metric.field} is your program's own, so normkit does not know its unit and "
+                          f"its margin: read it as the first --metric, with --margin in its unit")
+    return metric.default_margin
+
+
+def metric_list(value: str) -> list[str]:
+    """The metrics of `--metric a,b,...` (or `metric: a,b` in a config file), checked: the first is the
+    comparison's metric (tuning and selection use it, `--margin` is in its unit), the others are read from
+    the same runs at their own default margins, one Holm family across all (analysis.metric_family)."""
+    first, *others = split_metrics(value)
+    for name in others:
+        margin_for(name)
+    return [first, *others]
+
+
 def margin_of(config: Mapping[str, Any], metric: Metric) -> float:
     """The equivalence margin in the metric's unit: config `margin`, or the metric's default."""
     value = config.get("margin")

@@ -3,7 +3,8 @@ running on after it stops, however it stops (an error, Ctrl-C, SIGTERM, or SIGKI
 cleanup code of normkit at all).
 
 - `die_with_parent()`, called in a child process: the kernel sends it SIGKILL when its parent
-  dies (Linux PR_SET_PDEATHSIG), so the local pool's workers go with a killed normkit.
+  dies (Linux PR_SET_PDEATHSIG), so the local pool's workers go with a killed normkit
+  (`start_worker`, their initializer, asks for it before their heavy imports).
 - `supervised(argv, ...)`: the command line that runs a `--command` program under a supervisor,
   `python -c '... _main(...)' supervise ...`. The supervisor is a child subreaper (Linux
   PR_SET_CHILD_SUBREAPER): every process the program starts stays below it, even one that calls
@@ -21,6 +22,7 @@ started. Imports nothing heavy: the supervisor starts once per run.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import signal
 import subprocess
@@ -55,6 +57,15 @@ def die_with_parent(parent: int, sig: int = signal.SIGKILL) -> None:
     _prctl(_PR_SET_PDEATHSIG, int(sig))
     if LINUX and os.getppid() != parent:
         os._exit(1)
+
+
+def start_worker(parent: int, init: str, *args: Any) -> None:
+    """A pool worker's initializer: die with `parent` first, then import `init` ("module:function", which
+    imports torch: seconds) and call it with `args`. A normkit killed while its workers start takes them
+    along at once, instead of after their imports (this module imports nothing heavy)."""
+    die_with_parent(parent)
+    module, _, name = init.partition(":")
+    getattr(importlib.import_module(module), name)(*args)
 
 
 def descendants(root: int) -> list[int]:

@@ -98,12 +98,13 @@ def check_record(values: Any, previous: int | None, percent: bool = False) -> Re
         if not _finite(value):
             raise ReportError(f"reported {name}={_short(value)} at epoch {epoch}; metrics must be finite numbers")
         if name in FRACTIONS and percent and not 0 <= value <= 100:
-            raise ReportError(f"reported {name}={value} at epoch {epoch}; this comparison reads accuracies in "
+            raise ReportError(f"reported {name}={value!r} at epoch {epoch}; this comparison reads accuracies in "
                               f"percent, in [0, 100]")
-        if name in FRACTIONS and not percent and not 0 <= value <= 1:
-            raise ReportError(f"reported {name}={value:g} at epoch {epoch}; accuracies are fractions in [0, 1] "
-                              f"(report {value / 100:g}), or say the program reports percent: "
-                              f"--metric test_acc:percent")
+        if name in FRACTIONS and not percent and not 0 <= value <= 1:  # repr: never rounded into [0, 1]
+            way_out = (f" (report {value / 100:.10g}), or say the program reports percent: --metric "
+                       f"test_acc:percent" if 2 <= value <= 100 else "; report a value in that range")
+            raise ReportError(f"reported {name}={value!r} at epoch {epoch}; accuracies are fractions in [0, 1]"
+                              f"{way_out}")
         metrics[name] = float(value) if name != "params" else value
     params = metrics.get("params")
     if params is not None and not (isinstance(params, int) and params >= 0):

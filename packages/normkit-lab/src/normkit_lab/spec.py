@@ -17,7 +17,7 @@ from typing import Any
 from normkit import plugins
 from normkit.errors import NormkitError
 from normkit_lab.ablations import ablation_arms
-from normkit_lab.metrics import metric_named
+from normkit_lab.metrics import metric_named, reports_percent
 
 # sgd and adamw: the ResNet/WRN and ViT recipes of the normality paper; muon takes AdamW-sized steps
 # (runs/optimizers.py), so it starts from AdamW's values
@@ -124,10 +124,12 @@ class CompareConfig:
     `select`: which epoch a run reports (`final` or `best-val`); `metric`: the primary metric
     (`normkit_lab.metrics.METRICS`; test accuracy, test bits per byte for language models);
     `margin`: the equivalence margin in the metric's unit (None = the metric's default, 0.5
-    points of accuracy). `looks`: sequential seeds (`seeds: auto`, normkit_lab.sequential): the seeds
-    after each look, `seeds` then being every seed the budget allows; None runs every seed (fixed n).
-    `max_cpu_minutes`: with looks, no further round starts once the runs' training CPU time plus the
-    next round's estimate would exceed it. The runs are listed by `normkit_lab.study.plan`."""
+    points of accuracy); `further_metrics`: the others of `--metric a,b,...`, read from the same runs
+    (config.yaml keeps them all in `metric`). `looks`: sequential seeds (`seeds: auto`,
+    normkit_lab.sequential): the seeds after each look, `seeds` then being every seed the budget allows;
+    None runs every seed (fixed n). `max_cpu_minutes`: with looks, no further round starts once the runs'
+    training CPU time plus the next round's estimate would exceed it. The runs are listed by
+    `normkit_lab.study.plan`."""
 
     norms: list[str]
     train: TrainConfig
@@ -143,6 +145,7 @@ class CompareConfig:
     ablate: bool = False
     looks: list[int] | None = None
     max_cpu_minutes: float | None = None
+    further_metrics: list[str] = field(default_factory=list)
     # the user's own training code (normkit_lab.runs.trainer): a program run once per run, or the
     # "module:name" of a Python function; code_files: hashes of the files they name (set by check)
     command: str | None = None
@@ -167,6 +170,12 @@ class CompareConfig:
         """The norm every other norm is compared to (the first one unless chosen)."""
         return self.baseline or self.norms[0]
 
+    @property
+    def accuracies_in_percent(self) -> bool:
+        """True when the user's program reports its accuracies in percent: said by `:percent` on any of the
+        metrics (`--metric test_loss,test_acc:percent`), since one program reports them all."""
+        return any(reports_percent(m) for m in (self.metric, *self.further_metrics))
+
     def to_dict(self) -> dict[str, Any]:
         """The flat mapping saved as config.yaml (and accepted by `--config`), every default resolved."""
         train = dataclasses.asdict(self.train)
@@ -180,7 +189,8 @@ class CompareConfig:
             train.pop("epochs" if self.train.budget is not None else "budget")
         own = {key: getattr(self, key) for key in (*SEQUENTIAL_KEYS, *EXTERNAL_KEYS) if getattr(self, key) is not None}
         return {"norms": list(self.norms), "seeds": list(self.seeds), "baseline": self.baseline_norm,
-                "diagnostics": self.diagnostics, "select": self.select, "metric": self.metric,
+                "diagnostics": self.diagnostics, "select": self.select,
+                "metric": ",".join([self.metric, *self.further_metrics]),
                 "margin": metric_named(self.metric).default_margin if self.margin is None else self.margin,
                 "tune": {k: list(v) for k, v in self.tune.items()}, "tune_seeds": list(self.tune_seeds),
                 "sweep": {k: list(v) for k, v in self.sweep.items()}, "ablate": self.ablate, **own, **train}

@@ -217,7 +217,8 @@ def _own_code_caption(config: Mapping[str, Any], *, seeds: int, comparisons: int
     varied += [f"{key} = {_values(values)} (one cell each)" for key, values in sweep.items()]
     shows = (f"Shows: {code} (its own model, data and recipe){', ' + '; '.join(varied) if varied else ''}, "
              f"{_seeds_text(config, seeds)}; the {config.get('select')} "
-             f"epoch's {str(config.get('metric')).partition(':')[0]} as the program reported it, each norm against "
+             f"epoch's {', '.join(m.partition(':')[0] for m in str(config.get('metric')).split(','))} as the "
+             f"program reported it, each norm against "
              f"{baseline} with Holm's adjustment over {plural(comparisons, 'comparison')}.")
     not_shown = ["how the norms rank under other recipes, models or data"]
     if "lr" not in tune:

@@ -18,24 +18,6 @@ from typing import Any
 from normkit_lab.analysis.caption import caption, summary_caption
 from normkit_lab.analysis.summary import Run, Summary, cell_key
 from normkit_lab.analysis.verdicts import decide, oriented_to_metric
-from normkit_lab.errors import ConfigError
-from normkit_lab.metrics import metric_named, metric_spec, needs_margin
-
-
-def split_metrics(value: str) -> list[str]:
-    """`test_acc,test_loss` -> the metrics' specs in order, each checked (ConfigError, one line, for an
-    unknown one or one named twice)."""
-    names = [part.strip() for part in str(value).split(",")]
-    if not all(names):
-        raise ConfigError(f"--metric {value!r} has an empty name; write metrics separated by commas, e.g. "
-                          f"test_acc,test_loss")
-    specs = [metric_spec(name) for name in names]
-    fields = [metric_named(spec).field for spec in specs]
-    repeated = sorted({f for f in fields if fields.count(f) > 1})
-    if repeated:
-        raise ConfigError(f"--metric {value!r} names {', '.join(repeated)} twice; name each metric once")
-    return specs
-
 
 # numeric columns of a runs.jsonl row that are no metric of the training: identity, and what normkit measures
 NOT_METRICS = {"seed", "params", "threads", "epoch", "step", "steps", "epoch_time_s", "cpu_time_s", "wall_time_s",
@@ -83,16 +65,6 @@ def across_metrics(summaries: Sequence[Summary]) -> list[Summary]:
         out[i].rows[j] = dataclasses.replace(out[i].rows[j], verdict=verdict, interval=oriented_to_metric(
             verdict.low, verdict.high, summaries[i].metric.sign))  # the interval of the family's verdict
     return out
-
-
-def margin_for(name: str) -> float:
-    """A further metric's margin: its own default (a program's own metric has none, so it can only be
-    read as the first metric, whose margin --margin gives)."""
-    metric = metric_named(name)
-    if needs_margin(metric):
-        raise ConfigError(f"metric {metric.field} is your program's own, so normkit does not know its unit and "
-                          f"its margin: read it as the first --metric, with --margin in its unit")
-    return metric.default_margin
 
 
 def family_caption(config: Mapping[str, Any], summaries: Sequence[Summary]) -> str:

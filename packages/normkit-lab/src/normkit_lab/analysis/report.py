@@ -15,19 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from normkit_lab import lm_baselines, safe_yaml, step_log
 from normkit_lab.analysis import plots
 from normkit_lab.analysis.caption import training_length
 from normkit_lab.analysis.looks import budget_ended, read_looks
-from normkit_lab.analysis.metric_family import across_metrics, margin_for, recorded_metrics, split_metrics
+from normkit_lab.analysis.metric_family import across_metrics, recorded_metrics
 from normkit_lab.analysis.report_html import render_html
 from normkit_lab.analysis.summary import Run, Summary, cell_key, runs_from_results, runs_from_rows, summarize
 from normkit_lab.analysis.tuning import read_tuning
 from normkit_lab.diagnostics.report import write_report as write_diagnostics_files
 from normkit_lab.errors import ConfigError
-from normkit_lab.metrics import DEFAULT_METRIC, margin_of, metric_named, metric_spec, select_of
+from normkit_lab.metrics import DEFAULT_METRIC, margin_for, margin_of, metric_list, metric_named, select_of
 from normkit_lab.records import RUNTIME_KEYS, RunResult
 from normkit_lab.sequential import Design
 from normkit_lab.store.results import METRICS_DIR, ResultsDir, atomic_write_text, rows_to_runs
@@ -103,7 +101,7 @@ class Results:
 
 
 def read_config(store: ResultsDir) -> dict[str, Any]:
-    raw = safe_yaml.read(store.config_path, "config")
+    raw = safe_yaml.read(store.config_path, "config", saved=True)
     norms = raw.get("norms") if isinstance(raw, dict) else None
     if not (isinstance(norms, list) and norms and all(isinstance(n, str) for n in norms)
             and isinstance(raw.get("baseline"), (str, type(None)))):
@@ -147,9 +145,7 @@ def load_results(dirs: Sequence[str | Path], baseline: str | None = None,
     metric other than the saved one uses its own default margin, not the saved one's. Several, comma
     separated (`test_acc,test_loss`): the first is primary, the others are `Results.also`.
     """
-    metric, *also = split_metrics(metric) if metric is not None else [None]
-    for name in also:
-        margin_for(name)
+    given = metric_list(metric) if metric is not None else None
     if not dirs:
         raise ConfigError("give at least one results directory")
     stores = [ResultsDir.open(d) for d in dirs]
@@ -186,10 +182,11 @@ def load_results(dirs: Sequence[str | Path], baseline: str | None = None,
     chosen = baseline or first.get("baseline") or first["norms"][0]
     if chosen not in norms:
         raise ConfigError(f"baseline {chosen!r} is not among the norms of these results ({', '.join(norms)})")
-    saved = first.get("metric") if isinstance(first.get("metric"), str) else DEFAULT_METRIC
-    config = first if metric in (None, saved) else {**first, "metric": metric, "margin": None}
+    saved = metric_list(first["metric"]) if isinstance(first.get("metric"), str) else [DEFAULT_METRIC]
+    metric, *also = given or saved  # config.yaml keeps every metric of `--metric a,b`
+    config = first if metric == saved[0] else {**first, "metric": metric, "margin": None}
     return Results(config=config, runs=runs, norms=norms, baseline=chosen, sources=[s.path for s in stores],
-                   metric=metric_spec(metric or saved), rows=rows, also=also)
+                   metric=metric, rows=rows, also=also)
 
 
 def command_line() -> str:
@@ -278,7 +275,7 @@ def merge_into(results: Results, out: str | Path | None) -> ResultsDir:
     environments = {str(source): ResultsDir.open(source).environment() for source in results.sources}
     config = {**results.config, "norms": results.norms, "baseline": results.baseline,
               "seeds": sorted({r.seed for r in results.runs})}
-    store = ResultsDir.create(out, yaml.safe_dump(config, sort_keys=False), {"merged_from": environments},
+    store = ResultsDir.create(out, safe_yaml.dumps(config), {"merged_from": environments},
                               kind="report")
     for source in results.sources:
         store.append_rows(ResultsDir.open(source).rows())

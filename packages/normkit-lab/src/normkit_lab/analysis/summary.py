@@ -244,6 +244,7 @@ def summarize(runs: Sequence[Run], norms: Sequence[str], baseline: str, metric: 
         # in seed order, so every mean is the same whatever order the runs finished in (parallel executors)
         in_cell = sorted((r for r in runs if cell_key(r.cell) == ck), key=lambda r: r.seed)
         values: dict[str, dict[int, float]] = {norm: {} for norm in norms}
+        unread: dict[str, list[int]] = {}  # ok runs without a value of `source` at their selected epoch
         arms: dict[str, dict[int, float]] = {a.arm: {} for a in ablations}
         for run in in_cell:
             if run.norm in arms and run.status == "ok":
@@ -253,6 +254,8 @@ def summarize(runs: Sequence[Run], norms: Sequence[str], baseline: str, metric: 
             value = run_value(run.epochs, metric, select, source) if run.status == "ok" else None
             if value is not None and run.norm in values:
                 values[run.norm][run.seed] = value
+            elif run.status == "ok" and run.norm in values:  # never silently one seed fewer
+                unread.setdefault(run.norm, []).append(run.seed)
         per_cell.append((cell, values))
         arm_values.append((cell, {**values, **arms}))
         for norm in norms:
@@ -262,6 +265,10 @@ def summarize(runs: Sequence[Run], norms: Sequence[str], baseline: str, metric: 
                 [values[norm][s] for s in seeds], [values[baseline][s] for s in seeds])
             recorded = {r.seed for r in mine} & {r.seed for r in in_cell if r.norm == baseline}
             partial.append({"norm": norm, "cell": cell, "mine": mine, "values": values[norm], "diff": diff,
+                            "unread": [f"seed {seed}: status ok, but runs.jsonl has no {source} at its selected "
+                                       f"epoch (null or missing), so it is left out of the statistics; the row was "
+                                       f"edited or damaged, or the run never recorded it there: rerun it"
+                                       for seed in unread.get(norm, [])],
                             "oriented": {s: metric.sign * (values[norm][s] - values[baseline][s]) for s in seeds},
                             "recorded": recorded})
     compared = [p for p in partial if p["diff"] is not None]
@@ -313,8 +320,9 @@ def _norm_summary(p: dict[str, Any]) -> NormSummary:
     bests = [b for b in (_best_val_acc(r) for r in mine if r.status == "ok") if b is not None]
     return NormSummary(
         norm=p["norm"], cell=p["cell"], tuned=mine[-1].tuned if mine else {}, runs=len(mine),
-        diverged=sum(r.status == "diverged" for r in mine), failed=sum(r.status == "failed" for r in mine),
-        errors=[f"seed {r.seed}: {r.error}" for r in mine if r.status == "failed"],
+        diverged=sum(r.status == "diverged" for r in mine),
+        failed=sum(r.status == "failed" for r in mine) + len(p["unread"]),
+        errors=[f"seed {r.seed}: {r.error}" for r in mine if r.status == "failed"] + p["unread"],
         values=dict(p["values"]), primary=mean_sem(list(p["values"].values())), best_val_acc=mean_sem(bests),
         vs_baseline=p["diff"], verdict=p.get("verdict"), interval=p.get("interval"),
         time_per_epoch_s=_median(numbers("epoch_time_s")), throughput=_median(numbers("throughput")),

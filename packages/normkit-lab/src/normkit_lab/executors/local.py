@@ -21,7 +21,7 @@ from typing import Any
 
 from normkit_lab.errors import ConfigError
 from normkit_lab.executors.options import ExecutorOptions
-from normkit_lab.processes import die_with_parent
+from normkit_lab.processes import start_worker
 from normkit_lab.records import failed_run
 from normkit_lab.runs.execute import Events, Job, run_job, with_identity
 from normkit_lab.store.results import ResultsDir
@@ -105,8 +105,8 @@ class LocalExecutor:
         When one worker dies the pool stops them all, so the runs it held cannot tell whose process
         died: each is run again (from its last epoch's checkpoint) and recorded failed only when it
         is lost a second time."""
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
-                                   initargs=(events, slot_queue, os.getpid()))
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=start_worker,
+                                   initargs=(os.getpid(), f"{__name__}:_init_worker", events, slot_queue))
         futures: dict[Future[Any], Job] = {pool.submit(_work, job, False): job for job in todo}
         retry: list[Job] = []
         try:
@@ -191,11 +191,11 @@ _EVENTS: Any = None
 _SLOT: str | None = None
 
 
-def _init_worker(events: Any, slot_queue: Any, parent: int) -> None:
-    """Die with the parent (a SIGKILLed normkit takes its workers, and they their programs, along:
-    `normkit_lab.processes`); take this worker's GPU slot (before CUDA starts) and the parent's event queue."""
+def _init_worker(events: Any, slot_queue: Any) -> None:
+    """Take this worker's GPU slot (before CUDA starts) and the parent's event queue. Called by
+    `processes.start_worker`, which first has the worker die with the parent (a SIGKILLed normkit takes
+    its workers, and they their programs, along), before this module's imports."""
     global _EVENTS, _SLOT
-    die_with_parent(parent)
     _EVENTS = events
     _SLOT = slot_queue.get()
     slot_queue.put(_SLOT)  # slots are shared round-robin by every pool this executor starts

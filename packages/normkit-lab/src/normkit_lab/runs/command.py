@@ -32,7 +32,6 @@ from typing import IO, TYPE_CHECKING, Any
 
 import normkit
 from normkit_lab.errors import ConfigError, one_line
-from normkit_lab.metrics import reports_percent
 from normkit_lab.processes import read_status, supervised
 from normkit_lab.reporting import ACCURACY_ENV, PREFIX, ReportError, near_miss, parse_line
 from normkit_lab.runs.external import (
@@ -72,12 +71,14 @@ class CommandTrainer:
     metric: str
     select: str = "final"
     timeout: float | None = None
+    percent: bool = False  # the program reports accuracies in percent (`CompareConfig.accuracies_in_percent`)
     kind: str = "command"
 
     @classmethod
     def of(cls, cfg: CompareConfig) -> CommandTrainer:
         assert cfg.command is not None
-        return cls(cfg.command, cfg.command_dir or os.getcwd(), cfg.metric, cfg.select, cfg.timeout)
+        return cls(cfg.command, cfg.command_dir or os.getcwd(), cfg.metric, cfg.select, cfg.timeout,
+                   cfg.accuracies_in_percent)
 
     def check(self, cfg: CompareConfig, parallel: int = 1) -> None:
         """The command splits, names only known placeholders and an existing program; the files it names
@@ -121,7 +122,7 @@ class CommandTrainer:
                     "NORMKIT_RUN_DIR": values["run_dir"], "NORMKIT_PHASE": run_id.phase,
                     "NORMKIT_EPOCHS": str(job.train.epochs), "NORMKIT_CELL": json.dumps(dict(run_id.cell)),
                     "NORMKIT_TUNED": json.dumps(dict(run_id.tuned)), "PYTHONUNBUFFERED": "1",
-                    ACCURACY_ENV: "percent" if reports_percent(self.metric) else "fraction"})
+                    ACCURACY_ENV: "percent" if self.percent else "fraction"})
         for prefix, items in (("NORMKIT_CELL_", run_id.cell), ("NORMKIT_TUNED_", run_id.tuned)):
             for key, value in items:
                 env[prefix + key.upper()] = text_of(value)
@@ -139,7 +140,7 @@ class CommandTrainer:
         run_dir = make_dirs(Path(job.store), context.run_dir)
         values = self.values(job, run_dir.resolve())
         argv = CommandTemplate.parse(self.command).argv(values)
-        records = Records(run_dir, context.on_epoch, context.loggers, reports_percent(self.metric))
+        records = Records(run_dir, context.on_epoch, context.loggers, self.percent)
         started = time.monotonic()
         status, cpu_s, stderr_tail, problem = _run(argv, self.workdir, self.environment(job, values), run_dir,
                                                    records, self.timeout)
@@ -150,7 +151,7 @@ class CommandTrainer:
         if problem is None:
             try:
                 records.require_this_attempt("no `normkit: {...}` line on stdout")
-                require_metric(epochs, self.metric, self.select)
+                require_metric(epochs, self.metric, self.select, self.percent)
             except ReportError as exc:
                 problem = str(exc)
         if problem is not None:
@@ -181,7 +182,7 @@ def _run(argv: list[str], workdir: str, env: dict[str, str], run_dir: Path, reco
     Its stdout is copied to stdout.log and parsed line by line (in a thread, handed to this one); a bad
     line stops it."""
     lines: queue.Queue[str | None] = queue.Queue()
-    with (run_dir / "stdout.log").open("ab") as out, (run_dir / "stderr.log").open("ab") as err:
+    with (run_dir / "stdout.log").open("ab", buffering=0) as out, (run_dir / "stderr.log").open("ab") as err:
         banner = f"--- normkit: {time.strftime('%Y-%m-%d %H:%M:%S')} {json.dumps(argv)}\n".encode()
         out.write(banner)
         err.write(banner)
@@ -197,7 +198,8 @@ def _run(argv: list[str], workdir: str, env: dict[str, str], run_dir: Path, reco
             return "exit 127", None, "", f"could not start the supervisor of {argv[0]!r}: {exc.strerror or exc}"
         finally:
             os.close(status_write)
-        reader = threading.Thread(target=_read, args=(proc.stdout, out, lines), daemon=True)
+        log_failed: list[OSError] = []
+        reader = threading.Thread(target=_read, args=(proc.stdout, out, lines, log_failed), daemon=True)
         reader.start()
         problem = None
         try:
@@ -210,6 +212,8 @@ def _run(argv: list[str], workdir: str, env: dict[str, str], run_dir: Path, reco
                     line = ""
                 if line is None:
                     done = True
+                elif line is _LOG_FAILED:
+                    break
                 elif line:
                     problem = _take(line, records)
                     if problem is not None:
@@ -224,6 +228,8 @@ def _run(argv: list[str], workdir: str, env: dict[str, str], run_dir: Path, reco
             reader.join(timeout=STOP_GRACE_S)
             status, cpu_s = read_status(status_read)
             os.close(status_read)
+    if log_failed:  # the machine's failure, not the program's: nothing is recorded (runs.execute)
+        raise log_failed[0]
     while problem is None:  # lines the reader handed over after the last poll
         try:
             line = lines.get_nowait()
@@ -253,18 +259,25 @@ def _take(line: str, records: Records) -> str | None:
 
 
 _OVERLONG = "\x00overlong\x00"  # handed over in place of a `normkit:` line longer than MAX_LINE_BYTES
+_LOG_FAILED = "\x00log failed\x00"  # handed over when stdout.log cannot be written (a full disk)
 
 
-def _read(stream: IO[bytes] | None, out: IO[bytes], lines: queue.Queue[str | None]) -> None:
-    """Copy the program's stdout to stdout.log and hand each line to the run's thread; None at the end.
+def _read(stream: IO[bytes] | None, out: IO[bytes], lines: queue.Queue[str | None], failed: list[OSError]) -> None:
+    """Copy the program's stdout to stdout.log and hand each line to the run's thread; None at the end
+    (after _LOG_FAILED, with the error in `failed`, when stdout.log cannot be written).
     A line is read MAX_LINE_BYTES at a time, so an endless line costs no more memory than that: the
     rest of it is copied to the log, and it is handed over only when it is short enough to be a report."""
     assert stream is not None
     try:
         overlong = False
         for raw in iter(lambda: stream.readline(MAX_LINE_BYTES), b""):
-            out.write(raw)
-            out.flush()
+            try:
+                out.write(raw)
+                out.flush()
+            except OSError as exc:  # a full disk: the run's thread stops the program and raises it, naming the file
+                lines.put(_LOG_FAILED)
+                failed.append(OSError(exc.errno, exc.strerror, out.name))
+                return
             complete = raw.endswith(b"\n")
             if not overlong and (complete or len(raw) < MAX_LINE_BYTES):
                 lines.put(raw.decode("utf-8", errors="replace"))

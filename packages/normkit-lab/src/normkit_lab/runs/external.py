@@ -72,10 +72,13 @@ class Records:
         if self.percent:
             record.metrics.update({k: v / 100 for k, v in record.metrics.items() if k in FRACTIONS})
         self.current.append(record)
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record.as_dict()) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(record.as_dict()) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:  # a full disk: named, so the one line that stops the comparison says where
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from None
         step = record.metrics.get("step")
         for logger in self.loggers:
             logger.on_reported(record.epoch, record.metrics, step=None if step is None else int(step))
@@ -119,8 +122,10 @@ def _load(path: Path) -> list[ReportedEpoch]:
     return records
 
 
-def require_metric(epochs: list[ReportedEpoch], cfg_metric: str, select: str) -> None:
-    """ReportError unless the metric (and with best-val its validation field) was reported."""
+def require_metric(epochs: list[ReportedEpoch], cfg_metric: str, select: str, percent: bool = False) -> None:
+    """ReportError unless the metric (and with best-val its validation field) was reported, and, when the
+    comparison reads accuracies in percent, unless some accuracy is above 1 percent: a program whose every
+    accuracy is at most 1 reports fractions, which read as percent would make a 10-point gap 0.1 points."""
     from normkit_lab.metrics import metric_named
 
     metric = metric_named(cfg_metric)
@@ -130,6 +135,12 @@ def require_metric(epochs: list[ReportedEpoch], cfg_metric: str, select: str) ->
         if not any(name in r.metrics for r in epochs):
             raise ReportError(f"never reported {name} (it reported {', '.join(reported) or 'nothing'}); report "
                               f"it, or choose another --metric")
+    accuracies = [(value, name, r.epoch) for r in epochs for name, value in r.metrics.items() if name in FRACTIONS]
+    if percent and accuracies and max(accuracies)[0] <= 0.01:  # recorded as fractions: reported <= 1
+        value, name, epoch = max(accuracies)
+        raise ReportError(f"reported every accuracy at most 1 (the largest {name}={100 * value:.6g} at epoch "
+                          f"{epoch}), so it reports fractions, not the percent its --metric ...:percent says; "
+                          f"drop :percent from --metric")
 
 
 def tuning_score(cfg: CompareConfig, run: RunResult | None) -> float:

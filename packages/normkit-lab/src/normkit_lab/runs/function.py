@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 
 import normkit
 from normkit_lab.errors import ConfigError, MachineFailure, one_line
-from normkit_lab.metrics import reports_percent
 from normkit_lab.runs.external import (
     Records,
     check_external,
@@ -73,11 +72,12 @@ class FunctionTrainer:
     function: Callable[..., Any]
     metric: str
     select: str = "final"
+    percent: bool = False  # the function reports accuracies in percent (`CompareConfig.accuracies_in_percent`)
     kind: str = "function"
 
     @classmethod
     def of(cls, cfg: CompareConfig, function: Callable[..., Any]) -> FunctionTrainer:
-        return cls(function, cfg.metric, cfg.select)
+        return cls(function, cfg.metric, cfg.select, cfg.accuracies_in_percent)
 
     def check(self, cfg: CompareConfig, parallel: int = 1) -> None:
         """A callable taking (norm, seed, *, cell, report); picklable by reference when runs train in other
@@ -115,7 +115,7 @@ class FunctionTrainer:
         from normkit_lab.runs.training import seed_everything
 
         run_dir = make_dirs(Path(job.store), context.run_dir).resolve()  # the function may chdir
-        records = Records(run_dir, context.on_epoch, context.loggers, reports_percent(self.metric))
+        records = Records(run_dir, context.on_epoch, context.loggers, self.percent)
         kwargs: dict[str, Any] = {"cell": {**dict(job.run.cell), **dict(job.run.tuned)}, "report": _reporter(records)}
         if _takes(self.function, "run_dir"):
             kwargs["run_dir"] = run_dir
@@ -134,7 +134,7 @@ class FunctionTrainer:
                   "cpu_s": round(time.process_time() - cpu_started, 3)}  # this process's CPU, all threads
         records.require_this_attempt("the function never called report(...)")
         epochs = records.epochs()
-        require_metric(epochs, self.metric, self.select)
+        require_metric(epochs, self.metric, self.select, self.percent)
         params = next((r.metrics["params"] for r in reversed(epochs) if "params" in r.metrics), None)
         for record in epochs:
             record.metrics.pop("params", None)

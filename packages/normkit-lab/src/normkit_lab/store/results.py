@@ -167,6 +167,10 @@ def _row_problem(row: Any) -> str | None:
     for key, ok, expected in checks:
         if not ok:
             return f"has {key} {short_repr(row.get(key), 40)}; it must be {expected}"
+    values = [*row.items(), *(item for key in ("cell", "tuned") for item in (row.get(key) or {}).items())]
+    for key, value in values:  # normkit writes NaN and inf as null (json_text), so one here was edited in
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"has {key} {value!r}; normkit records only finite numbers (or null)"
     if row["status"] == "failed" and not isinstance(row.get("error"), str):
         return "has status failed but no error text"
     if row["epoch"] is not None and row.get("trainer") in (None, "builtin"):
@@ -255,7 +259,7 @@ class ResultsDir:
                kind: str = "compare") -> ResultsDir:
         store = cls(new_results_dir(out, kind))
         atomic_write_text(store.path / CONFIG_FILE, config_yaml)
-        raw = safe_yaml.read(store.path / CONFIG_FILE, "config") or {}
+        raw = safe_yaml.read(store.path / CONFIG_FILE, "config", saved=True) or {}
         atomic_write_text(store.path / STORE_FILE, json_text(
             {"format": 1, "config_hash": config_hash(raw), "config": config_identity(raw)}))
         store.write_environment(environment)
@@ -299,7 +303,7 @@ class ResultsDir:
                               f"configuration, so the store cannot be checked; restore {STORE_FILE} from a copy "
                               f"or start a new comparison with --out")
         (rows_hash,) = hashes
-        raw = safe_yaml.read(self.config_path, "config")
+        raw = safe_yaml.read(self.config_path, "config", saved=True)
         if not isinstance(raw, dict) or config_hash(raw) != rows_hash:
             raise ConfigError(f"{str(path)!r} is missing and {str(self.config_path)!r} is not the configuration "
                               f"the runs in {RUNS_FILE} were made with (their hash {rows_hash}); restore both "
@@ -318,7 +322,7 @@ class ResultsDir:
         info = self._store_info()
         if info is None:
             return
-        raw = safe_yaml.read(self.config_path, "config")
+        raw = safe_yaml.read(self.config_path, "config", saved=True)
         if not isinstance(raw, dict):
             raise ConfigError(f"{str(self.config_path)!r} is not a config written by `normkit compare` (not a "
                               f"mapping of keys to values); restore it")
@@ -404,10 +408,13 @@ class ResultsDir:
         with locks.exclusive(self._lock_path("runs.lock")):
             self._drop_torn_tail(runs_path)
             fd = os.open(runs_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
-            with os.fdopen(fd, "a", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
+            try:
+                with os.fdopen(fd, "a", encoding="utf-8") as f:
+                    f.write(text)
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as exc:  # a full disk: a torn line is cut by the next append; the file is named
+                raise OSError(exc.errno, exc.strerror or str(exc), str(runs_path)) from None
 
     @staticmethod
     def _drop_torn_tail(path: Path) -> None:

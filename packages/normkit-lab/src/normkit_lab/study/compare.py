@@ -67,7 +67,7 @@ def open_store(path: str | Path, overrides: dict[str, Any] | None = None, *, all
     was. `warn` gets the line saying an older directory's versions could not be checked (default:
     `warnings.warn`)."""
     store = ResultsDir.open(path)
-    cfg = build_config({**load_yaml(store.config_path), **(overrides or {})})
+    cfg = build_config({**load_yaml(store.config_path, saved=True), **(overrides or {})})
     _, warning = versions.check_resume(_environment_name(store), store.environment(),
                                        environment.environment(cfg.train.device), allow_version_change)
     if warning is not None:

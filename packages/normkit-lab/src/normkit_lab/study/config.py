@@ -17,16 +17,14 @@ import typing
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 import normkit
 from normkit import plugins
 from normkit.errors import NormkitError, did_you_mean
 from normkit.grammar import expand_lists
 from normkit_lab import safe_yaml
 from normkit_lab.errors import ConfigError, short_repr
-from normkit_lab.limits import MAX_SEED, MAX_SEEDS
-from normkit_lab.metrics import metric_named, metric_spec, needs_margin
+from normkit_lab.limits import MAX_BATCH_SIZE, MAX_EPOCHS, MAX_SEED, MAX_SEEDS, MAX_STEPS
+from normkit_lab.metrics import metric_list, metric_named, needs_margin
 from normkit_lab.models import model_params
 from normkit_lab.records import RUNTIME_KEYS, SELECTIONS
 from normkit_lab.runs.template import check_free_values, value_as_written
@@ -111,42 +109,48 @@ def parse_norms(value: Any) -> list[str]:
 
 def parse_key_values(items: list[str], what: str) -> dict[str, Any]:
     """`["width=64", "depth=2"]` -> {"width": 64, "depth": 2} (values typed by YAML rules)."""
-    out: dict[str, Any] = {}
+    pairs = []
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"{what} {short_repr(item)} is not KEY=VALUE, e.g. {what} width=64")
         name = key.strip().replace("-", "_")
-        out[name] = safe_yaml.loads(raw, f"{what} {name}=...") if raw.strip() else ""
-    return out
-
-
-def _scalar(text: str) -> Any:
-    """A typed value from text: YAML rules, plus numbers YAML 1.1 leaves as text (1e-3)."""
-    value = yaml.safe_load(text)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
+        pairs.append((key, safe_yaml.loads(raw, f"{what} {name}=...") if raw.strip() else ""))
+    return _distinct_keys(pairs, what)
 
 
 def _grid_items(value: Any, what: str, free: bool = False) -> dict[str, list[Any]]:
     """key -> values from a YAML mapping, or from "KEY=V1,V2" strings (one or a list of them); `free`
     (the user's program's keys): each value as written (`runs.template.value_as_written`), never by YAML."""
     if isinstance(value, dict):
-        return {str(k).strip().replace("-", "_"): v if isinstance(v, list) else [v] for k, v in value.items()}
+        return _distinct_keys({str(k): v if isinstance(v, list) else [v] for k, v in value.items()}.items(), what,
+                              grid=True)
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
-        raise ConfigError(f"{what} must be KEY=V1,V2,... (e.g. lr=0.03,0.1,0.3), not {value!r}")
-    out: dict[str, list[Any]] = {}
+        raise ConfigError(f"{what} must be KEY=V1,V2,... (e.g. lr=0.03,0.1,0.3), not {short_repr(value)}")
+    pairs = []
     for item in items:
         key, sep, raw = item.partition("=")
-        values = [value_as_written(v.strip()) if free else _scalar(v) for v in raw.split(",") if v.strip()]
+        values = [value_as_written(v.strip()) if free else safe_yaml.loads(v, f"{what} {key.strip()}=...")
+                  for v in raw.split(",") if v.strip()]
         if not sep or not key.strip() or not values:
-            raise ConfigError(f"{what} {item!r} is not KEY=V1,V2,..., e.g. lr=0.03,0.1,0.3")
-        out[key.strip().replace("-", "_")] = values
+            raise ConfigError(f"{what} {short_repr(item)} is not KEY=V1,V2,..., e.g. lr=0.03,0.1,0.3")
+        pairs.append((key, values))
+    return _distinct_keys(pairs, what, grid=True)
+
+
+def _distinct_keys(pairs: Any, what: str, grid: bool = False) -> dict[str, Any]:
+    """key -> value with '-' read as '_'; a key given twice (`--tune lr=0.1 --tune lr=0.3`, or `batch_size`
+    and `batch-size`) is refused, never silently the last one. `grid`: the values are lists (tune, sweep)."""
+    out: dict[str, Any] = {}
+    written: dict[str, str] = {}
+    for key, value in pairs:
+        name = str(key).strip().replace("-", "_")
+        if name in out:
+            same = "" if written[name] == str(key).strip() else f" (as {written[name]!r} and {str(key).strip()!r})"
+            fix = f"give it once with every value, e.g. {name}=V1,V2,V3" if grid else "keep one"
+            raise ConfigError(f"{what} gives {name} twice{same}; {fix}")
+        out[name], written[name] = value, str(key).strip()
     return out
 
 
@@ -180,7 +184,8 @@ def parse_grid(value: Any, what: str, *, numeric: bool, free: bool = False,
                               f"valid: {', '.join(valid)}")
         if numeric and not any(h in (int, float) for h in _members(hints[key])):
             raise ConfigError(f"{what} key {key!r} is not numeric; tune numbers such as lr or weight_decay")
-        typed = [_check_type(f"{what} value of {key}", v, hints[key]) for v in values]
+        hint = typing.Union[tuple(m for m in _members(hints[key]) if m is not type(None))]  # noqa: UP007 - built
+        typed = [_check_type(f"{what} value of {key}", v, hint) for v in values]
         if not typed or len(set(map(repr, typed))) != len(typed):
             raise ConfigError(f"{what} {key}={values} must list distinct values, e.g. {key}=0.03,0.1,0.3")
         out[key] = typed
@@ -248,9 +253,19 @@ def _matches(value: Any, hint: Any) -> bool:
     return isinstance(base, type) and isinstance(value, base)
 
 
+_TYPE_WORDS = {float: "a number", int: "a whole number", bool: "true or false", str: "a text", dict: "a mapping",
+               list: "a list", type(None): "null (the default)"}
+
+
 def _type_name(hint: Any) -> str:
-    text = str(hint).replace("typing.", "").replace("<class '", "").replace("'>", "")
-    return text.replace("NoneType", "null")
+    """A type annotation in words (`float | None` -> "a number or null (the default)")."""
+    if typing.get_origin(hint) is typing.Literal:
+        return "one of " + ", ".join(map(str, typing.get_args(hint)))
+    members = _members(hint)
+    if len(members) > 1:
+        return " or ".join(_type_name(m) for m in members)
+    origin = typing.get_origin(hint) or hint
+    return _TYPE_WORDS.get(origin, getattr(origin, "__name__", str(origin)))
 
 
 def _check_type(key: str, value: Any, hint: Any) -> Any:
@@ -265,31 +280,62 @@ def _check_type(key: str, value: Any, hint: Any) -> Any:
 def normalize_keys(raw: dict[Any, Any], source: str) -> dict[str, Any]:
     """Map '-' to '_' in keys and refuse keys a comparison does not know."""
     valid = known_keys()
-    out = {}
-    for key, value in raw.items():
-        name = str(key).strip().replace("-", "_")
+    out = _distinct_keys(raw.items(), source)
+    for key, name in zip(raw, out, strict=True):
         if name not in valid:
             raise ConfigError(f"unknown key {short_repr(key)} in {source}{did_you_mean(name, valid)}; "
                               f"valid keys: {', '.join(valid)}")
-        out[name] = value
     return out
 
 
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    """The mapping in a YAML config file, with keys checked; unreadable or invalid files raise ConfigError."""
-    raw = safe_yaml.read(path, "config")
+def load_yaml(path: str | Path, saved: bool = False) -> dict[str, Any]:
+    """The mapping in a YAML config file, with keys checked; unreadable or invalid files raise ConfigError.
+    `saved`: a results directory's config.yaml (`safe_yaml.loads`)."""
+    raw = safe_yaml.read(path, "config", saved)
     if raw is None:
         return {}
     if not isinstance(raw, dict):
         raise ConfigError(f"config {str(path)!r} must be a mapping of keys to values, "
                           f"not a {type(raw).__name__}")
-    return normalize_keys(raw, str(path))
+    return normalize_keys(raw, f"config {str(path)!r}")
 
 
 # A model's or dataset's registered `sweep` and `budget` are a default design (digits: batch 2 and 16 at
-# equal steps): it stands only while the user gives none of these keys, which choose a design of their own.
+# equal steps): it stands only while the user gives none of these keys, which choose a design of their own
+# (`design_note` says so when that drops the design's cells).
 DESIGN_KEYS = ("epochs", "budget", "batch_size", "sweep")
 
+
+def _registered(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(global defaults, the dataset's registered training values, the model's) for `values`."""
+    base = defaults()
+    of_model = registered_train_defaults("model", values.get("model", base["model"]))
+    of_dataset = registered_train_defaults("dataset", values.get("dataset", of_model.get("dataset", base["dataset"])))
+    return base, of_dataset, of_model
+
+
+def design_note(values: dict[str, Any]) -> str | None:
+    """One line when keys the user gave (DESIGN_KEYS, but no sweep) end a registered default design that has
+    cells: which cells no longer run and how to keep them (a newcomer adding `--budget steps=N` to the
+    default lost its batch-16 cell without a word). None otherwise."""
+    given = [key for key in DESIGN_KEYS if key in values]
+    if not given or "sweep" in values or values.get("command") is not None \
+            or values.get("train_function") is not None:
+        return None
+    base, of_dataset, of_model = _registered(values)
+    design = {**of_dataset, **of_model}
+    if not design.get("sweep"):
+        return None
+    cells = " ".join(f"{key}={','.join(map(str, vals))}" for key, vals in design["sweep"].items())
+    length = f" at {design['budget']} each" if design.get("budget") else ""
+    now = ", ".join(f"{key}={values.get(key, design.get(key, base.get(key)))}" for key in design["sweep"])
+    flags = ", ".join(f"--{key.replace('_', '-')}" for key in given)
+    dataset = values.get("dataset", base["dataset"])
+    return (f"{flags} {'replace' if len(given) > 1 else 'replaces'} the default design of {dataset} "
+            f"({cells}{length}), so every run trains at {now}; to keep its cells, add --sweep {cells}")
+
+# the largest amount of each budget unit; an examples budget is checked against steps again once the batch is known
+_BUDGET_LIMITS = {"epochs": MAX_EPOCHS, "steps": MAX_STEPS, "examples": MAX_STEPS * MAX_BATCH_SIZE}
 _BUDGET_HINT = "budget must be UNIT=N with UNIT epochs, steps or examples, e.g. --budget steps=600"
 
 
@@ -300,15 +346,25 @@ def parse_budget(value: Any) -> tuple[str, int]:
     elif isinstance(value, str) and "=" in value:
         unit, _, amount = value.partition("=")
         amount = amount.strip()
-        amount = int(amount) if re.fullmatch(r"[0-9]{1,12}", amount) else amount
+        amount = int(amount) if re.fullmatch(r"[0-9]{1,30}", amount) else amount
     else:
         raise ConfigError(f"{_BUDGET_HINT}, not {short_repr(value)}")
     unit = str(unit).strip()
     if unit not in BUDGET_UNITS:
         raise ConfigError(f"budget unit {short_repr(unit)} is not one of {', '.join(BUDGET_UNITS)}"
                           f"{did_you_mean(unit, list(BUDGET_UNITS))}; e.g. --budget steps=600")
+    written = amount if isinstance(amount, str) else repr(amount)
+    try:
+        number = float(amount) if not isinstance(amount, bool) else math.nan
+    except (TypeError, ValueError, OverflowError):
+        number = math.nan
+    limit = _BUDGET_LIMITS[unit]
+    if number > limit:  # said before the form, so 1e14 is "too large", not "must be a whole number"
+        raise ConfigError(f"budget {unit}={written} is too large: at most {limit:,} {unit} (see Limits in "
+                          f"docs/experiments.md)")
     if not (isinstance(amount, int) and not isinstance(amount, bool) and amount >= 1):
-        raise ConfigError(f"budget {unit}={short_repr(amount)} must be a whole number >= 1, e.g. {unit}=600")
+        raise ConfigError(f"budget {unit}={written} must be a whole number >= 1 written with digits, "
+                          f"e.g. {unit}=600")
     return unit, amount
 
 
@@ -334,9 +390,7 @@ def _resolve_budget(merged: dict[str, Any], given: dict[str, Any]) -> None:
 def build_config(values: dict[str, Any]) -> CompareConfig:
     """A CompareConfig from a flat mapping of known keys (model defaults, then global defaults
     fill what is missing)."""
-    base = defaults()
-    of_model = registered_train_defaults("model", values.get("model", base["model"]))
-    of_dataset = registered_train_defaults("dataset", values.get("dataset", of_model.get("dataset", base["dataset"])))
+    base, of_dataset, of_model = _registered(values)
     merged = {**base, **of_dataset, **of_model, **values}
     own_code = values.get("command") is not None or values.get("train_function") is not None
     if own_code or any(key in values for key in DESIGN_KEYS):
@@ -353,7 +407,7 @@ def build_config(values: dict[str, Any]) -> CompareConfig:
     select = merged.pop("select")
     if select not in SELECTIONS:
         raise ConfigError(f"select must be one of {', '.join(SELECTIONS)}, not {select!r}")
-    metric = metric_spec(_check_type("metric", merged.pop("metric"), str))
+    metric, *further_metrics = metric_list(_check_type("metric", merged.pop("metric"), str))
     margin = _check_type("margin", merged.pop("margin"), float | None)
     if margin is not None and not (math.isfinite(margin) and margin > 0):
         raise ConfigError(f"margin must be a finite number > 0 in the metric's unit, not {margin!r}")
@@ -392,12 +446,16 @@ def build_config(values: dict[str, Any]) -> CompareConfig:
         train = TrainConfig(**train_values)
     except TypeError as exc:
         raise ConfigError(f"incomplete training config: {exc}") from None
+    if own["command"] is not None and not 1 <= train.epochs <= MAX_EPOCHS:  # own loop: runs.checks does it
+        raise ConfigError(f"epochs {train.epochs} is not in [1, {MAX_EPOCHS:,}]; the command gets it as {{epochs}} "
+                          f"(and NORMKIT_EPOCHS), so give the epochs each run trains")
     if external and diagnostics:
         raise ConfigError("diagnostics measure normkit's own models during its own training; they are not "
                           "available for a command or train function: drop --diagnostics")
     return CompareConfig(norms=norms, train=train, seeds=seeds, baseline=baseline, diagnostics=diagnostics,
-                         select=select, metric=metric, margin=margin, tune=tune, tune_seeds=tune_seeds, sweep=sweep,
-                         ablate=ablate, looks=looks, max_cpu_minutes=max_cpu_minutes, **own)
+                         select=select, metric=metric, further_metrics=further_metrics, margin=margin, tune=tune,
+                         tune_seeds=tune_seeds, sweep=sweep, ablate=ablate, looks=looks,
+                         max_cpu_minutes=max_cpu_minutes, **own)
 
 
 _AUTO_HINT = "seeds auto adds seeds in rounds; give --max-seeds N (at least 3) and optionally --max-cpu-minutes M"
@@ -452,14 +510,19 @@ def _refuse_builtin_keys(values: dict[str, Any]) -> None:
                           f"{{cell.{key}}}, --tune {key}=... with {{{key}}})")
 
 
-def resolve(cli_values: dict[str, Any], config_file: str | Path | None = None) -> CompareConfig:
-    """CLI values (only those the user typed) over the YAML file over defaults."""
+def given_values(cli_values: dict[str, Any], config_file: str | Path | None = None) -> dict[str, Any]:
+    """The values the user gave: CLI values (only those typed) over the YAML file's, keys checked."""
     from_file = load_yaml(config_file) if config_file is not None else {}
     values = {**from_file, **normalize_keys(cli_values, "command-line options")}
     _refuse_builtin_keys(values)
-    return build_config(values)
+    return values
+
+
+def resolve(cli_values: dict[str, Any], config_file: str | Path | None = None) -> CompareConfig:
+    """CLI values (only those the user typed) over the YAML file over defaults."""
+    return build_config(given_values(cli_values, config_file))
 
 
 def save_yaml(cfg: CompareConfig) -> str:
     """config.yaml text: the resolved config, loadable again with `--config` or `--resume`."""
-    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+    return safe_yaml.dumps(cfg.to_dict())

@@ -68,7 +68,7 @@ def task_card(suite: Suite, task: Task) -> dict[str, Any] | None:
     config, runs, summary, chosen = {}, [], {}, {}
     if (where / "config.yaml").is_file():
         store = ResultsDir.open(where)
-        config = load_yaml(store.config_path)
+        config = load_yaml(store.config_path, saved=True)
         summary = {row["norm"]: row for row in _load(where / SUMMARY_JSON)}
         chosen = {row["norm"]: row["values"] for row in _load(where / TUNING_FILE) if row.get("chosen")}
         runs = runs_from_rows(store.rows())

@@ -286,6 +286,14 @@ def _plain(spec: Spec) -> Spec:
     return Spec("+".join(str(p) for p in parts), parts)
 
 
+def _require_module(model: Any, what: str) -> None:
+    """One line for a model that is not a module (`convert("model", ...)` was an AttributeError)."""
+    if not isinstance(model, nn.Module):
+        shown = repr(model) if len(repr(model)) <= 40 else repr(model)[:37] + "..."
+        raise SpecError(f"{what}() takes your model, a torch.nn.Module, not the {type(model).__name__} {shown}; "
+                        f"e.g. normkit.{what}(model{', ' + repr('gn+pn') if what == 'convert' else ''})")
+
+
 def convert(model: nn.Module, spec: SpecChoice, *, leave: Iterable[type | str] = (), causal: bool | None = None,
             allow_empty: bool = False) -> ConversionSummary:
     """Replace every known norm layer in `model` (normkit.interop.sources: torch, timm, torchvision, HF,
@@ -309,6 +317,7 @@ def convert(model: nn.Module, spec: SpecChoice, *, leave: Iterable[type | str] =
     is an error unless `allow_empty`. Nothing is changed when any layer cannot be converted.
     Returns a summary of what was replaced and left.
     """
+    _require_module(model, "convert")
     choice = _Choice(spec)
     if reader_for(model, "model") is not None:
         raise SpecError("convert() replaces norms inside a model; use normkit.build() for one layer")
@@ -443,6 +452,7 @@ def convert_sync(model: nn.Module, process_group: Any = None) -> nn.Module:
     rms, ...) need no communication and are left alone. torch's own BatchNorm layers are torch's
     to convert (`nn.SyncBatchNorm.convert_sync_batchnorm`).
     """
+    _require_module(model, "convert_sync")
     for module in model.modules():
         if isinstance(module, NormLayer) and module.partition is not None and module.partition.uses_batch:
             module.sync = ProcessSync(process_group)
