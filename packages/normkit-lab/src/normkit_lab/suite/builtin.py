@@ -5,9 +5,9 @@ of 2, an ordinary batch with the same optimizer steps, depth in a pre-activation
 token-wise norm sites in a vision transformer, and a causal language model. Each has a held-out
 variant (another width or depth; the ViT also another placement, Peri-LN, and the language model another
 optimizer, Muon, so a norm tuned to pre-norm AdamW shows it) that `--holdout` runs, a `quick` form for
-smoke tests and a `paper` form for a GPU (docs/suite.md). Targets sit on the validation counterpart of the metric, where the
-default recipe's better norms arrive within the budget and weaker ones may not (measured:
-docs/suite.md).
+smoke tests and a `paper` form for a GPU (docs/suite.md). Targets sit on the validation counterpart of
+the metric, where the default recipe's better norms arrive within the budget and weaker ones may not
+(measured: docs/suite.md).
 """
 
 from __future__ import annotations
