@@ -106,6 +106,10 @@ def test_the_note_holds_models_to_the_trigram_and_reads_older_results() -> None:
     assert "trigram 2.70; 5-gram 2.60 (interpolated Kneser-Ney) bits/byte" in line
     assert line.endswith("1 of 3 finished runs end below the trigram, 1 of 3 below the 5-gram")
     assert row_fields(strong, {0: 2.5, 1: 2.65})["seeds_below_fivegram"] == 1
+    beaten = note({**strong, "fivegram_bpb": 1.9, "train_bytes": 25_274_493}, rows, "bits/byte")
+    assert beaten.endswith("0 of 3 below the 5-gram (none passes it: it counts every 5-gram of all 25.3 MB of the "
+                           "train split, four bytes of context; a model must learn more than that from the text it "
+                           "reads)")
     assert row_fields(new, rows[0].values)["seeds_below_fivegram"] is None
     old = {"unigram_bpb": 4.8, "bigram_bpb": 3.6, "fit": "train split", "scored": "test windows"}
     assert note(old, rows, "bits/byte").endswith("3 of 3 finished runs end below the bigram")

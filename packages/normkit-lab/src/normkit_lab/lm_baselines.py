@@ -115,7 +115,8 @@ def ngram_baselines(train: Tensor, val: Tensor, val_starts: Tensor, test: Tensor
     strong = KneserNey(train.numpy(), STRONG_ORDER)
     out["fivegram_bpb"] = round(strong.bits(*_contexts(test, test_starts, seq_len, STRONG_ORDER - 1)), 4)
     return {**out, "fit": FIT, "scored": SCORED, "tuned": TUNED, "smoothing": "add-k",
-            "fivegram_smoothing": STRONG_SMOOTHING, "targets": int(test_windows[2].numel())}
+            "fivegram_smoothing": STRONG_SMOOTHING, "train_bytes": int(train.numel()),
+            "targets": int(test_windows[2].numel())}
 
 
 def baselines_of(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
@@ -156,7 +157,13 @@ def note(baselines: Mapping[str, Any], rows: Sequence[Any], unit: str) -> str | 
     strong, strong_count = "", ""
     if _finite(baselines.get("fivegram_bpb")):
         strong = f"; {STRONG} {baselines['fivegram_bpb']:.2f} ({baselines.get('fivegram_smoothing', STRONG_SMOOTHING)})"
-        strong_count = f", {sum(below(r.values, baselines, 'fivegram') for r in rows)} of {runs} below the {STRONG}"
+        passed = sum(below(r.values, baselines, "fivegram") for r in rows)
+        strong_count = f", {passed} of {runs} below the {STRONG}"
+        if runs and not passed:
+            size = (f"all {baselines['train_bytes'] / 1e6:.1f} MB of the {baselines['fit']}"
+                    if _finite(baselines.get("train_bytes")) else f"the whole {baselines['fit']}")
+            strong_count += (f" (none passes it: it counts every 5-gram of {size}, four bytes of context; a model "
+                             f"must learn more than that from the text it reads)")
     return (f"reference tables fitted on the {baselines['fit']} and scored on the same {baselines['scored']}"
             f"{tuned}: {scores}{strong} bits/byte; {count} of {runs} finished runs end below the {table}"
             f"{strong_count}")
