@@ -145,6 +145,53 @@ def test_the_kneser_ney_model_sums_to_one_over_the_256_bytes() -> None:
                 assert p.sum() == pytest.approx(1.0, abs=1e-9) and p.min() > 0, (order, history, seen)
 
 
+def test_the_kneser_ney_model_matches_the_formula_computed_with_dictionaries() -> None:
+    """The numpy counting (keys, prefixes, continuations) against the recursion written out with
+    Counters over the same bytes, at random contexts of every length and random targets."""
+    from collections import Counter, defaultdict
+
+    import numpy as np
+
+    from normkit_lab.lm_kneser_ney import KneserNey, _discounts
+
+    data = bytes(_source_bytes()[:20000])
+    grams = {5: Counter(data[i:i + 5] for i in range(len(data) - 4))}
+    for n in (4, 3, 2, 1):  # each order's occurrences as the prefixes of the order above, as the model counts
+        grams[n] = Counter()
+        for g, k in grams[n + 1].items():
+            grams[n][g[:-1]] += k
+    continuations = {n: Counter(g[1:] for g in grams[n + 1]) for n in (1, 2, 3, 4)}
+
+    def level(counts):
+        total, kinds = defaultdict(float), defaultdict(lambda: [0, 0, 0])
+        for g, k in counts.items():
+            total[g[:-1]] += k
+            kinds[g[:-1]][min(k, 3) - 1] += 1
+        return counts, total, kinds, _discounts(np.array(list(counts.values()), dtype=float))
+
+    top = {n: level(grams[n]) for n in grams}
+    lower = {n: level(continuations[n]) for n in continuations}
+
+    def p(history: bytes, y: int) -> float:
+        prob = 1 / 256
+        for n in range(1, len(history) + 2):
+            counts, total, kinds, d = top[n] if n == len(history) + 1 else lower[n]
+            context = history[len(history) - n + 1:] if n > 1 else b""
+            if total.get(context, 0):
+                c = counts.get(context + bytes([y]), 0)
+                gamma = sum(d[i + 1] * kinds[context][i] for i in range(3)) / total[context]
+                prob = max(c - d[min(c, 3)], 0) / total[context] + gamma * prob
+        return prob
+
+    model = KneserNey(np.frombuffer(data, dtype=np.uint8), 5)
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        at, seen = int(rng.integers(4, len(data))), int(rng.integers(0, 5))
+        y = data[at] if rng.random() < 0.8 else int(rng.integers(256))
+        row = [-1] * (4 - seen) + list(data[at - seen:at])
+        assert model.probabilities(np.array([row]), np.array([y]))[0] == pytest.approx(p(data[at - seen:at], y))
+
+
 def test_the_kneser_ney_five_gram_uses_four_bytes_of_context() -> None:
     """After `bcd` comes e or f; `abcd` and `xbcd` tell which. The 4-gram cannot (about 1 bit at those
     positions), the 5-gram can; and on real text each order scores below the one before."""
