@@ -135,6 +135,10 @@ def test_the_kneser_ney_model_sums_to_one_over_the_256_bytes() -> None:
 
     from normkit_lab.lm_kneser_ney import KneserNey
 
+    for length in (0, 3, 5):  # a stream shorter than the order counts nothing: uniform, still a distribution
+        p = KneserNey(np.arange(length, dtype=np.uint8), 5).probabilities(np.array([[-1, -1, 1, 2]] * 256),
+                                                                          np.arange(256))
+        assert p.sum() == pytest.approx(1.0) and p.min() > 0
     stream = _source_bytes()
     for order in (1, 2, 3, 4, 5):
         model = KneserNey(stream, order)

@@ -73,6 +73,15 @@ def _unique(keys: np.ndarray, in_place: bool = False) -> tuple[np.ndarray, np.nd
     return keys[starts], np.diff(np.r_[starts, len(keys)]).astype(np.float64)
 
 
+def _prefixes(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (n-1)-grams that sorted n-gram keys start with, and their summed counts (still sorted)."""
+    if not len(keys):
+        return keys, counts
+    prefix = keys >> 8
+    starts = np.flatnonzero(np.r_[True, prefix[1:] != prefix[:-1]])
+    return prefix[starts], np.add.reduceat(counts, starts)
+
+
 def _lookup(keys: np.ndarray, values: np.ndarray, queries: np.ndarray) -> np.ndarray:
     """values[keys == query] for each query, 0 where the key is absent (rows for 2-D values)."""
     if not len(keys):
@@ -111,9 +120,7 @@ class KneserNey:
             if n > 1:
                 suffixes, left = _unique(unique & ((1 << (8 * (n - 1))) - 1))
                 self.continuations[n - 1] = _grouped(suffixes, left)
-                prefix = unique >> 8
-                starts = np.flatnonzero(np.r_[True, prefix[1:] != prefix[:-1]])
-                unique, counts = prefix[starts], np.add.reduceat(counts, starts)
+                unique, counts = _prefixes(unique, counts)
 
     def probabilities(self, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
         """p(target | context) for each row: `contexts` holds the previous bytes (most recent last,
