@@ -293,6 +293,9 @@ def test_a_language_model_comparison_shows_the_ngram_note_in_compare_and_in_repo
         text = " ".join(output.split())  # the note wraps at the console's width
         assert text.count("reference tables fitted on the train split") == 1, output
         assert "of 4 finished runs end below the trigram" in text
+        assert "5-gram" in text and "(interpolated Kneser-Ney)" in text and "of 4 below the 5-gram" in text
+    page = (out / "report.html").read_text()
+    assert "below the 5-gram" in page and "interpolated Kneser-Ney" in page
 
 
 def test_compare_defaults_to_sequential_seeds_and_report_prints_the_design(tmp_path):

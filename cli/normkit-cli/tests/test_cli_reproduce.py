@@ -16,7 +16,8 @@ from normkit.testing import temporary_plugin
 from normkit_cli.app import app
 
 runner = CliRunner()
-OUTCOMES = ("reproduced", "below margin", "not reproduced", "inconclusive", "supported", "not supported")
+OUTCOMES = ("reproduced", "below margin", "not reproduced", "not attributed", "inconclusive", "supported",
+            "not supported")
 TINY = {
     "title": "tiny", "claim": "gn matches bn on digits", "citation": {"paper": "a paper", "where": "Table 9"},
     "hypotheses": [{"name": "gn-vs-bn", "test": "difference", "norm": "gn", "baseline": "bn",

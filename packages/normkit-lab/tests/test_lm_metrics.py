@@ -1,3 +1,4 @@
+import itertools
 import math
 
 import pytest
@@ -100,9 +101,139 @@ def test_the_note_holds_models_to_the_trigram_and_reads_older_results() -> None:
     assert "unigram 4.80, bigram 3.60, trigram 2.70 bits/byte" in line and line.endswith("1 of 3 finished runs "
                                                                                           "end below the trigram")
     assert row_fields(new, rows[0].values)["seeds_below_trigram"] == 1
+    strong = {**new, "fivegram_bpb": 2.6, "fivegram_smoothing": "interpolated Kneser-Ney"}
+    line = note(strong, rows, "bits/byte")
+    assert "trigram 2.70; 5-gram 2.60 (interpolated Kneser-Ney) bits/byte" in line
+    assert line.endswith("1 of 3 finished runs end below the trigram, 1 of 3 below the 5-gram")
+    assert row_fields(strong, {0: 2.5, 1: 2.65})["seeds_below_fivegram"] == 1
+    beaten = note({**strong, "fivegram_bpb": 1.9, "train_bytes": 25_274_493}, rows, "bits/byte")
+    assert beaten.endswith("0 of 3 below the 5-gram (none passes it: it counts every 5-gram of all 25.3 MB of the "
+                           "train split, four bytes of context; a model must learn more than that from the text it "
+                           "reads)")
+    assert row_fields(new, rows[0].values)["seeds_below_fivegram"] is None
     old = {"unigram_bpb": 4.8, "bigram_bpb": 3.6, "fit": "train split", "scored": "test windows"}
     assert note(old, rows, "bits/byte").endswith("3 of 3 finished runs end below the bigram")
     assert row_fields(old, rows[0].values)["seeds_below_trigram"] is None
+
+
+def _source_bytes():
+    """Real text: a few of this Python's standard library files, as one byte stream."""
+    import sysconfig
+    from pathlib import Path
+
+    import numpy as np
+
+    root = Path(sysconfig.get_paths()["stdlib"])
+    data = b"".join((root / name).read_bytes() for name in ("os.py", "textwrap.py", "shlex.py"))
+    return np.frombuffer(data, dtype=np.uint8)
+
+
+def test_the_kneser_ney_model_sums_to_one_over_the_256_bytes() -> None:
+    """Every order, after contexts seen often, seen once, never seen, and with only some bytes seen
+    (a window's first positions): p(. | h) is a distribution over the 256 bytes with no zero."""
+    import numpy as np
+
+    from normkit_lab.lm_kneser_ney import KneserNey
+
+    for length in (0, 3, 5):  # a stream shorter than the order counts nothing: uniform, still a distribution
+        p = KneserNey(np.arange(length, dtype=np.uint8), 5).probabilities(np.array([[-1, -1, 1, 2]] * 256),
+                                                                          np.arange(256))
+        assert p.sum() == pytest.approx(1.0) and p.min() > 0
+    stream = _source_bytes()
+    for order in (1, 2, 3, 4, 5):
+        model = KneserNey(stream, order)
+        for history in (b"self", b"def ", b"\x00\x01\x02\x03", b"\xff" + b"ort", b"port"):
+            for seen in range(order):
+                row = [-1] * (order - 1 - seen) + list(history[len(history) - seen:] if seen else b"")
+                p = model.probabilities(np.array([row] * 256), np.arange(256))
+                assert p.sum() == pytest.approx(1.0, abs=1e-9) and p.min() > 0, (order, history, seen)
+
+
+def test_the_kneser_ney_model_matches_the_formula_computed_with_dictionaries() -> None:
+    """The numpy counting (keys, prefixes, continuations) against the recursion written out with
+    Counters over the same bytes, at random contexts of every length and random targets."""
+    from collections import Counter, defaultdict
+
+    import numpy as np
+
+    from normkit_lab.lm_kneser_ney import KneserNey, _discounts
+
+    data = bytes(_source_bytes()[:20000])
+    grams = {5: Counter(data[i:i + 5] for i in range(len(data) - 4))}
+    for n in (4, 3, 2, 1):  # each order's occurrences as the prefixes of the order above, as the model counts
+        grams[n] = Counter()
+        for g, k in grams[n + 1].items():
+            grams[n][g[:-1]] += k
+    continuations = {n: Counter(g[1:] for g in grams[n + 1]) for n in (1, 2, 3, 4)}
+
+    def level(counts):
+        total, kinds = defaultdict(float), defaultdict(lambda: [0, 0, 0])
+        for g, k in counts.items():
+            total[g[:-1]] += k
+            kinds[g[:-1]][min(k, 3) - 1] += 1
+        return counts, total, kinds, _discounts(np.array(list(counts.values()), dtype=float))
+
+    top = {n: level(grams[n]) for n in grams}
+    lower = {n: level(continuations[n]) for n in continuations}
+
+    def p(history: bytes, y: int) -> float:
+        prob = 1 / 256
+        for n in range(1, len(history) + 2):
+            counts, total, kinds, d = top[n] if n == len(history) + 1 else lower[n]
+            context = history[len(history) - n + 1:] if n > 1 else b""
+            if total.get(context, 0):
+                c = counts.get(context + bytes([y]), 0)
+                gamma = sum(d[i + 1] * kinds[context][i] for i in range(3)) / total[context]
+                prob = max(c - d[min(c, 3)], 0) / total[context] + gamma * prob
+        return prob
+
+    model = KneserNey(np.frombuffer(data, dtype=np.uint8), 5)
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        at, seen = int(rng.integers(4, len(data))), int(rng.integers(0, 5))
+        y = data[at] if rng.random() < 0.8 else int(rng.integers(256))
+        row = [-1] * (4 - seen) + list(data[at - seen:at])
+        assert model.probabilities(np.array([row]), np.array([y]))[0] == pytest.approx(p(data[at - seen:at], y))
+
+
+def test_the_kneser_ney_five_gram_uses_four_bytes_of_context() -> None:
+    """After `bcd` comes e or f; `abcd` and `xbcd` tell which. The 4-gram cannot (about 1 bit at those
+    positions), the 5-gram can; and on real text each order scores below the one before."""
+    import numpy as np
+    import torch
+
+    from normkit_lab.lm_baselines import _contexts
+    from normkit_lab.lm_kneser_ney import KneserNey
+
+    stream = torch.tensor(list(b"abcdexbcdf" * 500), dtype=torch.uint8)
+    starts = torch.arange(0, 1000, 10)
+    history, targets = _contexts(stream, starts, 9, 4)
+    assert history[0].tolist() == [-1, -1, -1, ord("a")] and history[3].tolist() == list(b"abcd")
+    assert targets[3] == ord("e")
+    four, five = KneserNey(stream.numpy(), 4), KneserNey(stream.numpy(), 5)
+    assert four.bits(history[:, 1:], targets) > 0.15 and five.bits(history, targets) < 0.05
+    text = _source_bytes()
+    cut = len(text) * 9 // 10
+    train, test = text[:cut], torch.from_numpy(text[cut:].copy())
+    starts = torch.arange(0, len(test) - 65, 64)
+    history, targets = _contexts(test, starts, 64, 4)
+    scores = [KneserNey(train, n).bits(history[:, 5 - n:], targets) for n in (1, 2, 3, 4, 5)]
+    assert all(a > b for a, b in itertools.pairwise(scores)) and np.isfinite(scores).all()
+
+
+def test_the_baselines_hold_the_five_gram_beside_the_add_k_tables() -> None:
+    import torch
+
+    from normkit_lab.lm_baselines import ngram_baselines
+
+    text = torch.from_numpy(_source_bytes().copy())
+    cut = len(text) * 8 // 10
+    train, rest = text[:cut], text[cut:]
+    val, test = rest[:len(rest) // 2], rest[len(rest) // 2:]
+    b = ngram_baselines(train, val, torch.arange(0, len(val) - 33, 40), test, torch.arange(0, len(test) - 33, 40),
+                        seq_len=32)
+    assert b["fivegram_bpb"] < b["trigram_bpb"] < b["bigram_bpb"]
+    assert b["fivegram_smoothing"] == "interpolated Kneser-Ney"
 
 
 def test_the_last_epochs_metric_is_a_mean_that_selects_nothing() -> None:

@@ -21,6 +21,7 @@ from normkit_lab.reproduce import available, load_preset, runner
 from normkit_lab.reproduce.outcomes import (
     BELOW_MARGIN,
     INCONCLUSIVE,
+    NOT_ATTRIBUTED,
     NOT_REPRODUCED,
     REPRODUCED,
     judge_compare,
@@ -245,6 +246,77 @@ def test_a_diagnostic_since_init_reads_the_change_paired_by_seed() -> None:
     a, b = judge_compare([after, since], runs, ["bn", "gn"])
     assert a.status == REPRODUCED and "qq_r2 depth 1: +0.020" in a.observed
     assert b.status == NOT_REPRODUCED and "(change from initialization): qq_r2 depth 1: +0.000" in b.observed
+
+
+def _since_init_runs(change: float, spread: float = 0.0001) -> list[Run]:
+    """gn 0.02 more Gaussian than bn after training; at initialization it was 0.02 - `change` ahead."""
+    return ([_diag_run("bn", s, 0.5, qq=0.95 + 0.001 * s, init_qq=0.90 + 0.003 * s) for s in range(5)]
+            + [_diag_run("gn", s, 0.5, qq=0.97 + 0.001 * s + spread * (-1) ** s,
+                         init_qq=0.92 - change + 0.003 * s) for s in range(5)])
+
+
+def test_a_claim_is_reproduced_only_when_its_controls_support_attributing_it() -> None:
+    """The Gaussianity case: the effect after training is shown, but its control (the change from
+    initialization) is not supported, so the claim line must not say `reproduced`; with a control
+    that holds it does, and with an undecided control it stays open, with the control's numbers."""
+    claim = _hyp(test="diagnostic", direction="higher", measure="qq_r2", margin=0.005, controls="since")
+    since = _hyp(name="since", label="extension", test="diagnostic", direction="higher", measure="qq_r2",
+                 margin=0.005, since="init")
+    a, b = judge_compare([claim, since], _since_init_runs(change=0.0), ["bn", "gn"])
+    assert (b.status, b.word) == (NOT_REPRODUCED, "not supported")
+    assert a.status == NOT_ATTRIBUTED and a.line().startswith("h: not attributed (gn - bn: qq_r2 depth 1: +0.020")
+    assert "controls: since not supported, so the design does not attribute" in a.line()
+    assert a.as_dict()["controls"] == ["since"] and a.as_dict()["outcome"] == "not attributed"
+    a, b = judge_compare([claim, since], _since_init_runs(change=0.02), ["bn", "gn"])
+    assert (a.status, b.status) == (REPRODUCED, REPRODUCED) and a.line().endswith("; controls: since supported)")
+    noisy = _since_init_runs(change=0.004, spread=0.004)
+    a, b = judge_compare([claim, since], noisy, ["bn", "gn"])
+    assert b.status == INCONCLUSIVE and a.status == INCONCLUSIVE
+    assert "cannot yet attribute" in a.line() and "control since: MDE" in a.line()
+    assert judge_compare([claim], _since_init_runs(change=0.0), ["bn", "gn"])[0].status == REPRODUCED
+
+
+def test_controls_must_name_another_hypothesis_without_controls_of_its_own() -> None:
+    def preset(*hypotheses):
+        raw = copy.deepcopy(GOOD)
+        raw["hypotheses"] = [{**GOOD["hypotheses"][0], **h} for h in hypotheses]
+        return parse_preset("p", raw, "p.yaml")
+
+    assert preset({"controls": ["c"]}, {"name": "c"}).hypotheses[0].controls == ("c",)
+    with pytest.raises(ConfigError, match="control 'cc' is not a hypothesis of this preset.*did you mean 'c'"):
+        preset({"controls": "cc"}, {"name": "c"})
+    with pytest.raises(ConfigError, match="cannot be its own control"):
+        preset({"controls": "h"})
+    with pytest.raises(ConfigError, match="control 'c' has controls of its own"):
+        preset({"controls": "c"}, {"name": "c", "controls": "d"}, {"name": "d"})
+    with pytest.raises(ConfigError, match="controls must name"):
+        preset({"controls": [1]})
+
+
+def test_the_installed_presets_name_the_controls_of_their_stated_causes() -> None:
+    """Each control arm a preset carries for a claim's cause is declared, so its claim line follows it."""
+    controls = {p.name: {h.name: h.controls for h in p.hypotheses if h.controls} for p in available()}
+    assert controls["normalnorm-gaussianity-robustness"] == {
+        "bnn-more-gaussian": ("gaussianity-not-only-from-init",), "bnn-more-robust": ("robustness-not-only-from-init",)}
+    assert controls["gpt-postnorm"] == {"lnn-behind-ln": ("noise-causes-lnn-gap",)}
+
+
+def test_equivalence_is_claimed_only_when_the_design_detects_the_margin() -> None:
+    """Five pairs spread ±0.45 points around 0: the 90% interval (±0.43) lies inside the 0.5 margin, so
+    TOST passes, but the smallest difference five such pairs detect (alpha 0.05, power 0.8) is larger
+    than 0.5 points, so neither an equivalence nor 'shown smaller than the margin' is claimed."""
+    offsets = [0.0045, -0.0045, 0.0045, -0.0045, 0.0]
+    runs = _runs({"bn": BASE, "gn": [v + o for v, o in zip(BASE, offsets, strict=True)]})
+    equivalence = judge_compare([_hyp(test="equivalence", direction="equivalent")], runs, ["bn", "gn"])[0]
+    assert "verdict equivalent" in equivalence.observed and equivalence.status == INCONCLUSIVE
+    assert "more than the margin 0.5%: this design cannot detect a difference of the margin's size" in \
+        equivalence.line()
+    assert equivalence.mde > 0.5 and equivalence.seeds_needed > 5
+    difference = judge_compare([_hyp()], runs, ["bn", "gn"])[0]
+    assert difference.status == INCONCLUSIVE and "cannot detect a difference of the margin's size" in difference.line()
+    tiny = _runs({"bn": BASE, "gn": [v + 0.0005 * (-1) ** i for i, v in enumerate(BASE)]})
+    shown = judge_compare([_hyp(test="equivalence", direction="equivalent")], tiny, ["bn", "gn"])[0]
+    assert shown.status == REPRODUCED and "a difference of the margin's size would have been found" in shown.line()
 
 
 def test_random_net_outcomes_pair_nets_by_seed() -> None:

@@ -5,7 +5,8 @@
     normkit reproduce NAME --scale paper --dry-run         # check the paper's recipe without training
 
 Presets are YAML files that plugins ship (docs/reproduce.md). The output ends with one line per
-hypothesis: reproduced, not reproduced, or inconclusive (with the MDE and the seeds needed).
+hypothesis: reproduced, below margin, not reproduced, not attributed (a control of the stated cause
+does not hold), or inconclusive (with the MDE and the seeds needed).
 """
 
 from __future__ import annotations
@@ -83,8 +84,10 @@ def reproduce_cmd(
 
     Each preset states a claim with its citation, hypotheses fixed before the run (metric, direction,
     margin, test) and the comparison that tests them. The output ends with one line per hypothesis:
-    reproduced, not reproduced (the opposite is significant) or inconclusive (with the MDE and the
-    seeds needed). report.html in the results directory shows the claim beside the result.
+    reproduced, below margin, not reproduced (the opposite is significant), not attributed (shown, but a
+    control of the claim's stated cause does not hold) or inconclusive (with the MDE and the seeds
+    needed; an equivalence is claimed only when the run could detect a difference of the margin's
+    size). report.html in the results directory shows the claim beside the result.
     """
     if list_:
         if name is not None:

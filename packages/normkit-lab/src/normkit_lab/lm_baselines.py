@@ -1,4 +1,4 @@
-"""Byte n-gram reference points for language-model results: unigram, bigram and trigram tables.
+"""Byte n-gram reference points for language-model results: add-k tables and a Kneser-Ney 5-gram.
 
 A bits-per-byte number means little alone: 3.2 bits/byte is poor for English prose and good for a
 tiny model on source code. Three tables fitted on the train split and scored on exactly the test
@@ -8,11 +8,14 @@ beyond "which byte follows which" (bigram) and beyond "which byte follows which 
     p(y | h) = (count(h, y) + k) / (count(h) + 256 k)      h = the n - 1 previous bytes (add-k)
 
 Each table's k is tuned on the validation windows (the value of K_GRID with the lowest validation
-bits per byte, as a model's hyperparameters are) and the test windows are scored with that k. Each
-target is scored with the bytes the model saw before it in its window: at a window's first position
-the model has seen one byte, so the trigram table falls back to its bigram there. The numbers go
-into the dataset's metadata (`baselines`, saved with every run in runs.jsonl) and from there into
-summary.json, the printed notes and report.html.
+bits per byte, as a model's hyperparameters are) and the test windows are scored with that k. Add-k
+is a weak bar beyond the trigram, so a 5-gram smoothed by interpolated Kneser-Ney (lm_kneser_ney:
+nothing to tune, its discounts come from the counts) is scored on the same windows: the strong
+count-based reference, four bytes of context. Each target is scored with the bytes the model saw
+before it in its window: at a window's first position the model has seen one byte, so the trigram
+table falls back to its bigram there and the 5-gram to the (k + 1)-gram of the k bytes seen. The
+numbers go into the dataset's metadata (`baselines`, saved with every run in runs.jsonl) and from
+there into summary.json, the printed notes and report.html.
 """
 
 from __future__ import annotations
@@ -25,11 +28,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from normkit_lab.lm_kneser_ney import KneserNey
+
 VOCAB = 256
 ORDERS = {"unigram": 1, "bigram": 2, "trigram": 3}
 K_GRID = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
 FIT, SCORED, TUNED = "train split", "test windows", "validation windows"
-REFERENCE = "trigram"  # the strongest table: the bar a model is held to
+REFERENCE = "trigram"  # the strongest add-k table
+STRONG, STRONG_ORDER, STRONG_SMOOTHING = "5-gram", 5, "interpolated Kneser-Ney"  # the strong bar, beside them
 
 
 def _windows(stream: Tensor, starts: Tensor, seq_len: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -78,6 +84,16 @@ class _Counts:
         return float(torch.where(prev >= 0, tri, bi).mean())
 
 
+def _contexts(stream: Tensor, starts: Tensor, seq_len: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the `width` bytes before each target that the model has seen in its window, most recent last
+    and -1 where it has not; the targets) for every position of every window."""
+    index = starts.long()[:, None] + torch.arange(seq_len + 1)[None, :]
+    w = stream.long()[index].numpy()
+    padded = np.concatenate([np.full((len(w), width - 1), -1, dtype=np.int64), w[:, :-1]], axis=1)
+    history = np.lib.stride_tricks.sliding_window_view(padded, width, axis=1)  # (windows, seq_len, width)
+    return history.reshape(-1, width), w[:, 1:].reshape(-1)
+
+
 def _triples(prev: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
     """(context pair, triple) keys of each target (prev -1, a window's first position, reads as 0)."""
     context = prev.clamp(min=0) * VOCAB + x
@@ -87,7 +103,8 @@ def _triples(prev: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
 def ngram_baselines(train: Tensor, val: Tensor, val_starts: Tensor, test: Tensor, test_starts: Tensor,
                     seq_len: int) -> dict[str, Any]:
     """Unigram, bigram and trigram bits per byte on the test windows (`test[s+1 : s+seq_len+1]` for each
-    start s): add-k tables fitted on the `train` byte stream, each k tuned on the validation windows."""
+    start s): add-k tables fitted on the `train` byte stream, each k tuned on the validation windows;
+    and the interpolated Kneser-Ney 5-gram's (`fivegram_bpb`), fitted on the same stream."""
     val_windows, test_windows = _windows(val, val_starts, seq_len), _windows(test, test_starts, seq_len)
     counts = _Counts(train, [val_windows, test_windows])
     out: dict[str, Any] = {}
@@ -95,7 +112,10 @@ def ngram_baselines(train: Tensor, val: Tensor, val_starts: Tensor, test: Tensor
         k = min(K_GRID, key=lambda c: counts.bits(order, c, *val_windows))
         out[f"{name}_bpb"] = round(counts.bits(order, k, *test_windows), 4)
         out[f"{name}_k"] = k
+    strong = KneserNey(train.numpy(), STRONG_ORDER)
+    out["fivegram_bpb"] = round(strong.bits(*_contexts(test, test_starts, seq_len, STRONG_ORDER - 1)), 4)
     return {**out, "fit": FIT, "scored": SCORED, "tuned": TUNED, "smoothing": "add-k",
+            "fivegram_smoothing": STRONG_SMOOTHING, "train_bytes": int(train.numel()),
             "targets": int(test_windows[2].numel())}
 
 
@@ -124,7 +144,8 @@ def below(values: Mapping[int, float], baselines: Mapping[str, Any], table: str)
 
 
 def note(baselines: Mapping[str, Any], rows: Sequence[Any], unit: str) -> str | None:
-    """One line for the printed notes and report.html; None unless the metric is in bits per byte."""
+    """One line for the printed notes and report.html; None unless the metric is in bits per byte. The
+    5-gram (recorded since it was added) is named beside the add-k tables, with its own count."""
     if unit != "bits/byte":
         return None
     table = reference_table(baselines)
@@ -133,15 +154,28 @@ def note(baselines: Mapping[str, Any], rows: Sequence[Any], unit: str) -> str | 
     scores = ", ".join(f"{name} {baselines[f'{name}_bpb']:.2f}" for name in ORDERS
                        if _finite(baselines.get(f"{name}_bpb")))
     tuned = f" (add-k, k tuned on the {baselines['tuned']})" if baselines.get("tuned") else ""
+    strong, strong_count = "", ""
+    if _finite(baselines.get("fivegram_bpb")):
+        strong = f"; {STRONG} {baselines['fivegram_bpb']:.2f} ({baselines.get('fivegram_smoothing', STRONG_SMOOTHING)})"
+        passed = sum(below(r.values, baselines, "fivegram") for r in rows)
+        strong_count = f", {passed} of {runs} below the {STRONG}"
+        if runs and not passed:
+            size = (f"all {baselines['train_bytes'] / 1e6:.1f} MB of the {baselines['fit']}"
+                    if _finite(baselines.get("train_bytes")) else f"the whole {baselines['fit']}")
+            strong_count += (f" (none passes it: it counts every 5-gram of {size}, four bytes of context; a model "
+                             f"must learn more than that from the text it reads)")
     return (f"reference tables fitted on the {baselines['fit']} and scored on the same {baselines['scored']}"
-            f"{tuned}: {scores} bits/byte; {count} of {runs} finished runs end below the {table}")
+            f"{tuned}: {scores}{strong} bits/byte; {count} of {runs} finished runs end below the {table}"
+            f"{strong_count}")
 
 
 def row_fields(baselines: Mapping[str, Any] | None, values: Mapping[int, float]) -> dict[str, Any]:
     """The summary.json keys a row gets: the tables' scores and how many of its seeds end below them."""
-    names = [f"{name}_bpb" for name in ORDERS]
+    names = [f"{name}_bpb" for name in (*ORDERS, "fivegram")]
     if baselines is None:
-        return {**dict.fromkeys(names), "seeds_below_bigram": None, "seeds_below_trigram": None}
-    trigram = _finite(baselines.get("trigram_bpb"))
+        return {**dict.fromkeys(names), "seeds_below_bigram": None, "seeds_below_trigram": None,
+                "seeds_below_fivegram": None}
+    trigram, fivegram = _finite(baselines.get("trigram_bpb")), _finite(baselines.get("fivegram_bpb"))
     return {**{n: baselines.get(n) for n in names}, "seeds_below_bigram": below(values, baselines, "bigram"),
-            "seeds_below_trigram": below(values, baselines, "trigram") if trigram else None}
+            "seeds_below_trigram": below(values, baselines, "trigram") if trigram else None,
+            "seeds_below_fivegram": below(values, baselines, "fivegram") if fivegram else None}

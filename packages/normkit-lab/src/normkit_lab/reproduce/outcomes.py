@@ -14,7 +14,15 @@ its direction and its margin, the smallest effect the preset said matters.
     not reproduced   the data contradict the prediction: the opposite direction is significant, a
                      predicted difference is shown to be smaller than its margin (equivalent), or a
                      predicted equivalence is broken by a significant difference at or beyond the margin
+    not attributed   the predicted effect is shown (as for `reproduced`), but a control the preset
+                     names for the claim's stated cause (`controls:`) does not hold, so the design
+                     does not attribute the effect to that cause
     inconclusive     neither; the line gives the minimum detectable effect and the seeds needed
+
+Equivalence (an equivalence hypothesis shown, or a predicted difference shown smaller than its
+margin) is claimed only when the design could have detected a difference of the margin's size: its
+minimum detectable effect, from the run's own paired spread at the verdict's alpha and 80% power,
+is at most the margin; otherwise the outcome is inconclusive and its line says so.
 
 A hypothesis labelled `extension` or `prediction` (not a paper's reported result) prints
 `supported` / `not supported` in place of `reproduced` / `not reproduced`.
@@ -22,8 +30,9 @@ A hypothesis labelled `extension` or `prediction` (not a paper's reported result
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -35,9 +44,9 @@ from normkit_lab.analysis.verdicts import BETTER, EQUIVALENT, NO_VERDICT, WITHIN
 from normkit_lab.metrics import metric_named
 from normkit_lab.reproduce.preset import REPRODUCTION, Hypothesis
 
-REPRODUCED, BELOW_MARGIN, NOT_REPRODUCED, INCONCLUSIVE = (
-    "reproduced", "below margin", "not reproduced", "inconclusive")
-STATUSES = (REPRODUCED, BELOW_MARGIN, NOT_REPRODUCED, INCONCLUSIVE)
+REPRODUCED, BELOW_MARGIN, NOT_REPRODUCED, NOT_ATTRIBUTED, INCONCLUSIVE = (
+    "reproduced", "below margin", "not reproduced", "not attributed", "inconclusive")
+STATUSES = (REPRODUCED, BELOW_MARGIN, NOT_REPRODUCED, NOT_ATTRIBUTED, INCONCLUSIVE)
 _OTHER_WORDS = {REPRODUCED: "supported", NOT_REPRODUCED: "not supported"}
 
 
@@ -51,6 +60,7 @@ class Outcome:
     mde: float | None = None
     seeds_needed: int | None = None
     unit: str = ""
+    settled_by: str = ""  # the control whose inconclusive outcome leaves this one open (its MDE and seeds)
 
     @property
     def word(self) -> str:
@@ -64,10 +74,11 @@ class Outcome:
         if self.status != INCONCLUSIVE:
             return ""
         mde = "unknown" if self.mde is None else f"{self.mde:.3g}{_unit(self.unit)}"
-        goal = "show equivalence" if self.hypothesis.test == "equivalence" else "detect the margin"
+        goal = ("settle its control" if self.settled_by else "show equivalence"
+                if self.hypothesis.test == "equivalence" else "detect the margin")
         seeds = (f"about {self.seeds_needed} seeds would {goal}" if self.seeds_needed is not None
                  else "seeds needed: unknown (no spread, or more than 1000)")
-        return f"MDE {mde}, {seeds}"
+        return f"{'MDE' if not self.settled_by else f'control {self.settled_by}: MDE'} {mde}, {seeds}"
 
     def line(self) -> str:
         """The one line printed per hypothesis, e.g. `pn-rescues-ln: reproduced (ln+pn - ln = ...)`."""
@@ -79,7 +90,8 @@ class Outcome:
         return {"name": h.name, "label": h.label, "test": h.test, "prediction": h.describe(), "norm": h.norm,
                 "baseline": h.baseline, "metric": h.metric, "measure": h.measure, "since": h.since,
                 "direction": h.direction, "margin": h.margin, "status": self.status, "outcome": self.word,
-                "observed": self.observed, "mde": self.mde, "seeds_needed": self.seeds_needed, "line": self.line()}
+                "controls": list(h.controls), "observed": self.observed, "mde": self.mde,
+                "seeds_needed": self.seeds_needed, "line": self.line()}
 
 
 def _unit(unit: str) -> str:
@@ -112,11 +124,34 @@ def _verdict_direction(verdict: Verdict, positive: str, negative: str) -> str | 
     return positive if base == BETTER else negative if base == WORSE else None
 
 
+def detects_margin(v: Verdict, margin: float, unit: str = "", scale: float = 1.0) -> tuple[bool, str]:
+    """Whether the design could have detected a difference of the margin's size, and why in words: its
+    minimum detectable effect (two-sided at the verdict's planning alpha, 80% power, from the run's
+    own paired spread; `scale` turns a margin-scaled verdict's MDE back into the measure's unit)
+    against the margin. An equivalence is claimed only when it could: a design too noisy to see
+    the margin would find 'no difference' whatever the truth."""
+    margin_text = f"the margin {margin:g}{_unit(unit)}"
+    if v.mde is None:
+        return False, (f"the smallest difference this design detects is unknown (no spread between the "
+                       f"{v.n} paired seeds), so it cannot show that a difference of {margin_text} would "
+                       f"have been found; equivalence is not claimed")
+    mde = v.mde * scale
+    words = (f"the smallest difference this design detects is {mde:.3g}{_unit(unit)} (alpha "
+             f"{v.planning_alpha:.3g}, power 0.8, {v.n} paired seeds)")
+    if mde <= margin:
+        return True, f"{words}, within {margin_text}: a difference of the margin's size would have been found"
+    return False, (f"{words}, more than {margin_text}: this design cannot detect a difference of the "
+                   f"margin's size, so equivalence is not claimed")
+
+
 def _outcome(h: Hypothesis, status: str, observed: str, v: Verdict, unit: str, scale: float = 1.0) -> Outcome:
-    """An Outcome with the planning numbers (scaled back to the metric's unit) when inconclusive."""
+    """An Outcome with the planning numbers (scaled back to the metric's unit) when inconclusive; an
+    equivalence needs both a passing TOST and an MDE within the margin, so it gets the larger count."""
     if status != INCONCLUSIVE:
         return Outcome(h, status, observed + _margin_note(status, h.margin, unit), unit=unit)
-    seeds = v.seeds_equivalence if h.test == "equivalence" else v.seeds_needed
+    seeds = v.seeds_needed
+    if h.test == "equivalence":
+        seeds = None if None in (v.seeds_equivalence, v.seeds_needed) else max(v.seeds_equivalence, v.seeds_needed)
     return Outcome(h, status, observed, None if v.mde is None else v.mde * scale, seeds, unit)
 
 
@@ -137,12 +172,24 @@ def _paired(summary: Summary, h: Hypothesis) -> Outcome:
     found = _verdict_direction(v, "better", "worse")
     if h.test == "equivalence":
         if v.verdict == EQUIVALENT or v.verdict.endswith(WITHIN_MARGIN):
-            return _outcome(h, REPRODUCED, observed, v, unit)
+            powered, note = detects_margin(v, h.margin, unit)
+            return _outcome(h, REPRODUCED if powered else INCONCLUSIVE, f"{observed}; {note}", v, unit)
         if found is not None and better is not None and abs(better) >= h.margin:
             return _outcome(h, NOT_REPRODUCED, observed, v, unit)
         return _outcome(h, INCONCLUSIVE, observed, v, unit)
     size = None if better is None else better if h.direction == "better" else -better
-    return _outcome(h, classify(found, h.direction, size, h.margin, v.verdict == EQUIVALENT), observed, v, unit)
+    shown_equal, observed = _equal_if_powered(v, h.margin, unit, observed)
+    return _outcome(h, classify(found, h.direction, size, h.margin, shown_equal), observed, v, unit)
+
+
+def _equal_if_powered(v: Verdict, margin: float, unit: str, observed: str, scale: float = 1.0) -> tuple[bool, str]:
+    """For a difference hypothesis: whether its verdict shows the effect smaller than the margin (TOST
+    equivalence, and a design able to detect the margin), with the power note added to `observed`
+    whenever the verdict is an equivalence."""
+    if v.verdict != EQUIVALENT:
+        return False, observed
+    powered, note = detects_margin(v, margin, unit, scale)
+    return powered, f"{observed}; {note}"
 
 
 def _interaction(summary: Summary, h: Hypothesis) -> Outcome:
@@ -166,7 +213,8 @@ def _interaction(summary: Summary, h: Hypothesis) -> Outcome:
             return _outcome(h, INCONCLUSIVE, observed, t, unit)
         found = _verdict_direction(t, "shrinks" if flip else "grows", "grows" if flip else "shrinks")
         size = None if mean is None else mean if h.direction == "grows" else -mean
-        status = classify(found, h.direction, size, h.margin, t.verdict == EQUIVALENT)
+        shown_equal, observed = _equal_if_powered(t, h.margin, unit, observed)
+        status = classify(found, h.direction, size, h.margin, shown_equal)
         return _outcome(h, status, observed, t, unit)
     return Outcome(h, INCONCLUSIVE, f"no interaction test of {h.norm} across {h.key} in these runs", unit=unit)
 
@@ -201,20 +249,21 @@ def _diagnostic_differences(h: Hypothesis, runs: Sequence[Run]) -> dict[str, lis
             for m in dict.fromkeys(names)}
 
 
-def _judge_measures(items: list[tuple[Hypothesis, str, list[float]]]) -> list[tuple[str, Verdict, list[float]]]:
+def _judge_measures(items: list[tuple[Hypothesis, str, list[float]]]) -> list[tuple[str, Verdict, list[float], str]]:
     """Each (hypothesis, measure, differences) decided, Holm over all of them; differences oriented
     (+ = the predicted direction) and divided by the hypothesis's margin, so one `decide` call serves
     every margin (paired t p-values do not change with the scale; TOST against 1 is TOST against the
-    margin). Returns (status, verdict, raw differences) per item."""
+    margin). Returns (status, verdict, raw differences, power note of an equivalence) per item."""
     oriented = [[x / h.margin * (1 if h.direction == "higher" else -1) for x in d] for h, _, d in items]
     verdicts = decide(oriented, 1.0)
     out = []
     for (h, _, d), v in zip(items, verdicts, strict=True):
         found = _verdict_direction(v, h.direction, "lower" if h.direction == "higher" else "higher")
         size = float(np.mean(d)) * (1 if h.direction == "higher" else -1) if d else None
+        shown_equal, note = _equal_if_powered(v, h.margin, "", "", scale=h.margin)
         status = INCONCLUSIVE if v.verdict == NO_VERDICT else classify(found, h.direction, size, h.margin,
-                                                                       v.verdict == EQUIVALENT)
-        out.append((status, v, d))
+                                                                       shown_equal)
+        out.append((status, v, d, note))
     return out
 
 
@@ -242,14 +291,15 @@ def _judge_diagnostics(hypotheses: Sequence[Hypothesis], runs: Sequence[Run]) ->
                                                    + " (run with diagnostics: true)"))
             continue
         parts = [f"{m}: {float(np.mean(d)):+.3f} [{_num(_raw(v, h)[0])}, {_num(_raw(v, h)[1])}], "
-                 f"Holm p {_num(v.p_holm, '.3g')}" for m, (_, v, d) in mine]
+                 f"Holm p {_num(v.p_holm, '.3g')}{note.replace('; ', ' (', 1) + ')' if note else ''}"
+                 for m, (_, v, d, note) in mine]
         since = " (change from initialization)" if h.since else ""
         observed = f"{h.norm} - {h.baseline}{since}: " + "; ".join(parts)
-        status = _combined([s for _, (s, _, _) in mine])
+        status = _combined([s for _, (s, _, _, _) in mine])
         if status != INCONCLUSIVE:
             out.append(Outcome(h, status, observed + _margin_note(status, h.margin, "")))
             continue
-        undecided = [v for _, (s, v, _) in mine if s == INCONCLUSIVE]
+        undecided = [v for _, (s, v, _, _) in mine if s == INCONCLUSIVE]
         mdes = [v.mde * h.margin for v in undecided if v.mde is not None]
         seeds = [v.seeds_needed for v in undecided]
         out.append(Outcome(h, status, observed, max(mdes) if mdes else None,
@@ -287,7 +337,7 @@ def judge_compare(hypotheses: Sequence[Hypothesis], runs: Sequence[Run], norms: 
         metric = metric_named(h.metric or "test_acc")
         summary = summarize(runs, list(norms), _canon(h.baseline), metric, select=select, margin=h.margin)
         out.append(_paired(summary, h) if h.test in ("difference", "equivalence") else _interaction(summary, h))
-    return out
+    return attribute(out)
 
 
 def judge_random_net(hypotheses: Sequence[Hypothesis],
@@ -300,17 +350,48 @@ def judge_random_net(hypotheses: Sequence[Hypothesis],
         d = [net_a[h.depth - 1]["dataset"] - net_b[h.depth - 1]["dataset"] for net_a, net_b in zip(a, b, strict=True)]
         items.append((h, f"dataset share at depth {h.depth}", d))
     out = []
-    for (h, _, d), (status, v, _) in zip(items, _judge_measures(items), strict=True):
+    for (h, _, d), (status, v, _, note) in zip(items, _judge_measures(items), strict=True):
         mean_a = float(np.mean([net[h.depth - 1]["dataset"] for net in runs[_canon_key(runs, h.norm)]]))
         mean_b = float(np.mean([net[h.depth - 1]["dataset"] for net in runs[_canon_key(runs, h.baseline)]]))
         low, high = _raw(v, h)
         observed = (f"dataset share at depth {h.depth}: {h.norm} {mean_a:.3f}, {h.baseline} {mean_b:.3f}, "
                     f"difference {float(np.mean(d)):+.3f} [{_num(low)}, {_num(high)}], Holm p "
-                    f"{_num(v.p_holm, '.3g')}, {v.n} nets")
+                    f"{_num(v.p_holm, '.3g')}, {v.n} nets{note}")
         if status != INCONCLUSIVE:
             out.append(Outcome(h, status, observed + _margin_note(status, h.margin, "")))
         else:
             out.append(Outcome(h, status, observed, None if v.mde is None else v.mde * h.margin, v.seeds_needed))
+    return attribute(out)
+
+
+def attribute(outcomes: Sequence[Outcome]) -> list[Outcome]:
+    """Each outcome read with the controls its hypothesis names (`controls:`, the arms that test the
+    cause the claim states): an effect shown in the data is `reproduced` only when every control
+    holds; a control that does not hold (not supported, or below its margin) makes it `not
+    attributed`, an inconclusive control leaves it inconclusive with the control's planning numbers.
+    An outcome that is not `reproduced` on its own data stays as it is: a control cannot rescue it."""
+    by_name = {o.hypothesis.name: o for o in outcomes}
+    out = []
+    for o in outcomes:
+        controls = [by_name[name] for name in o.hypothesis.controls if name in by_name]
+        if o.status != REPRODUCED or not controls:
+            out.append(o)
+            continue
+        failed = [c for c in controls if c.status in (NOT_REPRODUCED, NOT_ATTRIBUTED, BELOW_MARGIN)]
+        open_ = [c for c in controls if c.status == INCONCLUSIVE]
+        said = ", ".join(f"{c.hypothesis.name} {c.word}" for c in controls)
+        if failed:
+            out.append(replace(o, status=NOT_ATTRIBUTED, observed=(
+                f"{o.observed}; controls: {said}, so the design does not attribute the effect to the "
+                f"claim's stated cause")))
+        elif open_:
+            first = max(open_, key=lambda c: math.inf if c.seeds_needed is None else c.seeds_needed)
+            out.append(replace(o, status=INCONCLUSIVE, mde=first.mde, seeds_needed=first.seeds_needed,
+                               unit=first.unit, settled_by=first.hypothesis.name, observed=(
+                                   f"{o.observed}; controls: {said}, so the design cannot yet attribute "
+                                   f"the effect to the claim's stated cause")))
+        else:
+            out.append(replace(o, observed=f"{o.observed}; controls: {said}"))
     return out
 
 

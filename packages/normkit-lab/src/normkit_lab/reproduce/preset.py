@@ -41,7 +41,7 @@ SINCE = ("init",)  # a diagnostic read as its change from initialization
 INIT_MEASURES = "qq_r2, 'qq_r2 depth D' or zeta"
 _TOP_KEYS = ("title", "claim", "citation", "kind", "label", "hypotheses", "scales", "notes")
 _HYPOTHESIS_KEYS = ("name", "label", "test", "norm", "baseline", "metric", "direction", "margin", "key", "from",
-                    "to", "measure", "since", "depth", "cell")
+                    "to", "measure", "since", "depth", "cell", "controls")
 _SCALE_KEYS = ("config", "expected_runtime_s", "expected_runtime", "machine", "requires", "measured")
 
 
@@ -59,6 +59,8 @@ class Hypothesis:
 
     `margin` (required) is the smallest effect that matters: a significant effect smaller than it is
     `below margin`, not `reproduced`. `label` says whether the paper reports it (see LABELS).
+    `controls` names the preset's hypotheses that test the cause the claim states (control arms): a
+    shown effect is attributed to that cause, and `reproduced`, only when every one of them holds.
     """
 
     name: str
@@ -76,6 +78,7 @@ class Hypothesis:
     since: str | None = None
     depth: int | None = None
     cell: dict[str, Any] = field(default_factory=dict)  # in a sweep: the cell a difference is read in
+    controls: tuple[str, ...] = ()  # names of the hypotheses that must hold to attribute this one
 
     def describe(self) -> str:
         """The prediction in words, e.g. `ln+pn better than ln on test_acc (margin 0.5)`."""
@@ -244,7 +247,35 @@ def parse_hypothesis(raw: Any, where: str, kind: str, label: str = REPRODUCTION)
         raise _fail(where, "since: applies to diagnostic hypotheses only")
     cell = _mapping(raw.get("cell") or {}, where, "cell")
     return Hypothesis(name, test, norm, baseline, direction, margin, label, metric, key, from_value, to_value,
-                      measure, since, depth, dict(cell))
+                      measure, since, depth, dict(cell), _controls(raw.get("controls"), where))
+
+
+def _controls(value: Any, where: str) -> tuple[str, ...]:
+    """`controls:` as a tuple of hypothesis names (one name, or a list of them)."""
+    if value is None:
+        return ()
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n.strip() for n in names):
+        raise _fail(where, f"controls must name the preset's control hypotheses (a name or a list of names), "
+                           f"not {short_repr(value)}")
+    return tuple(n.strip() for n in names)
+
+
+def _check_controls(hypotheses: tuple[Hypothesis, ...], where: str) -> None:
+    """Every control names another hypothesis of the preset, and a control has no controls of its own (one
+    level: a control arm tests the cause, it is not itself a claim that needs one)."""
+    by_name = {h.name: h for h in hypotheses}
+    for h in hypotheses:
+        for name in h.controls:
+            if name == h.name:
+                raise _fail(f"{where} ({h.name})", "a hypothesis cannot be its own control")
+            if name not in by_name:
+                raise _fail(f"{where} ({h.name})", f"control {name!r} is not a hypothesis of this preset"
+                                                   f"{did_you_mean(name, list(by_name))}; hypotheses: "
+                                                   f"{', '.join(by_name)}")
+            if by_name[name].controls:
+                raise _fail(f"{where} ({h.name})", f"control {name!r} has controls of its own; a control arm "
+                                                   f"tests the claim's cause and takes none")
 
 
 def parse_scale(name: str, raw: Any, where: str, kind: str) -> Scale:
@@ -287,6 +318,7 @@ def parse_preset(name: str, raw: Any, source: str, plugin: str = "") -> Preset:
     names = [h.name for h in hypotheses]
     if len(set(names)) != len(names):
         raise _fail(where, "two hypotheses share a name; name each one once")
+    _check_controls(hypotheses, where)
     scales_raw = _mapping(raw.get("scales"), where, "scales")
     _unknown(scales_raw, SCALES, f"{where} scales")
     if "cpu" not in scales_raw:
