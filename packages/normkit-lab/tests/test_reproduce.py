@@ -334,7 +334,7 @@ def test_random_net_outcomes_pair_nets_by_seed() -> None:
                             "margin": 0.9}, "w", "random-net")]
     a, b, c = judge_random_net(hs, runs)
     assert a.status == REPRODUCED and "ln+pn 0.012, ln 0.814" in a.observed
-    assert "difference -0.802 [-0.83" in a.observed  # the interval in the share's units, norm - baseline
+    assert "difference -0.802 [-0.851, -0.753]" in a.observed  # the adjusted interval in the share's units
     assert b.status == NOT_REPRODUCED
     assert c.status == BELOW_MARGIN  # +0.81 is significant, but the margin asked for 0.9
 
