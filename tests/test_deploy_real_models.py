@@ -120,18 +120,25 @@ def _levit() -> nn.Module:
     return timm.create_model("levit_128s", num_classes=5, img_size=64)
 
 
-def test_fold_keeps_a_linear_norm_whose_reshape_moves_the_features() -> None:
-    class Moved(nn.Module):
-        def __init__(self) -> None:
+def test_fold_follows_reshapes_that_keep_the_linear_features_last_only() -> None:
+    class LinearNorm(nn.Module):
+        def __init__(self, moves_features: bool) -> None:
             super().__init__()
-            self.linear, self.bn = nn.Linear(4, 6), nn.BatchNorm1d(6)
+            self.linear, self.bn, self.moves_features = nn.Linear(4, 6), nn.BatchNorm1d(6), moves_features
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.bn(self.linear(x).transpose(1, 2).reshape(-1, 6))  # not the linear's features
+            y = self.linear(x)
+            if self.moves_features:  # (N, 6, L) -> rows that mix the linear's features: not foldable
+                return self.bn(y.transpose(1, 2).reshape(-1, 6))
+            return self.bn(y.reshape(-1, 6)).view_as(y)
 
-    model = _with_statistics_1d(Moved())
     x = torch.randn(3, 6, 4)
-    summary = normkit.fold(model, x)
+    kept = _with_statistics_1d(LinearNorm(moves_features=False))
+    want = kept(x)
+    summary = normkit.fold(kept, x)
+    assert summary.folded == [("bn", "linear")]
+    torch.testing.assert_close(kept(x), want, rtol=1e-5, atol=1e-6)
+    summary = normkit.fold(_with_statistics_1d(LinearNorm(moves_features=True)), x)
     assert summary.folded == [] and "no conv/linear right before it" in summary.kept[0][1]
 
 

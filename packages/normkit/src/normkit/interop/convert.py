@@ -39,7 +39,7 @@ class ConversionSummary:
     """What `convert` replaced: one Replacement per norm layer; `left` as (path, why) for the norms
     and modules it left as they are (`leave=`, `register_not_norm`, kinds a mapping does not name)."""
 
-    spec: str
+    spec: str  # the spec's text, "same", or the mapping as "{kind: spec, ...}"
     replaced: list[Replacement] = field(default_factory=list)
     left: list[tuple[str, str]] = field(default_factory=list)
 
@@ -50,7 +50,8 @@ class ConversionSummary:
         return iter(self.replaced)
 
     def __str__(self) -> str:
-        lines = [f"converted {len(self.replaced)} norm layers to {self.spec}"]
+        shown = self.spec if self.spec.startswith("{") else repr(self.spec)  # a mapping, or one spec
+        lines = [f"converted {len(self.replaced)} norm layers to {shown}"]
         plain = [r for r in self.replaced if r.note == _PLAIN_NOTE]
         if plain:
             lines[0] += (f" ({len(plain)} of them to {plain[0].new!r}: no activation directly after them "
@@ -97,7 +98,7 @@ class _Choice:
                                         for k, v in spec.items()) + "}"
         else:
             self.by_kind = dict.fromkeys(_OWN_KIND, self._parse(spec))
-            self.text = repr(self._text(spec))
+            self.text = self._text(spec)
 
     @staticmethod
     def _parse(value: str | Spec) -> Spec | None:
@@ -109,7 +110,7 @@ class _Choice:
 
     @staticmethod
     def _text(value: str | Spec) -> str:
-        return value.text if isinstance(value, Spec) else str(value)
+        return SAME if value == SAME else parse(value).text
 
     def __call__(self, module: nn.Module, source: Source) -> Spec | str:
         """The spec for `module`, or why it is left as it is."""
