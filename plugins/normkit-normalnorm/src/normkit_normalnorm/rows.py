@@ -47,7 +47,7 @@ SOURCE = Path(__file__).with_name("rows.c")
 MIN_ELEMENTS = 1 << 14  # from here on a step takes this path (below, the eager path: tests stay on torch.randn)
 CHUNKS = 64  # pieces of work per call, handed to the threads dynamically (also dweight's partial sums)
 NSTATS = 9  # per-row statistics (rows.c's NSTATS): mean, var, rstd, lam, in_range, g1, den, dvar, mean_d
-FLAGS = ("-O3", "-march=native", "-ffp-contract=fast", "-fno-math-errno", "-shared", "-fPIC")
+FLAGS = ("-O3", "-march=native", "-ffp-contract=fast", "-fno-math-errno", "-fno-trapping-math", "-shared", "-fPIC")
 PARALLEL_FLAGS = (("-fopenmp",), ("-fopenmp-simd",), ())  # tried in order: threads, then one thread
 _log = logging.getLogger("normkit.normalnorm")
 _lock = threading.Lock()
