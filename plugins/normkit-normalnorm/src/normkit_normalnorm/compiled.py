@@ -88,6 +88,13 @@ def normality_compiled(x3: Tensor, weight: Tensor | None, bias: Tensor | None, *
               "lambda_max": lambda_max, "detach_lambda": detach_lambda, "num_batches_tracked": num_batches_tracked}
     tracked = partition == "batch" and running_mean is not None
     wants_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x3, weight, bias))
+    if not wants_grad and pays(x3, rows.MIN_ELEMENTS) and _setting() != "eager":  # inference: rows.c, one call
+        out = rows.inference(x3, weight, bias, partition=partition, tokens=tokens, training=training, eps=eps,
+                             alpha=alpha, noise=noise, lambda_min=lambda_min, lambda_max=lambda_max,
+                             running_mean=running_mean if tracked else None, running_var=running_var,
+                             running_lambda=running_lambda)
+        if out is not None:
+            return out
     if wants_grad and pays(x3, rows.MIN_ELEMENTS) and _setting() != "eager":
         cfg = FusedConfig(partition, groups, tokens, training, eps, alpha, noise, 0.0, lambda_min, lambda_max,
                           detach_lambda)

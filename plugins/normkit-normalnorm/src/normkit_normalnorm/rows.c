@@ -302,3 +302,49 @@ void nn_rows_backward(const float *dy, const float *x, const float *weight, cons
         }
     }
 }
+
+/* Inference (no noise, nothing saved for backward) of per-token layer statistics: out only, each row's
+ * L, P and y in the thread's scratch (threads * 4 n floats). lnn under torch.no_grad() or in eval:
+ * the same values as nn_rows_forward with noise 0. */
+void nn_rows_infer(const float *x, const float *weight, const float *bias, float *out, float *scratch,
+                   int64_t numel, int64_t n, float eps, float alpha, float lambda_min, float lambda_max,
+                   int threads, int64_t chunks) {
+    const int64_t rows = numel / n;
+    if (chunks > rows) chunks = rows;
+#pragma omp parallel num_threads(threads)
+    {
+        float *h = scratch + (int64_t)thread_id() * 4 * n, *Lr = h + n, *Pr = h + 2 * n, *yr = h + 3 * n;
+        float st[NSTATS];
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t chunk = 0; chunk < chunks; chunk++)
+        for (int64_t row = rows * chunk / chunks; row < rows * (chunk + 1) / chunks; row++) {
+            transform_row(x + row * n, Lr, Pr, yr, st, h, n, eps, alpha, 0.0f, lambda_min, lambda_max);
+            affine_row(yr, weight, bias, out + row * n, n);
+        }
+    }
+}
+
+/* Eval with running statistics of a batch partition (bnn.eval()) on a contiguous (N, C, S) tensor:
+ * h = (x - mean_c) scale_c, the Yeo-Johnson transform with lam_c, then the per-channel affine; one
+ * pass over memory per (n, c) row of S values. mean, scale (rsqrt(running_var + eps)) and lam
+ * (running_lambda, clamped) are per channel; weight/bias may be NULL. */
+void nn_channels_eval(const float *x, const float *weight, const float *bias, const float *mean, const float *scale,
+                      const float *lam, float *out, int64_t batch, int64_t channels, int64_t s, int threads) {
+    const int64_t rows = batch * channels;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t row = 0; row < rows; row++) {
+        const int64_t c = row % channels;
+        const float m = mean[c], k = scale[c], l = lam[c];
+        const float w = weight ? weight[c] : 1.0f, b = bias ? bias[c] : 0.0f;
+        const float inv_pos = 1 / (l == 0 ? 1e-20f : l), inv_neg = -1 / (l == 2 ? 1e-20f : 2 - l);
+        const float *xr = x + row * s;
+        float *outr = out + row * s;
+#pragma omp simd
+        for (int64_t j = 0; j < s; j++) {
+            float hv = (xr[j] - m) * k, mu = hv >= 0 ? l : 2 - l;
+            float pw = fast_expm1(mu * fast_log1p(fabsf(hv)));
+            float yv = pw * (hv > 0 ? inv_pos : (hv < 0 ? inv_neg : 0.0f));
+            outr[j] = yv * w + b;
+        }
+    }
+}
