@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_host.py                    # default: 15 rounds of 50 calls
     .venv/bin/python benchmarks/bench_host.py --rounds 31 --calls 100
     .venv/bin/python benchmarks/bench_host.py --case lnn --case bnn
+    .venv/bin/python benchmarks/bench_host.py --cpu-time          # the thread's CPU time (a loaded machine)
 
 At these shapes (a few thousand values) the arithmetic costs a few microseconds, so what is timed
 is the host work per call: Python, argument checks, the number of aten operations and autograd
@@ -11,6 +12,9 @@ nodes. One call is forward + backward of `sum(y * g)` with the input requiring g
 (normkit and its torch module interleaved, so load drifts affect both alike); the table gives the
 median over rounds of the time per call, and the ratio to torch's module. Targets (issue 40): the
 plain norms at most 1.3x their torch module, the composed ones (gn+pn, bnn, lnn) at most 2x.
+`--cpu-time` times with the thread's CPU time instead of the wall clock: on a machine shared with other
+jobs it leaves out the time slices spent waiting for a core (it still includes cache and memory
+contention), so it is the closer estimate of the idle figures there.
 """
 
 from __future__ import annotations
@@ -50,15 +54,15 @@ def training_call(layer: nn.Module, shape: tuple[int, ...]) -> Callable[[], None
     return call
 
 
-def per_call_seconds(call: Callable[[], None], calls: int) -> float:
-    start = time.perf_counter()
+def per_call_seconds(call: Callable[[], None], calls: int, clock: Callable[[], float] = time.perf_counter) -> float:
+    start = clock()
     for _ in range(calls):
         call()
-    return (time.perf_counter() - start) / calls
+    return (clock() - start) / calls
 
 
 def time_case(spec: str, shape: tuple[int, ...], channel_dim: int, native: Callable[[int], nn.Module],
-              rounds: int, calls: int) -> tuple[float, float]:
+              rounds: int, calls: int, clock: Callable[[], float] = time.perf_counter) -> tuple[float, float]:
     """Median microseconds per call of (normkit layer, torch module), blocks interleaved per round."""
     import normkit
 
@@ -70,7 +74,7 @@ def time_case(spec: str, shape: tuple[int, ...], channel_dim: int, native: Calla
     times: dict[str, list[float]] = {k: [] for k in pair}
     for _ in range(rounds):
         for kind, call in pair.items():
-            times[kind].append(per_call_seconds(call, calls))
+            times[kind].append(per_call_seconds(call, calls, clock))
     return 1e6 * statistics.median(times["normkit"]), 1e6 * statistics.median(times["torch"])
 
 
@@ -79,17 +83,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds (median reported)")
     parser.add_argument("--calls", type=int, default=50, help="training calls per layer per round")
     parser.add_argument("--case", action="append", choices=NAMES, help="time only this layer (repeatable)")
+    parser.add_argument("--cpu-time", action="store_true", help="the thread's CPU time instead of the wall clock")
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
     print(f"torch {torch.__version__}, 1 thread, {os.cpu_count()} cores, load average "
-          f"{os.getloadavg()[0]:.2f} at the start, {args.rounds} rounds of {args.calls} calls")
+          f"{os.getloadavg()[0]:.2f} at the start, {args.rounds} rounds of {args.calls} calls, "
+          f"{'thread CPU time' if args.cpu_time else 'wall clock'}")
+    clock = time.thread_time if args.cpu_time else time.perf_counter
     print("| layer | input | torch module | torch us | normkit us | ratio | target |")
     print("|---|---|---|---|---|---|---|")
     for name, spec, shape, channel_dim, native, target in CASES:
         if args.case and name not in args.case:
             continue
-        ours, theirs = time_case(spec, shape, channel_dim, native, args.rounds, args.calls)
+        ours, theirs = time_case(spec, shape, channel_dim, native, args.rounds, args.calls, clock)
         ratio = ours / theirs
         module = type(native(shape[channel_dim])).__name__
         print(f"| {name} | {'x'.join(map(str, shape))} | {module} | {theirs:.0f} | {ours:.0f} | {ratio:.2f}x | "
