@@ -40,8 +40,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from normkit_normalnorm.fused import FusedConfig
+from normkit_normalnorm.functional import update_running
+from normkit_normalnorm.fused import FusedConfig, affine_on
 from normkit_normalnorm.workspace import borrow, give_back, graph_freed_after_this_backward
+from normkit_normalnorm.yeojohnson import standard_normal_like
 
 SOURCE = Path(__file__).with_name("rows.c")
 MIN_ELEMENTS = 1 << 14  # from here on a step takes this path (below, the eager path: tests stay on torch.randn)
@@ -156,6 +158,10 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.nn_rows_forward.restype = None
     lib.nn_rows_backward.argtypes = [_P] * 11 + [_I64, _I64, _F, _INT, _INT, _I64]
     lib.nn_rows_backward.restype = None
+    lib.nn_groups_forward.argtypes = [_P] * 7 + [_I64] * 5 + [_F] * 5 + [_INT]
+    lib.nn_groups_forward.restype = None
+    lib.nn_groups_backward.argtypes = [_P] * 7 + [_I64] * 5 + [_F, _INT, _INT]
+    lib.nn_groups_backward.restype = None
     lib.nn_rows_infer.argtypes = [_P] * 5 + [_I64, _I64, _F, _F, _F, _F, _INT, _I64]
     lib.nn_rows_infer.restype = None
     lib.nn_channels_eval.argtypes = [_P] * 7 + [_I64, _I64, _I64, _INT]
@@ -260,3 +266,82 @@ class RowsFunction(torch.autograd.Function):
             give_back(y, log1p_a, power)
         return (dx.transpose(1, 2) if ctx.needs_input_grad[0] else None,
                 dweight.sum(0) if want_w else None, dbias.sum(0) if want_b else None, None, None)
+
+
+def grouped_layout(x3: Tensor, partition: str, groups: int, tokens: bool) -> tuple[int, int, int, int, int] | None:
+    """rows.c's description of the normalization groups of a dense `(N, C, S)` view, (groups, runs per group,
+    run length, step between groups, stride between runs) over its memory, or None (another layout)."""
+    n, c, s = x3.shape
+    if tokens:  # memory (N, S, C): only per-token rows are runs of it
+        return (n * s, 1, c, c, 0) if partition == "layer" and x3.transpose(1, 2).is_contiguous() else None
+    if not x3.is_contiguous():
+        return None
+    if partition == "batch":
+        return (c, n, s, s, c * s)
+    size = {"layer": c * s, "group": c // groups * s, "instance": s}[partition]
+    return (n * c * s // size, 1, size, size, 0)
+
+
+def normality_groups(x3: Tensor, weight: Tensor | None, bias: Tensor | None, cfg: FusedConfig,
+                     layout: tuple[int, int, int, int, int], running: tuple[Tensor, Tensor, Tensor] | None) -> Tensor:
+    """`normality_norm`'s training step for any partition in two calls into rows.c (forward, backward), with
+    the eager path's noise (`standard_normal_like`: torch.randn's values, so torch.manual_seed gives the same
+    draw as there). For the steps under the compiled paths' thresholds, where the eager path costs ~180 torch
+    ops. `running`: a batch partition's (running_mean, running_var, running_lambda), updated in place."""
+    return GroupsFunction.apply(x3, weight, bias, cfg, layout, running)
+
+
+class GroupsFunction(torch.autograd.Function):
+    """Forward and backward each one call into rows.c's grouped functions; saves x, the noisy values y, and
+    log1p|h|, the power term (group-major) and the per-group statistics; weight/bias gradients on torch."""
+
+    @staticmethod
+    def forward(ctx: Any, x3: Tensor, weight: Tensor | None, bias: Tensor | None, cfg: FusedConfig,
+                layout: tuple[int, int, int, int, int], running: tuple[Tensor, Tensor, Tensor] | None) -> Tensor:
+        mem = x3.transpose(1, 2) if cfg.tokens else x3  # dense, in memory order
+        count, runs, length, step, stride = layout
+        threads = torch.get_num_threads()
+        z = None
+        if cfg.training and cfg.noise:
+            z = standard_normal_like(x3, cfg.tokens)
+            z = z.transpose(1, 2) if cfg.tokens else z
+        take = borrow if cfg.grad_enabled else torch.empty_like  # saved for backward: recycled (workspace.py)
+        y, log1p_a, power = take(mem), take(mem), take(mem)
+        stats = torch.empty(count, NSTATS)
+        scratch = torch.empty(threads, 5 * runs * length)
+        lo = -math.inf if cfg.lambda_min is None else cfg.lambda_min
+        hi = math.inf if cfg.lambda_max is None else cfg.lambda_max
+        library().nn_groups_forward(mem.data_ptr(), _ptr(z), y.data_ptr(), log1p_a.data_ptr(), power.data_ptr(),
+                                    stats.data_ptr(), scratch.data_ptr(), count, runs, length, step, stride, cfg.eps,
+                                    cfg.alpha, cfg.noise, lo, hi, threads)
+        shape = (1, 1, -1) if cfg.tokens else (1, -1, 1)
+        out = affine_on(y, weight, bias, shape)
+        if running is not None:
+            update_running(stats[:, 0], stats[:, 1], stats[:, 3], runs * length, cfg.momentum, *running)
+        ctx.cfg, ctx.layout, ctx.shape = cfg, layout, shape
+        ctx.save_for_backward(mem, weight, bias, y, log1p_a, power, stats)
+        return out.transpose(1, 2) if cfg.tokens else out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad3: Tensor) -> tuple[Tensor | None, ...]:
+        mem, weight, bias, y, log1p_a, power, stats = ctx.saved_tensors
+        cfg, shape = ctx.cfg, ctx.shape
+        dy = (grad3.transpose(1, 2) if cfg.tokens else grad3).contiguous()
+        dims = (0, 1) if cfg.tokens else (0, 2)
+        dx = None
+        if ctx.needs_input_grad[0]:
+            count, runs, length, step, stride = ctx.layout
+            threads = torch.get_num_threads()
+            gx = dy * weight.view(shape) if weight is not None else dy
+            dx = torch.empty_like(mem)
+            scratch = torch.empty(threads, 7 * runs * length)
+            library().nn_groups_backward(gx.data_ptr(), mem.data_ptr(), log1p_a.data_ptr(), power.data_ptr(),
+                                         stats.data_ptr(), dx.data_ptr(), scratch.data_ptr(), count, runs, length,
+                                         step, stride, cfg.alpha, int(not cfg.detach_lambda), threads)
+            dx = dx.transpose(1, 2) if cfg.tokens else dx
+        dweight = (dy * y).sum(dims) if weight is not None and ctx.needs_input_grad[1] else None
+        dbias = dy.sum(dims) if bias is not None and ctx.needs_input_grad[2] else None
+        if graph_freed_after_this_backward():
+            give_back(y, log1p_a, power)
+        return dx, dweight, dbias, None, None, None
