@@ -75,7 +75,8 @@ def step_fn(layer: torch.nn.Module, shape: tuple[int, ...], inference: bool = Fa
 
 
 def time_case(spec: str, shape: tuple[int, ...], channel_dim: int, kinds: list[str],
-              repeats: int, inference: bool = False) -> dict[str, float]:
+              repeats: int, inference: bool = False,
+              clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
     steps = {k: step_fn(build(k, spec, shape, channel_dim), shape, inference) for k in kinds}
     first = {}
     for kind, step in steps.items():  # warm-up: compiling, first-call allocations, workspace, lazy init
@@ -86,9 +87,9 @@ def time_case(spec: str, shape: tuple[int, ...], channel_dim: int, kinds: list[s
     times: dict[str, list[float]] = {k: [] for k in kinds}
     for _ in range(repeats):
         for kind, step in steps.items():
-            start = time.perf_counter()
+            start = clock()
             step()
-            times[kind].append(time.perf_counter() - start)
+            times[kind].append(clock() - start)
     return {**{k: 1000 * statistics.median(v) for k, v in times.items()},
             **{f"first {k}": 1000 * v for k, v in first.items()}}
 
@@ -125,6 +126,9 @@ def main() -> None:
                         help="time only this case (1-based row of the table; repeatable)")
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads (default 2)")
     parser.add_argument("--no-peak", action="store_true", help="skip the peak-memory columns (fresh processes)")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time with this thread's CPU time (with --threads 1 on a loaded machine: leaves out "
+                             "waiting for a core)")
     parser.add_argument("--inference", action="store_true",
                         help="time one forward of the eval layers under torch.no_grad() instead (target <= 2x; "
                              "implies --no-peak; bnn's running statistics are the initial ones)")
@@ -139,7 +143,8 @@ def main() -> None:
     kinds = ["torch", "normkit"] + (["reference"] if args.reference else [])
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cores, "
           f"load average {os.getloadavg()[0]:.1f}, {args.repeats} interleaved repeats"
-          + (", inference: eval forward under no_grad" if args.inference else ", training steps"))
+          + (", inference: eval forward under no_grad" if args.inference else ", training steps")
+          + (", thread CPU time" if args.cpu_time else ", wall clock"))
     header = "| case | input | torch ms | normkit ms | ratio | target |"
     header += " reference ms | reference / normkit |" if args.reference else ""
     header += "" if args.no_peak else " torch peak MB | normkit peak MB |"
@@ -149,7 +154,8 @@ def main() -> None:
     for number, (name, spec, shape, channel_dim, target) in enumerate(CASES, 1):
         if args.case and number not in args.case:
             continue
-        ms = time_case(spec, shape, channel_dim, kinds, args.repeats, args.inference)
+        ms = time_case(spec, shape, channel_dim, kinds, args.repeats, args.inference,
+                       time.thread_time if args.cpu_time else time.perf_counter)
         ratio = ms["normkit"] / ms["torch"]
         target = 2.0 if args.inference else target
         row = (f"| {name} | {tuple(shape)} | {ms['torch']:.1f} | {ms['normkit']:.1f} | {ratio:.1f}x | "

@@ -21,6 +21,13 @@ load fails in any way, the failure is logged once and `compiled` runs the same m
 noise on torch ops (`compiled.forward_math` eagerly): the noise never depends on whether a compiler
 was there, and `describe()` says which path a machine takes (environment.json records it); nothing is
 built at install time. `NORMKIT_NN_ROWS=0` turns this path off.
+
+Two more uses of the same row arithmetic (issue 40): `normality_groups`, float32 steps of any partition under
+the compiled path's 2^20 values (each normalization group gathered into a per-thread buffer, so a batch
+channel's N runs of S values become one row), with the eager path's `torch.randn` noise, where the eager
+path ran ~180 torch ops per training step; and `inference`, one forward call without noise or saved
+tensors. Built with `-fno-trapping-math`: without it GCC keeps the loops that select (`?:`) scalar on
+AVX2, which has no masked instructions (the AVX-512 build vectorized them anyway).
 """
 
 from __future__ import annotations
