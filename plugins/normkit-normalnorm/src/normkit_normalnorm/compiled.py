@@ -46,7 +46,7 @@ from normkit_normalnorm import fastmath, rows
 from normkit_normalnorm.functional import ema_factor, normality_norm, update_running
 from normkit_normalnorm.fused import FusedConfig
 
-MIN_ELEMENTS = 1 << 20  # 4 MB of float32: below it the eager fused path is about as fast, and tests stay uncompiled
+MIN_ELEMENTS = 1 << 20  # 4 MB of float32: below it rows.c's grouped functions (or the eager path) are as fast, uncompiled
 _TINY_MU = 1e-20  # as fused.py: stands in for mu == 0
 _log = logging.getLogger("normkit.normalnorm")
 _lock = threading.Lock()
@@ -175,7 +175,8 @@ def _real_cpu(x3: Tensor) -> bool:
         from torch._subclasses.fake_tensor import is_fake
 
         _fake_check.append(is_fake)
-    return not _fake_check[0](x3) and not torch.compiler.is_compiling() and not torch.jit.is_tracing()
+    fake = type(x3) is not torch.Tensor and _fake_check[0](x3)  # a fake tensor is a Tensor subclass
+    return not fake and not torch.compiler.is_compiling() and not torch.jit.is_tracing()
 
 
 class CompiledFunction(torch.autograd.Function):

@@ -53,7 +53,7 @@ from normkit_normalnorm.workspace import borrow, give_back, graph_freed_after_th
 from normkit_normalnorm.yeojohnson import standard_normal_like
 
 SOURCE = Path(__file__).with_name("rows.c")
-MIN_ELEMENTS = 1 << 14  # from here on a step takes this path (below, the eager path: tests stay on torch.randn)
+MIN_ELEMENTS = 1 << 14  # per-token training steps from here take the row kernel (hash noise); below, normality_groups
 CHUNKS = 64  # pieces of work per call, handed to the threads dynamically (also dweight's partial sums)
 NSTATS = 9  # per-row statistics (rows.c's NSTATS): mean, var, rstd, lam, in_range, g1, den, dvar, mean_d
 FLAGS = ("-O3", "-march=native", "-ffp-contract=fast", "-fno-math-errno", "-fno-trapping-math", "-shared", "-fPIC")
@@ -86,6 +86,8 @@ def library() -> ctypes.CDLL | None:
     """rows.c built and loaded once per process; None (logged once) when it cannot be built, whatever
     the reason: no compiler, a `CC` that does not split (an unbalanced quote), a C++ compiler whose
     library lacks the C names, a failed build or load."""
+    if _library:  # built (or failed) already: no lock on every call
+        return _library[0]
     with _lock:
         if not _library:
             try:
@@ -309,18 +311,19 @@ class GroupsFunction(torch.autograd.Function):
         count, runs, length, step, stride = layout
         threads = torch.get_num_threads()
         z = None
-        if cfg.training and cfg.noise:
-            z = standard_normal_like(x3, cfg.tokens)
-            z = z.transpose(1, 2) if cfg.tokens else z
+        if cfg.training and cfg.noise:  # standard_normal_like's draw into a buffer in memory order (tokens: N, S, C)
+            z = torch.empty_like(mem)
+            standard_normal_like(x3, cfg.tokens, z)
         take = borrow if cfg.grad_enabled else torch.empty_like  # saved for backward: recycled (workspace.py)
         y, log1p_a, power = take(mem), take(mem), take(mem)
         stats = torch.empty(count, NSTATS)
         scratch = torch.empty(threads, 5 * runs * length)
         lo = -math.inf if cfg.lambda_min is None else cfg.lambda_min
         hi = math.inf if cfg.lambda_max is None else cfg.lambda_max
-        library().nn_groups_forward(mem.data_ptr(), _ptr(z), y.data_ptr(), log1p_a.data_ptr(), power.data_ptr(),
-                                    stats.data_ptr(), scratch.data_ptr(), count, runs, length, step, stride, cfg.eps,
-                                    cfg.alpha, cfg.noise, lo, hi, threads)
+        lib = library()
+        lib.nn_groups_forward(mem.data_ptr(), _ptr(z), y.data_ptr(), log1p_a.data_ptr(), power.data_ptr(),
+                              stats.data_ptr(), scratch.data_ptr(), count, runs, length, step, stride, cfg.eps,
+                              cfg.alpha, cfg.noise, lo, hi, threads)
         shape = (1, 1, -1) if cfg.tokens else (1, -1, 1)
         out = affine_on(y, weight, bias, shape)
         if running is not None:
