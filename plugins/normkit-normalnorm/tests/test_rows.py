@@ -295,3 +295,105 @@ def test_describe_says_which_path_and_compiler_without_building(monkeypatch):
     assert rows.describe() == {"path": "torch ops", "compiler": None, "enabled": True}
     monkeypatch.setenv("CC", "gcc 'unbalanced")
     assert rows.describe()["path"] == "torch ops"
+
+
+def _inference_pair(spec: str, shape: tuple[int, ...], channel_dim: int, monkeypatch) -> tuple:
+    """(rows.c's inference output, the eager fused path's, the float64 reference's) of a trained-then-eval layer."""
+    torch.manual_seed(0)
+    layer = build(spec, shape[channel_dim], channel_dim=channel_dim)
+    with torch.no_grad():
+        layer.weight.uniform_(0.5, 1.5)
+        layer.bias.normal_()
+    x = torch.randn(shape).exp() - 0.8  # skewed, so lambda_hat and running_lambda are far from 1
+    layer(x * 1.5)
+    layer(x)  # running statistics (bnn) from two training steps
+    layer.eval()
+    with torch.no_grad():
+        fast = layer(x)
+        monkeypatch.setenv("NORMKIT_NN_ROWS", "0")
+        eager = layer(x)
+        reference = layer.double()(x.double())
+        monkeypatch.delenv("NORMKIT_NN_ROWS")
+    return fast, eager, reference
+
+
+@pytest.mark.parametrize(("spec", "shape", "channel_dim"), [
+    ("lnn", (2, 12, 48), -1), ("bnn", (3, 8, 5, 7), 1), ("bnn(lambda_min=0.5,lambda_max=1.2)", (3, 8, 35), 1)])
+def test_inference_forward_is_one_call_with_the_eager_paths_values(spec, shape, channel_dim, monkeypatch):
+    """lnn under no_grad and bnn in eval take rows.c's inference functions (no noise, nothing saved): the
+    eager path's function to float32 rounding, and at least as close to the float64 reference."""
+    monkeypatch.setattr(rows, "MIN_ELEMENTS", 512)
+    if spec == "lnn":  # per-token rows take it from the compiled path's threshold (the grouped functions below it)
+        monkeypatch.setattr(compiled, "MIN_ELEMENTS", 512)
+    calls = []
+    original = rows.inference
+    monkeypatch.setattr(rows, "inference", lambda *a, **k: calls.append(out := original(*a, **k)) or out)
+    fast, eager, reference = _inference_pair(spec, shape, channel_dim, monkeypatch)
+    assert calls and calls[0] is not None  # taken (float32); the float64 call declined
+    torch.testing.assert_close(fast, eager, rtol=1e-4, atol=1e-4)
+    assert (fast.double() - reference).abs().max() <= (eager.double() - reference).abs().max() + 1e-6
+
+
+def test_inference_declines_where_the_eager_path_must_run():
+    """Noise drawn in training (its torch.randn stream stays the eager path's), float64, other partitions
+    and small inputs give None."""
+    x3 = tokens(2, 300, 64)
+    common = {"eps": 1e-5, "alpha": 1.0, "lambda_min": None, "lambda_max": None, "running_mean": None,
+              "running_var": None, "running_lambda": None}
+    assert rows.inference(x3, None, None, partition="layer", tokens=True, training=False, noise=1.0,
+                          **common) is not None
+    assert rows.inference(x3, None, None, partition="layer", tokens=True, training=True, noise=0.0,
+                          **common) is not None
+    assert rows.inference(x3, None, None, partition="layer", tokens=True, training=True, noise=1.0, **common) is None
+    assert rows.inference(x3.double(), None, None, partition="layer", tokens=True, training=False, noise=0.0,
+                          **common) is None
+    assert rows.inference(x3, None, None, partition="group", tokens=True, training=False, noise=0.0,
+                          **common) is None
+    assert rows.inference(x3[:, :, :10], None, None, partition="layer", tokens=True, training=False, noise=0.0,
+                          **common) is None
+    assert rows.inference(x3.transpose(1, 2).contiguous().transpose(1, 2).contiguous(), None, None,
+                          partition="batch", tokens=False, training=False, noise=0.0, **common) is None
+
+
+def _training_step(spec: str, shape: tuple[int, ...], channel_dim: int) -> tuple[torch.Tensor, ...]:
+    """(out, dx, dweight, dbias, *buffers) of one seeded training step on a skewed input."""
+    torch.manual_seed(0)
+    layer = build(spec, shape[channel_dim], channel_dim=channel_dim)
+    with torch.no_grad():
+        layer.weight.uniform_(0.5, 1.5)
+        layer.bias.normal_()
+    x = (torch.randn(shape).exp() - 0.8).requires_grad_()
+    out = layer(x)
+    out.backward(torch.randn(shape))
+    return out.detach(), x.grad, layer.weight.grad, layer.bias.grad, *(b.clone() for b in layer.buffers())
+
+
+@pytest.mark.parametrize(("spec", "shape", "channel_dim"), [
+    ("bnn", (8, 16, 4, 4), 1), ("lnn", (4, 8, 32), -1), ("lnn", (4, 8, 6, 6), 1), ("gnn(groups=4)", (4, 16, 3, 3), 1),
+    ("inn", (4, 8, 5, 5), 1), ("bnn(detach_lambda=true,lambda_min=0.9,noise=0.7)", (8, 16, 9), 1)])
+def test_small_training_steps_take_the_grouped_functions_with_the_eager_paths_noise(spec, shape, channel_dim,
+                                                                                     monkeypatch):
+    """Under the compiled paths' thresholds a float32 training step of any partition is two calls into rows.c
+    (nn_groups_forward/backward), drawing torch.randn's noise as the eager path does: outputs, gradients and
+    running buffers agree with the eager path's to float32 rounding under the same seed."""
+    calls = []
+    original = rows.normality_groups
+    monkeypatch.setattr(rows, "normality_groups", lambda *a: calls.append(a[3]) or original(*a))
+    grouped = _training_step(spec, shape, channel_dim)
+    assert len(calls) == 1 and calls[0].training
+    monkeypatch.setenv("NORMKIT_NN_ROWS", "0")
+    eager = _training_step(spec, shape, channel_dim)
+    assert len(calls) == 1  # switched off: the eager path
+    for got, want in zip(grouped, eager, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_grouped_layout_covers_dense_layouts_only():
+    x3 = torch.randn(2, 6, 5)
+    assert rows.grouped_layout(x3, "batch", 1, False) == (6, 2, 5, 5, 30)
+    assert rows.grouped_layout(x3, "group", 3, False) == (6, 1, 10, 10, 0)
+    assert rows.grouped_layout(x3, "instance", 1, False) == (12, 1, 5, 5, 0)
+    assert rows.grouped_layout(x3, "layer", 1, False) == (2, 1, 30, 30, 0)
+    assert rows.grouped_layout(x3.transpose(1, 2).contiguous().transpose(1, 2), "layer", 1, True) == (10, 1, 6, 6, 0)
+    assert rows.grouped_layout(x3.transpose(1, 2).contiguous().transpose(1, 2), "batch", 1, True) is None
+    assert rows.grouped_layout(x3[:, :, ::2], "batch", 1, False) is None

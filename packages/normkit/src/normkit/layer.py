@@ -230,9 +230,9 @@ class NormLayer(FxLeaf):
         if self.unbatched_rank is not None and x.dim() == self.unbatched_rank - 1:
             return self.forward(x.unsqueeze(0)).squeeze(0)
         self._check(x)
-        if self.training and self.sync is None and self.partition is not None and self.partition.uses_batch:
+        if self.training and self.sync is None and self.partition is not None and self.partition.kind == "batch":
             warn_if_per_process(self)
-        if torch.is_autocast_enabled(x.device.type):  # statistics stay float32 under autocast
+        if torch.is_autocast_enabled("cpu" if x.is_cpu else x.device.type):  # statistics stay float32 under autocast
             with torch.autocast(x.device.type, enabled=False):
                 return self._forward(x)
         return self._forward(x)

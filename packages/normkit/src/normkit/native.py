@@ -41,8 +41,8 @@ def native_standardize(x: Tensor, *, kind: str, tokens: bool, num_channels: int,
 
 
 def _as(x: Tensor, t: Tensor | None) -> Tensor | None:
-    """`t` in x's dtype (the same tensor when it already is)."""
-    return None if t is None else t.to(x.dtype)
+    """`t` in x's dtype (the same tensor when it already is, without a dispatch: this is every call's path)."""
+    return t if t is None or t.dtype == x.dtype else t.to(x.dtype)
 
 
 def native_rms(x: Tensor, *, num_channels: int, weight: Tensor | None, bias: Tensor | None,

@@ -368,7 +368,7 @@ class Standardize(Step):
         Steps that only act on the conv feeding the norm (`needs_conv`, e.g. `ws`) are identities
         on the values, so `gn+ws` still takes the native kernel.
         """
-        if sum(not s.needs_conv for s in layer.steps) != 1:
+        if len(layer.steps) != 1 and sum(not s.needs_conv for s in layer.steps) != 1:  # one step: itself
             return None
         partition = layer.partition
         if partition.kind in ("instance", "group") and _group_size(x, layer) < 2:

@@ -46,7 +46,7 @@ from normkit_normalnorm import fastmath, rows
 from normkit_normalnorm.functional import ema_factor, normality_norm, update_running
 from normkit_normalnorm.fused import FusedConfig
 
-MIN_ELEMENTS = 1 << 20  # 4 MB of float32: below it the eager fused path is about as fast, and tests stay uncompiled
+MIN_ELEMENTS = 1 << 20  # 4 MB of float32: below it rows.c's grouped functions (or the eager path) are as fast, uncompiled
 _TINY_MU = 1e-20  # as fused.py: stands in for mu == 0
 _log = logging.getLogger("normkit.normalnorm")
 _lock = threading.Lock()
@@ -81,34 +81,72 @@ def normality_compiled(x3: Tensor, weight: Tensor | None, bias: Tensor | None, *
                        momentum: float | None = 0.1, lambda_min: float | None = None,
                        lambda_max: float | None = None, detach_lambda: bool = False,
                        num_batches_tracked: Tensor | None = None) -> Tensor:
-    """`normality_norm`'s contract; compiled where it pays (see the module docstring), else the eager path."""
-    kwargs = {"partition": partition, "groups": groups, "tokens": tokens, "training": training, "eps": eps,
-              "alpha": alpha, "noise": noise, "running_mean": running_mean, "running_var": running_var,
-              "running_lambda": running_lambda, "momentum": momentum, "lambda_min": lambda_min,
-              "lambda_max": lambda_max, "detach_lambda": detach_lambda, "num_batches_tracked": num_batches_tracked}
+    """`normality_norm`'s contract; compiled where it pays (see the module docstring), else the eager path.
+
+    One eligibility check per call (a real float CPU tensor, the path on), then by size. Under MIN_ELEMENTS
+    values, with or without gradients: rows.c's grouped functions in float32 (the eager path's function and
+    torch.randn noise, to float32 rounding), except per-token layer statistics in a training step with
+    gradients from rows.MIN_ELEMENTS (rows.c's row kernel, hash noise). From MIN_ELEMENTS, with gradients:
+    Inductor's code; without: rows.c's inference functions where they apply. A batch partition's eval with
+    running statistics: rows.c's inference function from rows.MIN_ELEMENTS without gradients. Everything
+    else (float64 under MIN_ELEMENTS, other devices, this path off): the eager path."""
     tracked = partition == "batch" and running_mean is not None
-    wants_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x3, weight, bias))
-    if wants_grad and pays(x3, rows.MIN_ELEMENTS) and _setting() != "eager":
-        cfg = FusedConfig(partition, groups, tokens, training, eps, alpha, noise, 0.0, lambda_min, lambda_max,
-                          detach_lambda)
-        if rows.eligible(x3, weight, bias, cfg):  # float32 per-token layer statistics in training
-            if rows.library() is not None:
-                return rows.normality_rows(x3, weight, bias, _seed(training, noise), cfg)
-            # no row kernel here: the same math and hash noise on torch ops, so noise never depends on a compiler
-            return CompiledFunction.apply(x3, weight, bias, _seed(training, noise), cfg, True)[0]
-    if not (wants_grad and pays(x3) and (training or not tracked)):
-        return normality_norm(x3, weight, bias, **kwargs)
+    wants_grad = torch.is_grad_enabled() and (x3.requires_grad or (weight is not None and weight.requires_grad)
+                                              or (bias is not None and bias.requires_grad))
+    numel = x3.numel()
+    on = numel >= 1 and _real_cpu(x3)
+    in_c = on and _setting() != "eager"  # rows.c's paths (NORMKIT_NN_COMPILE=eager runs only this file's math)
+    running_eval = tracked and not training
+    if in_c and not wants_grad and numel >= rows.MIN_ELEMENTS and (numel >= MIN_ELEMENTS or running_eval):
+        out = rows.inference(x3, weight, bias, partition=partition, tokens=tokens, training=training, eps=eps,
+                             alpha=alpha, noise=noise, lambda_min=lambda_min, lambda_max=lambda_max,
+                             running_mean=running_mean if tracked else None, running_var=running_var,
+                             running_lambda=running_lambda)
+        if out is not None:
+            return out
+    if not on or running_eval:
+        return _eager(x3, weight, bias, partition, groups, tokens, training, eps, alpha, noise, running_mean,
+                      running_var, running_lambda, momentum, lambda_min, lambda_max, detach_lambda,
+                      num_batches_tracked)
     Partition(partition, groups).check(x3.shape[1], "normality_norm")
-    if partition == "batch" and training and x3.shape[0] * x3.shape[2] < 2:
-        return normality_norm(x3, weight, bias, **kwargs)  # raises its one-line error
+    if partition == "batch" and training and x3.shape[0] * x3.shape[2] < 2:  # its one-line error
+        return _eager(x3, weight, bias, partition, groups, tokens, training, eps, alpha, noise, running_mean,
+                      running_var, running_lambda, momentum, lambda_min, lambda_max, detach_lambda,
+                      num_batches_tracked)
     factor = ema_factor(momentum, num_batches_tracked) if tracked and training else 0.0
     cfg = FusedConfig(partition, groups, tokens, training, eps, alpha, noise, factor, lambda_min, lambda_max,
-                      detach_lambda)
+                      detach_lambda, wants_grad)
+    if in_c and wants_grad and numel >= rows.MIN_ELEMENTS and rows.eligible(x3, weight, bias, cfg):  # token rows
+        if rows.library() is not None:
+            return rows.normality_rows(x3, weight, bias, _seed(training, noise), cfg)
+        # no row kernel here: the same math and hash noise on torch ops, so noise never depends on a compiler
+        return CompiledFunction.apply(x3, weight, bias, _seed(training, noise), cfg, True)[0]
+    if in_c and numel < MIN_ELEMENTS:  # a small step, with or without gradients: rows.c's grouped functions
+        layout = rows.grouped_layout(x3, partition, groups, tokens)
+        if (layout is not None and x3.dtype == torch.float32 and rows.enabled() and rows.library() is not None
+                and all(t is None or (t.dtype == torch.float32 and t.is_contiguous()) for t in (weight, bias))):
+            running = (running_mean, running_var, running_lambda) if tracked and training else None
+            return rows.normality_groups(x3, weight, bias, cfg, layout, running)
+    if not wants_grad or numel < MIN_ELEMENTS:
+        return _eager(x3, weight, bias, partition, groups, tokens, training, eps, alpha, noise, running_mean,
+                      running_var, running_lambda, momentum, lambda_min, lambda_max, detach_lambda,
+                      num_batches_tracked)
     out, *stats = CompiledFunction.apply(x3, weight, bias, _seed(training, noise), cfg)
     if tracked and training:
         mean, var, lam = (stats[STATS.index(k)].reshape(-1) for k in ("mean", "var", "lam"))
         update_running(mean, var, lam, x3.shape[0] * x3.shape[2], factor, running_mean, running_var, running_lambda)
     return out
+
+
+def _eager(x3: Tensor, weight: Tensor | None, bias: Tensor | None, partition: str, groups: int, tokens: bool,
+           training: bool, eps: float, alpha: float, noise: float, running_mean: Tensor | None,
+           running_var: Tensor | None, running_lambda: Tensor | None, momentum: float | None,
+           lambda_min: float | None, lambda_max: float | None, detach_lambda: bool,
+           num_batches_tracked: Tensor | None) -> Tensor:
+    return normality_norm(x3, weight, bias, partition=partition, groups=groups, tokens=tokens, training=training,
+                          eps=eps, alpha=alpha, noise=noise, running_mean=running_mean, running_var=running_var,
+                          running_lambda=running_lambda, momentum=momentum, lambda_min=lambda_min,
+                          lambda_max=lambda_max, detach_lambda=detach_lambda, num_batches_tracked=num_batches_tracked)
 
 
 def _seed(training: bool, noise: float) -> Tensor:
@@ -121,11 +159,24 @@ def _seed(training: bool, noise: float) -> Tensor:
 def pays(x3: Tensor, minimum: int | None = None) -> bool:
     """A real float32/float64 CPU tensor large enough (`minimum` values, default MIN_ELEMENTS) that
     the compiled code beats the eager ops."""
-    from torch._subclasses.fake_tensor import is_fake
+    return (MIN_ELEMENTS if minimum is None else minimum) <= x3.numel() and _real_cpu(x3)
 
-    return (enabled() and x3.device.type == "cpu" and x3.dtype in (torch.float32, torch.float64)
-            and (MIN_ELEMENTS if minimum is None else minimum) <= x3.numel() < 2**31
-            and not is_fake(x3) and not torch.compiler.is_compiling() and not torch.jit.is_tracing())
+
+_fake_check: list[Callable[[Tensor], bool]] = []  # torch's is_fake, imported on the first call (not per call)
+
+
+def _real_cpu(x3: Tensor) -> bool:
+    """This path on (NORMKIT_NN_COMPILE), and x3 a real float32/float64 CPU tensor under 2^31 values, outside
+    torch.compile's and torch.jit's tracing (they trace the reference path)."""
+    if not (x3.device.type == "cpu" and x3.dtype in (torch.float32, torch.float64) and x3.numel() < 2**31
+            and enabled()):
+        return False
+    if not _fake_check:
+        from torch._subclasses.fake_tensor import is_fake
+
+        _fake_check.append(is_fake)
+    fake = type(x3) is not torch.Tensor and _fake_check[0](x3)  # a fake tensor is a Tensor subclass
+    return not fake and not torch.compiler.is_compiling() and not torch.jit.is_tracing()
 
 
 class CompiledFunction(torch.autograd.Function):

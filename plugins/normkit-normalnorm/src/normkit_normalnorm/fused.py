@@ -300,11 +300,11 @@ def _affine(y3: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
     time), and the layer and the incoming gradient would then carry the wrong layout.
     """
     if y3.stride(1) == 1 and y3.shape[2] > 1:
-        return _affine_on(y3.transpose(1, 2), weight, bias, (1, 1, -1)).transpose(1, 2)
-    return _affine_on(y3, weight, bias, (1, -1, 1))
+        return affine_on(y3.transpose(1, 2), weight, bias, (1, 1, -1)).transpose(1, 2)
+    return affine_on(y3, weight, bias, (1, -1, 1))
 
 
-def _affine_on(y: Tensor, weight: Tensor | None, bias: Tensor | None, shape: tuple[int, ...]) -> Tensor:
+def affine_on(y: Tensor, weight: Tensor | None, bias: Tensor | None, shape: tuple[int, ...]) -> Tensor:
     if weight is not None and bias is not None:
         return torch.addcmul(bias.view(shape), y, weight.view(shape))
     if weight is not None:

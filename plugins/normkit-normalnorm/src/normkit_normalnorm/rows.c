@@ -232,6 +232,52 @@ void nn_rows_forward(const float *x, const float *weight, const float *bias, flo
     }
 }
 
+/* One row's backward_math: dx of the row from dy, x, L, P and its stats (weight: per position, or NULL);
+ * scratch h, grad_a, jac, lam_terms: n floats each. */
+static void backward_row(const float *dyr, const float *xr, const float *weight, const float *Lr, const float *Pr,
+                         const float *st, float *dxr, float *h, float *grad_a, float *jac, float *lam_terms, int64_t n,
+                         float alpha, int lam_grads) {
+    const float inv_n = 1.0f / (float)n;
+    const float mean = st[0], rstd = st[2], lam = st[3], in_range = st[4], g1 = st[5], den = st[6];
+    const float dvar = st[7], mean_d = st[8];
+    const float inv_pos = 1 / (lam == 0 ? 1e-20f : lam), inv_neg = -1 / (lam == 2 ? 1e-20f : 2 - lam);
+    const float k1 = (2 * inv_n) * (-0.5f * alpha / den - dvar * alpha * g1 / (den * den));
+    const float k2 = alpha * g1 / ((float)n * den * den), k3 = alpha / ((float)n * den);
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++) {
+        float hv = (xr[j] - mean) * rstd, a = fabsf(hv), l = Lr[j], pw = Pr[j];
+        float inverse_u = 1 / (1 + a);
+        float gx = weight ? dyr[j] * weight[j] : dyr[j];
+        h[j] = hv;
+        grad_a[j] = gx * ((pw + 1) * inverse_u);
+        if (lam_grads) {
+            float sl = copysignf(l, hv), inverse_mu = hv > 0 ? inv_pos : (hv < 0 ? inv_neg : 0.0f);
+            lam_terms[j] = gx * ((sl + sl * pw - pw * inverse_mu) * inverse_mu);
+            float sign = hv > 0 ? 1.0f : (hv < 0 ? -1.0f : 0.0f);
+            float p = l + a * l, d = p - a, q = p * l - 2 * d, w = d + a * l;
+            jac[j] = k1 * w + k2 * (sign * q + sl * (w + d - 2 * mean_d)) + k3 * inverse_u;
+        }
+    }
+    float s_a = 0, s_ah = 0;
+#pragma omp simd reduction(+ : s_a, s_ah)
+    for (int64_t j = 0; j < n; j++) { s_a += grad_a[j]; s_ah += grad_a[j] * h[j]; }
+    float gh_mean = s_a * inv_n, ghh_mean = s_ah * inv_n;
+    if (lam_grads) {
+        float s_lam = 0, s_j = 0, s_jh = 0;
+#pragma omp simd reduction(+ : s_lam, s_j, s_jh)
+        for (int64_t j = 0; j < n; j++) { s_lam += lam_terms[j]; s_j += jac[j]; s_jh += jac[j] * h[j]; }
+        const float grad_lam = s_lam * in_range;
+        gh_mean = gh_mean + grad_lam * (s_j * inv_n);
+        ghh_mean = ghh_mean + grad_lam * (s_jh * inv_n);
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++)
+            dxr[j] = rstd * ((grad_a[j] + grad_lam * jac[j]) - gh_mean - h[j] * ghh_mean);
+    } else {
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) dxr[j] = rstd * (grad_a[j] - gh_mean - h[j] * ghh_mean);
+    }
+}
+
 /* backward_math over all rows on `threads` threads, in `chunks` chunks of rows handed out
  * dynamically: dx, and per-chunk dweight/dbias partial sums (chunks * n each, zeroed by the caller;
  * NULL when not wanted), which the caller adds in chunk order: the same sums whichever thread did a
@@ -240,7 +286,6 @@ void nn_rows_backward(const float *dy, const float *x, const float *weight, cons
                       const float *P, const float *stats, float *dx, float *dweight, float *dbias, float *scratch,
                       int64_t numel, int64_t n, float alpha, int lam_grads, int threads, int64_t chunks) {
     const int64_t rows = numel / n;
-    const float inv_n = 1.0f / (float)n;
 #pragma omp parallel num_threads(threads)
     {
         float *h = scratch + (int64_t)thread_id() * 4 * n, *grad_a = h + n, *jac = h + 2 * n, *lam_terms = h + 3 * n;
@@ -249,47 +294,9 @@ void nn_rows_backward(const float *dy, const float *x, const float *weight, cons
         for (int64_t row = rows * chunk / chunks; row < rows * (chunk + 1) / chunks; row++) {
             float *dweight_part = dweight ? dweight + chunk * n : NULL;
             float *dbias_part = dbias ? dbias + chunk * n : NULL;
-            const float *st = stats + row * NSTATS;
-            const float mean = st[0], rstd = st[2], lam = st[3], in_range = st[4], g1 = st[5], den = st[6];
-            const float dvar = st[7], mean_d = st[8];
-            const float *xr = x + row * n, *dyr = dy + row * n, *Lr = L + row * n, *Pr = P + row * n;
-            const float inv_pos = 1 / (lam == 0 ? 1e-20f : lam), inv_neg = -1 / (lam == 2 ? 1e-20f : 2 - lam);
-            const float k1 = (2 * inv_n) * (-0.5f * alpha / den - dvar * alpha * g1 / (den * den));
-            const float k2 = alpha * g1 / ((float)n * den * den), k3 = alpha / ((float)n * den);
-#pragma omp simd
-            for (int64_t j = 0; j < n; j++) {
-                float hv = (xr[j] - mean) * rstd, a = fabsf(hv), l = Lr[j], pw = Pr[j];
-                float inverse_u = 1 / (1 + a);
-                float gx = weight ? dyr[j] * weight[j] : dyr[j];
-                h[j] = hv;
-                grad_a[j] = gx * ((pw + 1) * inverse_u);
-                if (lam_grads) {
-                    float sl = copysignf(l, hv), inverse_mu = hv > 0 ? inv_pos : (hv < 0 ? inv_neg : 0.0f);
-                    lam_terms[j] = gx * ((sl + sl * pw - pw * inverse_mu) * inverse_mu);
-                    float sign = hv > 0 ? 1.0f : (hv < 0 ? -1.0f : 0.0f);
-                    float p = l + a * l, d = p - a, q = p * l - 2 * d, w = d + a * l;
-                    jac[j] = k1 * w + k2 * (sign * q + sl * (w + d - 2 * mean_d)) + k3 * inverse_u;
-                }
-            }
-            float s_a = 0, s_ah = 0;
-#pragma omp simd reduction(+ : s_a, s_ah)
-            for (int64_t j = 0; j < n; j++) { s_a += grad_a[j]; s_ah += grad_a[j] * h[j]; }
-            float gh_mean = s_a * inv_n, ghh_mean = s_ah * inv_n;
-            float *dxr = dx + row * n;
-            if (lam_grads) {
-                float s_lam = 0, s_j = 0, s_jh = 0;
-#pragma omp simd reduction(+ : s_lam, s_j, s_jh)
-                for (int64_t j = 0; j < n; j++) { s_lam += lam_terms[j]; s_j += jac[j]; s_jh += jac[j] * h[j]; }
-                const float grad_lam = s_lam * in_range;
-                gh_mean = gh_mean + grad_lam * (s_j * inv_n);
-                ghh_mean = ghh_mean + grad_lam * (s_jh * inv_n);
-#pragma omp simd
-                for (int64_t j = 0; j < n; j++)
-                    dxr[j] = rstd * ((grad_a[j] + grad_lam * jac[j]) - gh_mean - h[j] * ghh_mean);
-            } else {
-#pragma omp simd
-                for (int64_t j = 0; j < n; j++) dxr[j] = rstd * (grad_a[j] - gh_mean - h[j] * ghh_mean);
-            }
+            const float *dyr = dy + row * n;
+            backward_row(dyr, x + row * n, weight, L + row * n, P + row * n, stats + row * NSTATS, dx + row * n,
+                         h, grad_a, jac, lam_terms, n, alpha, lam_grads);
             if (dweight_part) {
                 const float *yr = y + row * n;
 #pragma omp simd
@@ -299,6 +306,112 @@ void nn_rows_backward(const float *dy, const float *x, const float *weight, cons
 #pragma omp simd
                 for (int64_t j = 0; j < n; j++) dbias_part[j] += dyr[j];
             }
+        }
+    }
+}
+
+/* Groups of any partition on a contiguous tensor: group g is `segments` runs of `length` values, run k
+ * starting at g * step + k * stride (batch: C groups of N runs of S at stride C S; group/instance/layer
+ * rows: one run each; per-token rows: one run of C). Each group is gathered into the thread's scratch,
+ * runs the row functions above, and its results are scattered back, so every partition gets the row
+ * kernel's arithmetic; for the small steps (under the compiled paths' thresholds) where the eager path
+ * costs ~180 torch ops per step. */
+static void gather(const float *src, float *dst, int64_t g, int64_t segments, int64_t length, int64_t step,
+                   int64_t stride) {
+    for (int64_t k = 0; k < segments; k++) memcpy(dst + k * length, src + g * step + k * stride, (size_t)length * 4);
+}
+
+static void scatter(const float *src, float *dst, int64_t g, int64_t segments, int64_t length, int64_t step,
+                    int64_t stride) {
+    for (int64_t k = 0; k < segments; k++) memcpy(dst + g * step + k * stride, src + k * length, (size_t)length * 4);
+}
+
+/* forward_math per group: y (noisy pre-affine values, x's layout), L and P (group-major: group g at g * n),
+ * stats[g * NSTATS + k]. z: the noise (x's layout; NULL without noise). scratch: threads * 5 n floats. */
+void nn_groups_forward(const float *x, const float *z, float *y, float *L, float *P, float *stats, float *scratch,
+                       int64_t groups, int64_t segments, int64_t length, int64_t step, int64_t stride, float eps,
+                       float alpha, float noise, float lambda_min, float lambda_max, int threads) {
+    const int64_t n = segments * length;
+#pragma omp parallel num_threads(threads)
+    {
+        float *xg = scratch + (int64_t)thread_id() * 5 * n, *zg = xg + n, *yg = xg + 2 * n, *h = xg + 3 * n;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t g = 0; g < groups; g++) {
+            gather(x, xg, g, segments, length, step, stride);
+            const float amount = transform_row(xg, L + g * n, P + g * n, yg, stats + g * NSTATS, h, n, eps, alpha,
+                                               z ? noise : 0.0f, lambda_min, lambda_max);
+            if (z) {
+                gather(z, zg, g, segments, length, step, stride);
+#pragma omp simd
+                for (int64_t j = 0; j < n; j++) yg[j] = yg[j] + amount * zg[j];
+            }
+            scatter(yg, y, g, segments, length, step, stride);
+        }
+    }
+}
+
+/* backward_math per group: dx (x's layout) from gx = dy * weight (x's layout), x, and L, P, stats as
+ * nn_groups_forward wrote them. scratch: threads * 7 n floats. */
+void nn_groups_backward(const float *gx, const float *x, const float *L, const float *P, const float *stats, float *dx,
+                        float *scratch, int64_t groups, int64_t segments, int64_t length, int64_t step, int64_t stride,
+                        float alpha, int lam_grads, int threads) {
+    const int64_t n = segments * length;
+#pragma omp parallel num_threads(threads)
+    {
+        float *gg = scratch + (int64_t)thread_id() * 7 * n, *xg = gg + n, *dxg = gg + 2 * n, *h = gg + 3 * n;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t g = 0; g < groups; g++) {
+            gather(gx, gg, g, segments, length, step, stride);
+            gather(x, xg, g, segments, length, step, stride);
+            backward_row(gg, xg, NULL, L + g * n, P + g * n, stats + g * NSTATS, dxg, h, h + n, h + 2 * n, h + 3 * n,
+                         n, alpha, lam_grads);
+            scatter(dxg, dx, g, segments, length, step, stride);
+        }
+    }
+}
+
+/* Inference (no noise, nothing saved for backward) of per-token layer statistics: out only, each row's
+ * L, P and y in the thread's scratch (threads * 4 n floats). lnn under torch.no_grad() or in eval:
+ * the same values as nn_rows_forward with noise 0. */
+void nn_rows_infer(const float *x, const float *weight, const float *bias, float *out, float *scratch,
+                   int64_t numel, int64_t n, float eps, float alpha, float lambda_min, float lambda_max,
+                   int threads, int64_t chunks) {
+    const int64_t rows = numel / n;
+    if (chunks > rows) chunks = rows;
+#pragma omp parallel num_threads(threads)
+    {
+        float *h = scratch + (int64_t)thread_id() * 4 * n, *Lr = h + n, *Pr = h + 2 * n, *yr = h + 3 * n;
+        float st[NSTATS];
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t chunk = 0; chunk < chunks; chunk++)
+        for (int64_t row = rows * chunk / chunks; row < rows * (chunk + 1) / chunks; row++) {
+            transform_row(x + row * n, Lr, Pr, yr, st, h, n, eps, alpha, 0.0f, lambda_min, lambda_max);
+            affine_row(yr, weight, bias, out + row * n, n);
+        }
+    }
+}
+
+/* Eval with running statistics of a batch partition (bnn.eval()) on a contiguous (N, C, S) tensor:
+ * h = (x - mean_c) scale_c, the Yeo-Johnson transform with lam_c, then the per-channel affine; one
+ * pass over memory per (n, c) row of S values. mean, scale (rsqrt(running_var + eps)) and lam
+ * (running_lambda, clamped) are per channel; weight/bias may be NULL. */
+void nn_channels_eval(const float *x, const float *weight, const float *bias, const float *mean, const float *scale,
+                      const float *lam, float *out, int64_t batch, int64_t channels, int64_t s, int threads) {
+    const int64_t rows = batch * channels;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t row = 0; row < rows; row++) {
+        const int64_t c = row % channels;
+        const float m = mean[c], k = scale[c], l = lam[c];
+        const float w = weight ? weight[c] : 1.0f, b = bias ? bias[c] : 0.0f;
+        const float inv_pos = 1 / (l == 0 ? 1e-20f : l), inv_neg = -1 / (l == 2 ? 1e-20f : 2 - l);
+        const float *xr = x + row * s;
+        float *outr = out + row * s;
+#pragma omp simd
+        for (int64_t j = 0; j < s; j++) {
+            float hv = (xr[j] - m) * k, mu = hv >= 0 ? l : 2 - l;
+            float pw = fast_expm1(mu * fast_log1p(fabsf(hv)));
+            float yv = pw * (hv > 0 ? inv_pos : (hv < 0 ? inv_neg : 0.0f));
+            outr[j] = yv * w + b;
         }
     }
 }

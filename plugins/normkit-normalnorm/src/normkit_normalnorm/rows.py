@@ -21,6 +21,13 @@ load fails in any way, the failure is logged once and `compiled` runs the same m
 noise on torch ops (`compiled.forward_math` eagerly): the noise never depends on whether a compiler
 was there, and `describe()` says which path a machine takes (environment.json records it); nothing is
 built at install time. `NORMKIT_NN_ROWS=0` turns this path off.
+
+Two more uses of the same row arithmetic (issue 40): `normality_groups`, float32 steps of any partition under
+the compiled path's 2^20 values (each normalization group gathered into a per-thread buffer, so a batch
+channel's N runs of S values become one row), with the eager path's `torch.randn` noise, where the eager
+path ran ~180 torch ops per training step; and `inference`, one forward call without noise or saved
+tensors. Built with `-fno-trapping-math`: without it GCC keeps the loops that select (`?:`) scalar on
+AVX2, which has no masked instructions (the AVX-512 build vectorized them anyway).
 """
 
 from __future__ import annotations
@@ -40,14 +47,16 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from normkit_normalnorm.fused import FusedConfig
+from normkit_normalnorm.functional import update_running
+from normkit_normalnorm.fused import FusedConfig, affine_on
 from normkit_normalnorm.workspace import borrow, give_back, graph_freed_after_this_backward
+from normkit_normalnorm.yeojohnson import standard_normal_like
 
 SOURCE = Path(__file__).with_name("rows.c")
-MIN_ELEMENTS = 1 << 14  # from here on a step takes this path (below, the eager path: tests stay on torch.randn)
+MIN_ELEMENTS = 1 << 14  # per-token training steps from here take the row kernel (hash noise); below, normality_groups
 CHUNKS = 64  # pieces of work per call, handed to the threads dynamically (also dweight's partial sums)
 NSTATS = 9  # per-row statistics (rows.c's NSTATS): mean, var, rstd, lam, in_range, g1, den, dvar, mean_d
-FLAGS = ("-O3", "-march=native", "-ffp-contract=fast", "-fno-math-errno", "-shared", "-fPIC")
+FLAGS = ("-O3", "-march=native", "-ffp-contract=fast", "-fno-math-errno", "-fno-trapping-math", "-shared", "-fPIC")
 PARALLEL_FLAGS = (("-fopenmp",), ("-fopenmp-simd",), ())  # tried in order: threads, then one thread
 _log = logging.getLogger("normkit.normalnorm")
 _lock = threading.Lock()
@@ -77,6 +86,8 @@ def library() -> ctypes.CDLL | None:
     """rows.c built and loaded once per process; None (logged once) when it cannot be built, whatever
     the reason: no compiler, a `CC` that does not split (an unbalanced quote), a C++ compiler whose
     library lacks the C names, a failed build or load."""
+    if _library:  # built (or failed) already: no lock on every call
+        return _library[0]
     with _lock:
         if not _library:
             try:
@@ -156,10 +167,59 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.nn_rows_forward.restype = None
     lib.nn_rows_backward.argtypes = [_P] * 11 + [_I64, _I64, _F, _INT, _INT, _I64]
     lib.nn_rows_backward.restype = None
+    lib.nn_groups_forward.argtypes = [_P] * 7 + [_I64] * 5 + [_F] * 5 + [_INT]
+    lib.nn_groups_forward.restype = None
+    lib.nn_groups_backward.argtypes = [_P] * 7 + [_I64] * 5 + [_F, _INT, _INT]
+    lib.nn_groups_backward.restype = None
+    lib.nn_rows_infer.argtypes = [_P] * 5 + [_I64, _I64, _F, _F, _F, _F, _INT, _I64]
+    lib.nn_rows_infer.restype = None
+    lib.nn_channels_eval.argtypes = [_P] * 7 + [_I64, _I64, _I64, _INT]
+    lib.nn_channels_eval.restype = None
 
 
 def _ptr(t: Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
+
+
+def inference(x3: Tensor, weight: Tensor | None, bias: Tensor | None, *, partition: str, tokens: bool,
+              training: bool, eps: float, alpha: float, noise: float, lambda_min: float | None,
+              lambda_max: float | None, running_mean: Tensor | None, running_var: Tensor | None,
+              running_lambda: Tensor | None) -> Tensor | None:
+    """A forward that draws no noise and saves nothing (the caller checked that no gradient is wanted), in one
+    call into rows.c: per-token layer statistics (lnn under no_grad or in eval) or a batch partition's running
+    statistics in eval (bnn.eval()). None where it does not apply (other partitions, float64, small inputs,
+    noise drawn in training, no library): the caller takes the eager path. Why: the eager path runs about 15
+    activation-sized ops for these (75 ms against LayerNorm's 3 ms at 32x65x768 on one AVX2 thread)."""
+    if not (enabled() and x3.dtype == torch.float32 and x3.device.type == "cpu" and x3.numel() >= MIN_ELEMENTS
+            and x3.numel() < 2**31 and x3.shape[1] > 0
+            and all(t is None or (t.dtype == torch.float32 and t.is_contiguous()) for t in (weight, bias))):
+        return None
+    lo = -math.inf if lambda_min is None else lambda_min
+    hi = math.inf if lambda_max is None else lambda_max
+    threads = torch.get_num_threads()
+    if partition == "layer" and tokens and not (training and noise) and x3.transpose(1, 2).is_contiguous():
+        if library() is None:
+            return None
+        rows_x = x3.transpose(1, 2)
+        n = rows_x.shape[-1]
+        out = torch.empty_like(rows_x)
+        scratch = torch.empty(threads, 4 * n)  # bound to a name: it must outlive the call
+        library().nn_rows_infer(rows_x.data_ptr(), _ptr(weight), _ptr(bias), out.data_ptr(), scratch.data_ptr(),
+                                rows_x.numel(), n, eps, alpha, lo, hi, threads, CHUNKS)
+        return out.transpose(1, 2)
+    if (partition == "batch" and not training and running_mean is not None and x3.is_contiguous()
+            and all(t is not None and t.dtype == torch.float32 for t in (running_mean, running_var, running_lambda))):
+        if library() is None:
+            return None
+        mean = running_mean.contiguous()  # each bound to a name: it must outlive the call
+        scale = torch.rsqrt(running_var + eps)
+        lam = running_lambda.clamp(lo, hi).contiguous()
+        out = torch.empty_like(x3)
+        batch, channels, s = x3.shape
+        library().nn_channels_eval(x3.data_ptr(), _ptr(weight), _ptr(bias), mean.data_ptr(), scale.data_ptr(),
+                                   lam.data_ptr(), out.data_ptr(), batch, channels, s, threads)
+        return out
+    return None
 
 
 def normality_rows(x3: Tensor, weight: Tensor | None, bias: Tensor | None, seed: Tensor, cfg: FusedConfig) -> Tensor:
@@ -215,3 +275,83 @@ class RowsFunction(torch.autograd.Function):
             give_back(y, log1p_a, power)
         return (dx.transpose(1, 2) if ctx.needs_input_grad[0] else None,
                 dweight.sum(0) if want_w else None, dbias.sum(0) if want_b else None, None, None)
+
+
+def grouped_layout(x3: Tensor, partition: str, groups: int, tokens: bool) -> tuple[int, int, int, int, int] | None:
+    """rows.c's description of the normalization groups of a dense `(N, C, S)` view, (groups, runs per group,
+    run length, step between groups, stride between runs) over its memory, or None (another layout)."""
+    n, c, s = x3.shape
+    if tokens:  # memory (N, S, C): only per-token rows are runs of it
+        return (n * s, 1, c, c, 0) if partition == "layer" and x3.transpose(1, 2).is_contiguous() else None
+    if not x3.is_contiguous():
+        return None
+    if partition == "batch":
+        return (c, n, s, s, c * s)
+    size = {"layer": c * s, "group": c // groups * s, "instance": s}[partition]
+    return (n * c * s // size, 1, size, size, 0)
+
+
+def normality_groups(x3: Tensor, weight: Tensor | None, bias: Tensor | None, cfg: FusedConfig,
+                     layout: tuple[int, int, int, int, int], running: tuple[Tensor, Tensor, Tensor] | None) -> Tensor:
+    """`normality_norm`'s training step for any partition in two calls into rows.c (forward, backward), with
+    the eager path's noise (`standard_normal_like`: torch.randn's values, so torch.manual_seed gives the same
+    draw as there). For the steps under the compiled paths' thresholds, where the eager path costs ~180 torch
+    ops. `running`: a batch partition's (running_mean, running_var, running_lambda), updated in place."""
+    return GroupsFunction.apply(x3, weight, bias, cfg, layout, running)
+
+
+class GroupsFunction(torch.autograd.Function):
+    """Forward and backward each one call into rows.c's grouped functions; saves x, the noisy values y, and
+    log1p|h|, the power term (group-major) and the per-group statistics; weight/bias gradients on torch."""
+
+    @staticmethod
+    def forward(ctx: Any, x3: Tensor, weight: Tensor | None, bias: Tensor | None, cfg: FusedConfig,
+                layout: tuple[int, int, int, int, int], running: tuple[Tensor, Tensor, Tensor] | None) -> Tensor:
+        mem = x3.transpose(1, 2) if cfg.tokens else x3  # dense, in memory order
+        count, runs, length, step, stride = layout
+        threads = torch.get_num_threads()
+        z = None
+        if cfg.training and cfg.noise:  # standard_normal_like's draw into a buffer in memory order (tokens: N, S, C)
+            z = torch.empty_like(mem)
+            standard_normal_like(x3, cfg.tokens, z)
+        take = borrow if cfg.grad_enabled else torch.empty_like  # saved for backward: recycled (workspace.py)
+        y, log1p_a, power = take(mem), take(mem), take(mem)
+        stats = torch.empty(count, NSTATS)
+        scratch = torch.empty(threads, 5 * runs * length)
+        lo = -math.inf if cfg.lambda_min is None else cfg.lambda_min
+        hi = math.inf if cfg.lambda_max is None else cfg.lambda_max
+        lib = library()
+        lib.nn_groups_forward(mem.data_ptr(), _ptr(z), y.data_ptr(), log1p_a.data_ptr(), power.data_ptr(),
+                              stats.data_ptr(), scratch.data_ptr(), count, runs, length, step, stride, cfg.eps,
+                              cfg.alpha, cfg.noise, lo, hi, threads)
+        shape = (1, 1, -1) if cfg.tokens else (1, -1, 1)
+        out = affine_on(y, weight, bias, shape)
+        if running is not None:
+            update_running(stats[:, 0], stats[:, 1], stats[:, 3], runs * length, cfg.momentum, *running)
+        ctx.cfg, ctx.layout, ctx.shape = cfg, layout, shape
+        ctx.save_for_backward(mem, weight, bias, y, log1p_a, power, stats)
+        return out.transpose(1, 2) if cfg.tokens else out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad3: Tensor) -> tuple[Tensor | None, ...]:
+        mem, weight, bias, y, log1p_a, power, stats = ctx.saved_tensors
+        cfg, shape = ctx.cfg, ctx.shape
+        dy = (grad3.transpose(1, 2) if cfg.tokens else grad3).contiguous()
+        dims = (0, 1) if cfg.tokens else (0, 2)
+        dx = None
+        if ctx.needs_input_grad[0]:
+            count, runs, length, step, stride = ctx.layout
+            threads = torch.get_num_threads()
+            gx = dy * weight.view(shape) if weight is not None else dy
+            dx = torch.empty_like(mem)
+            scratch = torch.empty(threads, 7 * runs * length)
+            library().nn_groups_backward(gx.data_ptr(), mem.data_ptr(), log1p_a.data_ptr(), power.data_ptr(),
+                                         stats.data_ptr(), dx.data_ptr(), scratch.data_ptr(), count, runs, length,
+                                         step, stride, cfg.alpha, int(not cfg.detach_lambda), threads)
+            dx = dx.transpose(1, 2) if cfg.tokens else dx
+        dweight = (dy * y).sum(dims) if weight is not None and ctx.needs_input_grad[1] else None
+        dbias = dy.sum(dims) if bias is not None and ctx.needs_input_grad[2] else None
+        if graph_freed_after_this_backward():
+            give_back(y, log1p_a, power)
+        return dx, dweight, dbias, None, None, None

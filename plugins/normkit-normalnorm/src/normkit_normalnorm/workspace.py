@@ -65,6 +65,8 @@ def borrow(like: Tensor) -> Tensor:
         flat = free.pop() if free else None
     if flat is None:
         flat = torch.empty(like.numel(), dtype=like.dtype)
+    if like.is_contiguous():  # the common case, without computing dense strides on a meta tensor
+        return flat.view(like.shape)
     return flat.as_strided(like.shape, torch.empty_like(like, device="meta").stride())
 
 

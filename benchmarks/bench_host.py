@@ -1,0 +1,108 @@
+"""Host-work benchmark: one training call of a normkit layer at tiny shapes, against torch's own module.
+
+    .venv/bin/python benchmarks/bench_host.py                    # default: 15 rounds of 50 calls
+    .venv/bin/python benchmarks/bench_host.py --rounds 31 --calls 100
+    .venv/bin/python benchmarks/bench_host.py --case lnn --case bnn
+    .venv/bin/python benchmarks/bench_host.py --cpu-time          # the thread's CPU time (a loaded machine)
+
+At these shapes (a few thousand values) the arithmetic costs a few microseconds, so what is timed
+is the host work per call: Python, argument checks, the number of aten operations and autograd
+nodes. One call is forward + backward of `sum(y * g)` with the input requiring grad, on one thread
+(`torch.set_num_threads(1)`). Each round times a block of `--calls` calls of every layer in turn
+(normkit and its torch module interleaved, so load drifts affect both alike); the table gives the
+median over rounds of the time per call, and the ratio to torch's module. Targets (issue 40): the
+plain norms at most 1.3x their torch module, the composed ones (gn+pn, bnn, lnn) at most 2x.
+`--cpu-time` times with the thread's CPU time instead of the wall clock: on a machine shared with other
+jobs it leaves out the time slices spent waiting for a core (it still includes cache and memory
+contention), so it is the closer estimate of the idle figures there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+# name, normkit spec, input shape, channel_dim, torch module factory (channels -> module), target ratio
+CASES: list[tuple[str, str, tuple[int, ...], int, Callable[[int], nn.Module], float]] = [
+    ("bn", "bn", (8, 16, 4, 4), 1, nn.BatchNorm2d, 1.3),
+    ("gn", "gn(groups=4)", (8, 16, 4, 4), 1, lambda c: nn.GroupNorm(4, c), 1.3),
+    ("ln", "ln", (4, 8, 32), -1, nn.LayerNorm, 1.3),
+    ("rms", "rms", (4, 8, 32), -1, nn.RMSNorm, 1.3),
+    ("gn+pn", "gn+pn", (8, 16, 4, 4), 1, lambda c: nn.GroupNorm(8, c), 2.0),
+    ("bnn", "bnn", (8, 16, 4, 4), 1, nn.BatchNorm2d, 2.0),
+    ("lnn", "lnn", (4, 8, 32), -1, nn.LayerNorm, 2.0),
+]
+NAMES = [case[0] for case in CASES]
+
+
+def training_call(layer: nn.Module, shape: tuple[int, ...]) -> Callable[[], None]:
+    """One forward + backward of `sum(y * g)`, the input requiring grad (as inside a network)."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=gen).requires_grad_(True)
+    g = torch.randn(shape, generator=gen)
+
+    def call() -> None:
+        x.grad = None
+        layer(x).backward(g)
+
+    return call
+
+
+def per_call_seconds(call: Callable[[], None], calls: int, clock: Callable[[], float] = time.perf_counter) -> float:
+    start = clock()
+    for _ in range(calls):
+        call()
+    return (clock() - start) / calls
+
+
+def time_case(spec: str, shape: tuple[int, ...], channel_dim: int, native: Callable[[int], nn.Module],
+              rounds: int, calls: int, clock: Callable[[], float] = time.perf_counter) -> tuple[float, float]:
+    """Median microseconds per call of (normkit layer, torch module), blocks interleaved per round."""
+    import normkit
+
+    channels = shape[channel_dim]
+    pair = {"normkit": training_call(normkit.build(spec, channels, channel_dim=channel_dim), shape),
+            "torch": training_call(native(channels), shape)}
+    for call in pair.values():  # warm-up: first-call allocations, lazy imports, caches
+        per_call_seconds(call, max(calls // 5, 3))
+    times: dict[str, list[float]] = {k: [] for k in pair}
+    for _ in range(rounds):
+        for kind, call in pair.items():
+            times[kind].append(per_call_seconds(call, calls, clock))
+    return 1e6 * statistics.median(times["normkit"]), 1e6 * statistics.median(times["torch"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds (median reported)")
+    parser.add_argument("--calls", type=int, default=50, help="training calls per layer per round")
+    parser.add_argument("--case", action="append", choices=NAMES, help="time only this layer (repeatable)")
+    parser.add_argument("--cpu-time", action="store_true", help="the thread's CPU time instead of the wall clock")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    print(f"torch {torch.__version__}, 1 thread, {os.cpu_count()} cores, load average "
+          f"{os.getloadavg()[0]:.2f} at the start, {args.rounds} rounds of {args.calls} calls, "
+          f"{'thread CPU time' if args.cpu_time else 'wall clock'}")
+    clock = time.thread_time if args.cpu_time else time.perf_counter
+    print("| layer | input | torch module | torch us | normkit us | ratio | target |")
+    print("|---|---|---|---|---|---|---|")
+    for name, spec, shape, channel_dim, native, target in CASES:
+        if args.case and name not in args.case:
+            continue
+        ours, theirs = time_case(spec, shape, channel_dim, native, args.rounds, args.calls, clock)
+        ratio = ours / theirs
+        module = type(native(shape[channel_dim])).__name__
+        print(f"| {name} | {'x'.join(map(str, shape))} | {module} | {theirs:.0f} | {ours:.0f} | {ratio:.2f}x | "
+              f"<= {target:.1f}x {'(met)' if ratio <= target else '(missed)'} |", flush=True)
+    print(f"load average {os.getloadavg()[0]:.2f} at the end")
+
+
+if __name__ == "__main__":
+    main()
