@@ -32,12 +32,17 @@ class Partition:
     batch: per channel over batch and spatial dims; layer: per sample over channels and spatial
     dims (per token over channels for channels-last tokens); instance: per sample and channel over
     spatial dims; group: per sample and group of C/groups channels over spatial dims.
+    ghost (batch only): statistics over consecutive groups of `ghost` samples of the batch, each
+    group normalized on its own (ghost batches, see `normkit.ghost`); None = the whole batch.
     """
 
     kind: PartitionKind
     groups: int = 1
+    ghost: int | None = None
 
     def __str__(self) -> str:
+        if self.ghost is not None:
+            return f"{self.kind}(ghost={self.ghost})"
         return f"group({self.groups})" if self.kind == "group" else self.kind
 
     @property
@@ -46,6 +51,13 @@ class Partition:
         return self.kind == "batch"
 
     def check(self, num_channels: int, owner: str) -> None:
+        if self.ghost is not None:
+            if self.kind != "batch":
+                raise SpecError(f"{owner}: ghost= splits the batch of a batch-statistics norm (bn, bnn, ...); "
+                                f"a {self.kind} partition normalizes each sample on its own, drop ghost=")
+            if isinstance(self.ghost, bool) or not isinstance(self.ghost, int) or not 1 <= self.ghost <= 2**31:
+                raise SpecError(f"{owner}: ghost must be a number of samples >= 1 (or none for the whole "
+                                f"batch), got {self.ghost!r}")
         if self.kind == "group":
             if self.groups < 1:
                 raise SpecError(f"{owner}: groups must be >= 1, got {self.groups}")

@@ -65,6 +65,8 @@ def _torch_module(layer: NormLayer, ndim: int | None) -> nn.Module | str:
     if adapted is not None:
         return adapted
     kind, c, recovery = layer.partition.kind, layer.num_channels, layer.recovery
+    if layer.partition.ghost is not None:
+        return "ghost batches (ghost=) have no torch module"
     if isinstance(step, RMSScale):
         if kind != "layer" or not layer.tokens:
             return "rms over channels and positions (N,C,*) has no torch module; only channels-last rms does"
