@@ -6,6 +6,12 @@ one alone, exactly as `torch.nn.functional.batch_norm` applied chunk by chunk: t
 normalizes over varies while the gradient batch (and so the gradient noise and the examples seen)
 stays fixed (Hoffer et al., Train longer, generalize better, NeurIPS 2017, arXiv:1705.08741).
 
+Steps that reduce only through the `Groups` API (`Step.reduces_through_groups`: bn's standardize, the
+normality norm's nn) see all ghost batches at once as a `(N/ghost, ghost, C, S)` tensor reduced over
+dims (1, 3), one call on the reference path (fused kernels pool the whole batch, so they are not
+used); any other layer (a plugin's step, a post-activation step, probes, a remainder) runs once
+per ghost batch. Both compute the same function.
+
 Running buffers (running_mean/var, bnn's running_lambda, ...): every ghost batch starts from the same
 buffers, and the layer keeps the mean of the values they end with, so one training step is one
 update, with the mean of the ghost batches' statistics for an EMA or cumulative buffer; integer
@@ -37,10 +43,12 @@ def applies(layer: NormLayer) -> bool:
 
 def forward_in_ghost_batches(layer: NormLayer, x: Tensor) -> Tensor:
     """The layer's output on `x` computed ghost batch by ghost batch (see the module docstring)."""
-    size = layer.partition.ghost
-    chunks = x.split(size) if x.shape[0] else (x,)
-    if len(chunks) == 1:
+    size, n = layer.partition.ghost, x.shape[0]
+    if n <= size:
         return _forward(layer, x)
+    if n % size == 0 and _groups_only(layer):
+        return _forward(layer, x, grouped=True)
+    chunks = x.split(size)
     # Each ghost batch updates its own copy of the buffers (torch's batch_norm saves the running
     # statistics it updates for its backward, so the layer's own ones are written once, at the end).
     names = [name for name, b in layer._buffers.items() if b is not None]
@@ -68,12 +76,28 @@ def forward_in_ghost_batches(layer: NormLayer, x: Tensor) -> Tensor:
     return out
 
 
-def _forward(layer: NormLayer, x: Tensor) -> Tensor:
-    """One ghost batch through the layer, statistics in float32 even under autocast."""
+def _groups_only(layer: NormLayer) -> bool:
+    """True when every step reduces through Groups (declared on its own class) and nothing else
+    needs the per-call path: the whole batch then runs as one `(N/ghost, ghost, C, S)` tensor."""
+    return (not layer.probes and layer.post is None and not layer.round_before_gain
+            and all(type(step).__dict__.get("reduces_through_groups", False) or step.needs_conv
+                    for step in layer.steps))
+
+
+def _forward(layer: NormLayer, x: Tensor, grouped: bool = False) -> Tensor:
+    """The layer on `x`, statistics in float32 even under autocast. `grouped`: on the grouped ghost
+    batches through the steps' reference path (a fused path would pool the whole batch)."""
     if torch.is_autocast_enabled(x.device.type):
         with torch.autocast(x.device.type, enabled=False):
-            return layer._forward(x)
-    return layer._forward(x)
+            return _forward(layer, x, grouped)
+    if not grouped:
+        return layer._forward(x)
+    xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    out = layer._generic(xf)
+    out = out.to(x.dtype) if out.dtype != x.dtype else out
+    if x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
+        return out.contiguous(memory_format=torch.channels_last)
+    return out.contiguous()
 
 
 def _mean_over_ghost_batches(layer: NormLayer, ends: Tensor, samples: Tensor) -> Tensor:

@@ -256,9 +256,10 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return normalize_keys(raw, str(path))
 
 
-# A model's or dataset's registered `sweep` and `budget` are a default design (digits: batch 2 and 16 at
-# equal steps): it stands only while the user gives none of these keys, which choose a design of their own.
-DESIGN_KEYS = ("epochs", "budget", "batch_size", "sweep")
+# A model's or dataset's registered `sweep` and `budget` are a default design (digit-blends: normalization
+# batch 2 and 16 at a gradient batch of 16 and equal steps): it stands only while the user gives none of
+# these keys, which choose a design of their own.
+DESIGN_KEYS = ("epochs", "budget", "batch_size", "norm_batch", "sweep")
 
 _BUDGET_HINT = "budget must be UNIT=N with UNIT epochs, steps or examples, e.g. --budget steps=600"
 
