@@ -16,7 +16,7 @@ def words(values: dict) -> str:
 
 def test_a_single_cell_names_its_regime_and_what_to_add_instead_of_asserting_it():
     text = words({"norms": "bn,bnn,gn+pn", "batch_size": 2, "epochs": 1, "lr": 0.02})
-    assert text.startswith("Shows: small-cnn on digits, 1 epoch at a batch of 2 samples, every norm at the same "
+    assert text.startswith("Shows: small-cnn on digit-blends, 1 epoch at a batch of 2 samples, every norm at the same "
                            "learning rate (sgd lr 0.02, not tuned per norm), 5 seeds paired by seed")
     assert "Holm's adjustment over 2 comparisons" in text
     assert "bn and bnn normalize over a batch of 2" in text and "gn+pn normalize" not in text
@@ -27,6 +27,15 @@ def test_a_single_cell_names_its_regime_and_what_to_add_instead_of_asserting_it(
                          "--tune lr=0.008,0.02,0.05.")
     for canned in ("-2.65", "+2.40", "docs/experiments.md", "10 seeds"):
         assert canned not in text
+
+
+def test_the_default_says_only_the_normalization_batch_varies():
+    text = words({"norms": "bn,bnn,gn+pn"})
+    assert text.startswith("Shows: small-cnn on digit-blends, 300 optimizer steps at a batch of 16 samples, bn and bnn "
+                           "normalizing over ghost batches of 2 and 16 samples (norm_batch; gn+pn pools no batch, so "
+                           "norm_batch leaves it unchanged)")
+    assert "At 2 samples per ghost batch (in the norm_batch=2 cell), bn and bnn normalize over a batch of 2" in text
+    assert "whether a gap depends on the gradient batch size" in text and "--sweep batch_size=..." in text
 
 
 def test_tuned_ablated_and_large_batch_recipes_say_so():
