@@ -16,7 +16,7 @@ def words(values: dict) -> str:
 
 def test_a_single_cell_names_its_regime_and_what_to_add_instead_of_asserting_it():
     text = words({"norms": "bn,bnn,gn+pn", "batch_size": 2, "epochs": 1, "lr": 0.02})
-    assert text.startswith("Shows: small-cnn on digit-blends, 1 epoch at a batch of 2 samples, every norm at the same "
+    assert text.startswith("Shows: small-cnn on digits, 1 epoch at a batch of 2 samples, every norm at the same "
                            "learning rate (sgd lr 0.02, not tuned per norm), 5 seeds paired by seed")
     assert "Holm's adjustment over 2 comparisons" in text
     assert "bn and bnn normalize over a batch of 2" in text and "gn+pn normalize" not in text
@@ -29,8 +29,8 @@ def test_a_single_cell_names_its_regime_and_what_to_add_instead_of_asserting_it(
         assert canned not in text
 
 
-def test_the_default_says_only_the_normalization_batch_varies():
-    text = words({"norms": "bn,bnn,gn+pn"})
+def test_the_digit_blends_design_says_only_the_normalization_batch_varies():
+    text = words({"norms": "bn,bnn,gn+pn", "dataset": "digit-blends"})
     assert text.startswith("Shows: small-cnn on digit-blends, 300 optimizer steps at a batch of 16 samples, bn and bnn "
                            "normalizing over ghost batches of 2 and 16 samples (norm_batch; gn+pn pools no batch, so "
                            "norm_batch leaves it unchanged)")

@@ -105,11 +105,10 @@ def test_a_model_brings_its_training_defaults_and_typed_values_win(tmp_path):
     path = tmp_path / "exp.yaml"
     path.write_text("model: gpt-tiny\noptimizer: sgd\n")
     assert config.resolve({"norms": "ln"}, path).train.optimizer == "sgd"  # the file beats model defaults
-    default = config.resolve({"norms": "bn"})  # the digit-blends dataset brings the default design
+    default = config.resolve({"norms": "bn"})  # the digits dataset brings the default design
     cnn = default.train
-    assert (cnn.optimizer, cnn.batch_size, cnn.budget, cnn.lr, cnn.dataset) == ("sgd", 16, "steps=300", 0.02,
-                                                                               "digit-blends")
-    assert default.sweep == {"norm_batch": [2, 16]}
+    assert (cnn.optimizer, cnn.batch_size, cnn.budget, cnn.lr, cnn.dataset) == ("sgd", 2, "steps=500", 0.02, "digits")
+    assert default.sweep == {"batch_size": [2, 16]}
     other = config.resolve({"norms": "bn", "dataset": "fake"}).train  # global defaults elsewhere
     assert (other.batch_size, other.epochs, other.lr) == (128, 5, None)
     mine = config.resolve({"norms": "bn", "batch-size": 16}).train  # typed values beat the dataset's

@@ -1,6 +1,6 @@
-"""The default design of `normkit compare --norms bn,bnn,gn+pn`: a gradient batch of 16 at equal steps,
-the batch-statistics norms normalizing over ghost batches of 2 or the whole batch (norm_batch), which a
-user's own length or batch replaces as a whole."""
+"""The default design of `normkit compare --norms bn,bnn,gn+pn`: batch 2 and 16 at equal steps, which a
+user's own length or batch replaces as a whole; and digit-blends' design, a gradient batch of 16 at equal
+steps with the batch-statistics norms normalizing over ghost batches of 2 or the whole batch (norm_batch)."""
 
 from __future__ import annotations
 
@@ -14,20 +14,18 @@ from normkit_lab.study.config import resolve
 from normkit_lab.study.plan import run_count
 
 
-def test_the_default_varies_the_normalization_batch_alone_on_the_generated_digits():
+def test_the_default_compares_two_batch_sizes_at_equal_steps():
     cfg = resolve({"norms": "bn,bnn,gn+pn"})
-    assert cfg.sweep == {"norm_batch": [2, 16]} and cfg.train.budget == "steps=300" and cfg.train.lr == 0.02
-    assert (cfg.train.batch_size, cfg.train.dataset, cfg.train.norm_batch) == (16, "digit-blends", None)
+    assert cfg.sweep == {"batch_size": [2, 16]} and cfg.train.budget == "steps=500" and cfg.train.lr == 0.02
     assert run_count(cfg) == (0, 30)
 
 
 @pytest.mark.parametrize(("given", "sweep", "budget", "epochs", "batch"), [
-    ({"epochs": 3}, {}, None, 3, 16),
-    ({"batch_size": 8}, {}, None, 1, 8),
-    ({"budget": "steps=100"}, {}, "steps=100", 1, 16),
-    ({"norm_batch": 4}, {}, None, 1, 16),
-    ({"sweep": ["lr=0.01,0.02"]}, {"lr": [0.01, 0.02]}, None, 1, 16),
-    ({"seeds": 3, "lr": 0.05}, {"norm_batch": [2, 16]}, "steps=300", 1, 16),  # other keys keep the design
+    ({"epochs": 3}, {}, None, 3, 2),
+    ({"batch_size": 16}, {}, None, 1, 16),
+    ({"budget": "steps=100"}, {}, "steps=100", 1, 2),
+    ({"sweep": ["lr=0.01,0.02"]}, {"lr": [0.01, 0.02]}, None, 1, 2),
+    ({"seeds": 3, "lr": 0.05}, {"batch_size": [2, 16]}, "steps=500", 1, 2),  # other keys keep the design
 ])
 def test_a_length_or_batch_of_ones_own_replaces_the_design(given, sweep, budget, epochs, batch):
     cfg = resolve({"norms": "bn,gn+pn", **given})
@@ -47,6 +45,23 @@ def test_a_saved_default_config_resumes_as_saved():
     again = build_config(yaml.safe_load(save_yaml(saved)))
     assert (again.sweep, again.train.budget) == (saved.sweep, saved.train.budget)
     assert again.to_dict() == saved.to_dict()
+
+
+def test_digit_blends_varies_the_normalization_batch_alone():
+    cfg = resolve({"norms": "bn,bnn,gn+pn", "dataset": "digit-blends"})
+    assert cfg.sweep == {"norm_batch": [2, 16]} and cfg.train.budget == "steps=300" and cfg.train.lr == 0.02
+    assert (cfg.train.batch_size, cfg.train.norm_batch) == (16, None)
+    assert run_count(cfg) == (0, 30)
+
+
+@pytest.mark.parametrize(("given", "sweep", "budget", "batch"), [
+    ({"batch_size": 8}, {}, None, 8),
+    ({"norm_batch": 4}, {}, None, 16),
+    ({"seeds": 3, "lr": 0.05}, {"norm_batch": [2, 16]}, "steps=300", 16),  # other keys keep the design
+])
+def test_a_batch_or_norm_batch_of_ones_own_replaces_digit_blends_design(given, sweep, budget, batch):
+    cfg = resolve({"norms": "bn,gn+pn", "dataset": "digit-blends", **given})
+    assert (cfg.sweep, cfg.train.budget, cfg.train.batch_size) == (sweep, budget, batch)
 
 
 def test_norm_batch_sets_ghost_batches_on_the_batch_statistics_norms_only():

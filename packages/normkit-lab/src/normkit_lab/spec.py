@@ -56,7 +56,7 @@ class TrainConfig:
 
     model: str = "small-cnn"
     model_params: dict[str, Any] = field(default_factory=dict)
-    dataset: str = "digit-blends"
+    dataset: str = "digits"
     dataset_params: dict[str, Any] = field(default_factory=dict)
     data_dir: str | None = None
     download: bool = False
@@ -221,10 +221,11 @@ def registered_train_defaults(kind: str, name: Any) -> dict[str, Any]:
     registration).
 
     They sit between the global defaults and the user's values, a model's over its dataset's: e.g.
-    the GPT models train with AdamW at batch 32, and the generated digit-blends dataset carries the
-    default design (a batch of 16 for 500 steps, normalizing over ghost batches of 2 or the whole
-    batch, docs/experiments.md; a registered sweep and budget stand only while the user gives no
-    length or batch of their own, see `study.config.DESIGN_KEYS`). An
+    the GPT models train with AdamW at batch 32, the bundled digits dataset carries the default design
+    (batch 2 and 16 at 500 steps each) and the generated digit-blends one the design that varies only
+    the normalization batch (a batch of 16 for 300 steps, normalizing over ghost batches of 2 or the
+    whole batch), docs/experiments.md; a registered sweep and budget stand only while the user gives
+    no length or batch of their own, see `study.config.DESIGN_KEYS`. An
     unknown name has none (check() names it).
     """
     if not isinstance(name, str):
