@@ -3,7 +3,8 @@
 Real torch.distributed (gloo, CPU) with two processes; the reference is the same script run as
 one process on the concatenated batch. Checked: outputs, input gradients, parameter gradients
 (summed over processes), running buffers after two steps, eval outputs; for bn and bnn, with
-even, uneven and empty per-process batches. All cases run in one launch (process start-up is
+even, uneven and empty per-process batches, and with ghost batches (local to each process, their
+running buffers averaged over every process's ghost batches). All cases run in one launch (process start-up is
 most of the cost).
 """
 
@@ -23,8 +24,8 @@ import normkit
 WORKER = Path(__file__).with_name("distributed_worker.py")
 # (rows per process, specs); 8 rows in all
 CASES = [("4,4", "bnn(noise=0),bn"), ("5,3", "bn,bnn(noise=0)"), ("8,0", "bnn(noise=0),bnn(noise=0)"),
-         ("5,3", "bnn,bn")]
-NOISY = 3  # bnn's noise on: outputs are random per process, statistics still global
+         ("4,4", "bn(ghost=2),bnn(noise=0,ghost=2)"), ("5,3", "bnn,bn")]
+NOISY = 4  # bnn's noise on: outputs are random per process, statistics still global
 
 
 def _launch(tmp: Path, world: int, cases: list[tuple[str, str]]) -> list[list[dict]]:

@@ -29,6 +29,15 @@ def test_a_single_cell_names_its_regime_and_what_to_add_instead_of_asserting_it(
         assert canned not in text
 
 
+def test_the_digit_blends_design_says_only_the_normalization_batch_varies():
+    text = words({"norms": "bn,bnn,gn+pn", "dataset": "digit-blends"})
+    assert text.startswith("Shows: small-cnn on digit-blends, 300 optimizer steps at a batch of 16 samples, bn and bnn "
+                           "normalizing over ghost batches of 2 and 16 samples (norm_batch; gn+pn pools no batch, so "
+                           "norm_batch leaves it unchanged)")
+    assert "At 2 samples per ghost batch (in the norm_batch=2 cell), bn and bnn normalize over a batch of 2" in text
+    assert "whether a gap depends on the gradient batch size" in text and "--sweep batch_size=..." in text
+
+
 def test_tuned_ablated_and_large_batch_recipes_say_so():
     tuned = words({"norms": "bn,gn+pn", "tune": "lr=0.01,0.05", "tune_seeds": "100"})
     assert "each norm at its own learning rate, tuned on the validation split over 0.01, 0.05" in tuned

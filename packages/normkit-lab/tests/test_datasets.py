@@ -127,7 +127,8 @@ def test_unknown_dataset_and_parameter_are_spec_errors():
 
 def test_all_datasets_are_registered_through_the_plugin_hook():
     entries = {e.name: e for e in plugins.registry().of_kind("dataset") if e.plugin == "lab"}
-    assert set(entries) == {"digits", "fake", "pysrc", "text", "hf", *SPECS}  # byte corpora: test_text_datasets.py
+    # byte corpora: test_text_datasets.py
+    assert set(entries) == {"digit-blends", "digits", "fake", "pysrc", "text", "hf", *SPECS}
 
 
 def _write_images(folder, classes=("cat", "dog"), per_class=5, size=10):

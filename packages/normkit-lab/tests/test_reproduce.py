@@ -392,7 +392,8 @@ def test_paper_dry_run_names_a_missing_dataset(tmp_path) -> None:
 
 def test_a_budget_preset_plans_the_same_steps_in_every_cell() -> None:
     plan = runner.plan(load_preset("proxynorm-small-batch"))
-    assert plan.config.train.budget == "steps=576" and "576 steps in every cell" in plan.lines[3]
+    assert plan.config.train.budget == "steps=300" and "300 steps in every cell" in plan.lines[3]
+    assert plan.config.sweep == {"norm_batch": [2, 16]} and plan.config.train.batch_size == 16
 
 
 def test_unknown_scale_is_named() -> None:

@@ -19,7 +19,7 @@ DEFAULTS: dict[str, Any] = {
     "schedule": "cosine", "warmup_epochs": 0, "step_size": 30,
     "gamma": 0.1, "label_smoothing": 0.0, "augment": False, "amp": False, "channels_last": False,
     "compile": False, "device": "auto", "num_workers": 0, "cpu_threads": None,
-    "nproc_per_node": 1, "budget": None,
+    "nproc_per_node": 1, "budget": None, "norm_batch": None,
     "command": None, "command_dir": None, "timeout": None, "train_function": None, "code_files": None,
 }
 

@@ -37,11 +37,14 @@ PLAN_KEYS = frozenset({"norms", "seeds", "baseline", "select", "metric", "margin
 # beyond float rounding, and is recorded in every row (`threads`).
 # command_dir: where a --command runs (an absolute path, so a copied store still compares equal).
 _UNHASHED = RUNTIME_KEYS | PLAN_KEYS | {"cpu_threads", "command_dir"}
+# Keys added after stores existed: unset, they leave the hash of an older store's config unchanged.
+_NEWER_OPTIONAL = frozenset({"norm_batch"})
 
 
 def config_identity(config: dict[str, Any]) -> dict[str, Any]:
     """The part of a config.yaml mapping that decides what every run computes (model, data, epochs, ...)."""
-    return {k: v for k, v in sorted(config.items()) if k not in _UNHASHED}
+    return {k: v for k, v in sorted(config.items())
+            if k not in _UNHASHED and not (k in _NEWER_OPTIONAL and v is None)}
 
 
 def config_hash(config: dict[str, Any]) -> str:

@@ -49,6 +49,9 @@ class TrainConfig:
     parameters on CPU (much faster for small-cnn), torch's default otherwise.
     nproc_per_node: processes (GPUs) per run; above 1 each run is launched with torchrun as
     DistributedDataParallel, batch_size staying the global batch (see normkit_lab.runs.distributed).
+    norm_batch: None normalizes over the whole batch; N makes every norm with batch statistics (bn,
+    bnn, ...) normalize over ghost batches of N samples (`normkit.ghost`) while the gradient batch
+    stays batch_size, so sweeping it varies the normalization batch alone; other norms ignore it.
     budget: None trains `epochs` passes over the data; "steps=N" or "examples=N" trains exactly N
     optimizer steps (N examples, N / batch_size steps) whatever the batch size, the schedule spread
     over them, evaluating after each pass over the data and at the end (`epochs` is then unused).
@@ -82,6 +85,7 @@ class TrainConfig:
     cpu_threads: int | None = None
     nproc_per_node: int = 1
     budget: str | None = None
+    norm_batch: int | None = None
 
     @property
     def budget_unit(self) -> tuple[str, int]:
@@ -237,9 +241,11 @@ def registered_train_defaults(kind: str, name: Any) -> dict[str, Any]:
     registration).
 
     They sit between the global defaults and the user's values, a model's over its dataset's: e.g.
-    the GPT models train with AdamW at batch 32, and the bundled digits dataset carries the default
-    design (batch 2 and 16 at 500 steps each, docs/experiments.md; a registered sweep and budget stand
-    only while the user gives no length or batch of their own, see `study.config.DESIGN_KEYS`). An
+    the GPT models train with AdamW at batch 32, the bundled digits dataset carries the default design
+    (batch 2 and 16 at 500 steps each) and the generated digit-blends one the design that varies only
+    the normalization batch (a batch of 16 for 300 steps, normalizing over ghost batches of 2 or the
+    whole batch), docs/experiments.md; a registered sweep and budget stand only while the user gives
+    no length or batch of their own, see `study.config.DESIGN_KEYS`. An
     unknown name has none (check() names it).
     """
     if not isinstance(name, str):

@@ -165,7 +165,7 @@ def build_with_settings(spec: str | Spec, num_channels: int, *, channel_dim: int
             module = nn.Sequential(module, _activation_module(activation, {}, BuildContext(
                 num_channels, channel_dim, None, activation)))
         return module
-    pipeline = head.entry.pipeline(**head.params)
+    pipeline = head.entry.make_pipeline(head.params)
     if not isinstance(pipeline, Pipeline):
         raise PluginError(f"plugin {head.entry.plugin!r}: norm {head.name!r} (pipeline=) returned "
                           f"{type(pipeline).__name__}, not a normkit Pipeline")

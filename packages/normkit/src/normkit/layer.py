@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
+from normkit import ghost
 from normkit.errors import NormkitError, NormShapeError, PluginError, SpecError, StepError, first_line
 from normkit.fx_leaf import FxLeaf
 from normkit.limits import check_num_channels
@@ -230,6 +231,8 @@ class NormLayer(FxLeaf):
         if self.unbatched_rank is not None and x.dim() == self.unbatched_rank - 1:
             return self.forward(x.unsqueeze(0)).squeeze(0)
         self._check(x)
+        if self.partition is not None and self.partition.ghost is not None and ghost.applies(self):
+            return ghost.forward_in_ghost_batches(self, x)
         if self.training and self.sync is None and self.partition is not None and self.partition.kind == "batch":
             warn_if_per_process(self)
         if torch.is_autocast_enabled("cpu" if x.is_cpu else x.device.type):  # statistics stay float32 under autocast
@@ -264,7 +267,7 @@ class NormLayer(FxLeaf):
     def _syncing(self) -> bool:
         """True when this step's batch statistics are reduced across processes (training only)."""
         return (self.sync is not None and self.training and self.partition is not None
-                and self.partition.uses_batch and self.sync.active())
+                and self.partition.uses_batch and self.partition.ghost is None and self.sync.active())
 
     def _to_ncs(self, x: Tensor) -> Tensor:
         n, c = x.shape[0], self.num_channels

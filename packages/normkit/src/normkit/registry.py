@@ -10,17 +10,34 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from normkit.errors import PluginError, SpecError, did_you_mean
 from normkit.grammar import canonical_name
 from normkit.params import Param, signature_params
+from normkit.stages import Pipeline
 
 Kind = Literal["norm", "step", "activation", "post_activation", "model", "dataset", "preset", "workload"]
 STAGE_KINDS = ("step", "activation", "post_activation")
 # Keyword arguments `normkit.build` passes to a factory= norm itself; never spec parameters.
 BUILD_ARGUMENTS = ("channel_dim",)
+# Declared for every pipeline norm whose partition pools over the batch (bn, bnn, brn, a plugin's):
+# `bn(ghost=2)` normalizes over ghost batches of 2 samples (normkit.ghost). The core gives it to the
+# partition, never to the plugin's pipeline function.
+GHOST = Param("ghost", int | None, None)
+
+
+def _ghost_params(pipeline: Callable[..., Any], params: tuple[Param, ...]) -> tuple[Param, ...]:
+    """(GHOST,) when the pipeline's default partition pools over the batch and it declares no `ghost`."""
+    if any(p.name == "ghost" for p in params):
+        return ()
+    try:
+        default = pipeline()
+    except Exception:  # a pipeline that cannot build at its defaults fails later, with its own message
+        return ()
+    partition = getattr(default, "partition", None) if isinstance(default, Pipeline) else None
+    return (GHOST,) if partition is not None and partition.uses_batch else ()
 
 
 # Names that become a directory or a link (a workload's results directory in a suite, `cnn@narrow` for a
@@ -64,6 +81,17 @@ class Entry:
     activation_param: str | None = None  # post-activation stages that bring their activation
     includes_activation: bool = False  # norms whose output is already nonlinear (FRN+TLU, EvoNorm)
     meta: dict[str, Any] = field(default_factory=dict)
+
+    def make_pipeline(self, params: dict[str, Any]) -> Any:
+        """The norm's Pipeline for typed spec `params`; the core's `ghost` goes to its partition."""
+        if not self.meta.get("ghost"):
+            return self.pipeline(**params)
+        params = dict(params)
+        ghost = params.pop("ghost", None)
+        pipeline = self.pipeline(**params)
+        if ghost is None or not isinstance(pipeline, Pipeline) or pipeline.partition is None:
+            return pipeline
+        return replace(pipeline, partition=replace(pipeline.partition, ghost=ghost))
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -161,8 +189,10 @@ class Registry:
             given = [x for x in (pipeline, compose, factory) if x is not None]
             if len(given) != 1:
                 raise PluginError(f"{owner} needs exactly one of pipeline=, compose= or factory=")
+            ghost: tuple[Param, ...] = ()
             if pipeline is not None:
                 params = signature_params(pipeline, owner=owner)
+                ghost = _ghost_params(pipeline, params)
             elif factory is not None:
                 params = tuple(p for p in signature_params(factory, skip=1, owner=owner)
                                if p.name not in BUILD_ARGUMENTS)
@@ -173,9 +203,12 @@ class Registry:
             if compose is not None and ablations:
                 raise PluginError(f"{owner}: a composition's ablations are those of its parts; declare them there")
             ablated = _ablations(owner, ablations, params, removable=False)
-            self.add(Entry(name, "norm", plugin, summary, citation, tuple(aliases), params,
+            meta: dict[str, Any] = {"ablations": ablated} if ablated else {}
+            if ghost:
+                meta["ghost"] = True
+            self.add(Entry(name, "norm", plugin, summary, citation, tuple(aliases), params + ghost,
                            pipeline=pipeline, compose=compose, factory=factory,
-                           includes_activation=includes_activation, meta={"ablations": ablated} if ablated else {}))
+                           includes_activation=includes_activation, meta=meta))
 
         def register_stage(name: str, factory: Callable[..., Any], *,
                            kind: Literal["step", "activation", "post_activation"] = "step",

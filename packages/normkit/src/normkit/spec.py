@@ -166,7 +166,7 @@ def _check_composition(parts: list[Part], text: str) -> None:
     if head.entry.factory is not None and len(parts) > 1:
         raise SpecError(f"{head.name!r} is a ready-made module and takes no '+' stages")
     steps = [p.name for p in parts[1:] if p.entry.kind == "step"]
-    if steps and getattr(head.entry.pipeline(**head.params), "core", 0) is None:
+    if steps and getattr(head.entry.make_pipeline(head.params), "core", 0) is None:
         raise SpecError(f"{text!r}: {head.name!r} has no normalizing step to place {steps[0]!r} next to")
     seen_activation = seen_post = None
     for part in parts[1:]:

@@ -32,12 +32,17 @@ class Partition:
     batch: per channel over batch and spatial dims; layer: per sample over channels and spatial
     dims (per token over channels for channels-last tokens); instance: per sample and channel over
     spatial dims; group: per sample and group of C/groups channels over spatial dims.
+    ghost (batch only): statistics over consecutive groups of `ghost` samples of the batch, each
+    group normalized on its own (ghost batches, see `normkit.ghost`); None = the whole batch.
     """
 
     kind: PartitionKind
     groups: int = 1
+    ghost: int | None = None
 
     def __str__(self) -> str:
+        if self.ghost is not None:
+            return f"{self.kind}(ghost={self.ghost})"
         return f"group({self.groups})" if self.kind == "group" else self.kind
 
     @property
@@ -46,6 +51,13 @@ class Partition:
         return self.kind == "batch"
 
     def check(self, num_channels: int, owner: str) -> None:
+        if self.ghost is not None:
+            if self.kind != "batch":
+                raise SpecError(f"{owner}: ghost= splits the batch of a batch-statistics norm (bn, bnn, ...); "
+                                f"a {self.kind} partition normalizes each sample on its own, drop ghost=")
+            if isinstance(self.ghost, bool) or not isinstance(self.ghost, int) or not 1 <= self.ghost <= 2**31:
+                raise SpecError(f"{owner}: ghost must be a number of samples >= 1 (or none for the whole "
+                                f"batch), got {self.ghost!r}")
         if self.kind == "group":
             if self.groups < 1:
                 raise SpecError(f"{owner}: groups must be >= 1, got {self.groups}")
@@ -60,7 +72,10 @@ class Partition:
         """Regroup a `(N, C, S)` view so each normalization group reduces over `Groups.dims`."""
         n, c, s = x3.shape
         if self.kind == "batch":
-            return x3, Groups(self, (0, 2), x3.shape, n * s, c)
+            if self.ghost is None or n <= self.ghost:
+                return x3, Groups(self, (0, 2), x3.shape, n * s, c)
+            # ghost batches (n a multiple of ghost, normkit.ghost): (N/ghost, ghost, C, S)
+            return x3.reshape(n // self.ghost, self.ghost, c, s), Groups(self, (1, 3), x3.shape, self.ghost * s, c)
         if self.kind == "layer":
             if tokens:
                 return x3, Groups(self, (1,), x3.shape, c, c)
@@ -104,10 +119,20 @@ class Groups:
         if self.partition.kind == "group":
             g = self.partition.groups
             return v.view(1, g, self.num_channels // g, 1)
+        if self.ghosted:
+            return v.view(1, 1, -1, 1)
         return v.view(1, -1, 1)
 
+    @property
+    def ghosted(self) -> bool:
+        """True for ghost batches grouped as `(N/ghost, ghost, C, S)` (statistics per ghost batch)."""
+        return self.dims == (1, 3) and self.partition.kind == "batch"
+
     def channel_stat(self, stat: Tensor) -> Tensor:
-        """A batch partition's keepdim statistic `(1, C, 1)` as a `(C,)` vector."""
+        """A batch partition's keepdim statistic `(1, C, 1)` as a `(C,)` vector; for ghost batches,
+        `(N/ghost, 1, C, 1)`, the mean over the ghost batches (what running buffers average)."""
+        if self.ghosted:
+            return stat.mean(dim=0).reshape(self.num_channels)
         return stat.reshape(self.num_channels)
 
     def ungroup(self, g: Tensor) -> Tensor:
@@ -182,6 +207,10 @@ class Step:
     """
 
     name: str = "step"
+    # True (declared on the class itself, not inherited) when `forward` reduces only through the Groups
+    # API (mean, var_mean, per_channel, channel_stat, dims): ghost batches then run as one grouped
+    # tensor instead of one layer call per ghost batch (normkit.ghost).
+    reduces_through_groups: bool = False
     # When True, fused_forward gets the input in its own dtype (fp16/bf16 included, so a kernel can
     # read half the bytes) and must compute statistics in float32 itself; otherwise it gets float32.
     fused_input_dtype: bool = False
@@ -289,6 +318,7 @@ class Standardize(Step):
     """
 
     name = "standardize"
+    reduces_through_groups = True
 
     def __init__(self, eps: float = 1e-5, momentum: float | None = 0.1,
                  track_running_stats: bool = True) -> None:

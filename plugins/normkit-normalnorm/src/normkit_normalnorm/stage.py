@@ -37,6 +37,7 @@ class NormalityStep(Step):
     """Estimate lambda per group (one Newton step), apply Yeo-Johnson, add noise when training."""
 
     name = "nn"
+    reduces_through_groups = True  # ghost batches run through `forward` as one grouped tensor
     fused_input_dtype = True  # fp16/bf16 reach the Triton kernel as they are (half the bytes read)
 
     def __init__(self, partition_kind: str, *, noise: float | None, alpha: float, eps: float,

@@ -39,6 +39,24 @@ def pooling_over_batch(norms: Sequence[str]) -> list[str]:
     return out
 
 
+def _norm_batch_phrase(config: Mapping[str, Any], norms: Sequence[str]) -> str:
+    """", bn and bnn normalizing over ghost batches of 2 and 16 samples (norm_batch; gn+pn pools no
+    batch, so norm_batch leaves it unchanged)" for a run that sets or sweeps norm_batch."""
+    values = (config.get("sweep") or {}).get("norm_batch") or (
+        [config["norm_batch"]] if config.get("norm_batch") is not None else [])
+    if not values:
+        return ""
+    pooled = pooling_over_batch(norms)
+    others = [n for n in norms if n not in pooled]
+    if not pooled:
+        return f" (norm_batch {_values(values)} changes none of these norms: none pools over the batch)"
+    rest = (f"; {_names(others)} {'pools' if len(others) == 1 else 'pool'} no batch, so norm_batch leaves "
+            f"{'it' if len(others) == 1 else 'them'} unchanged" if others else "")
+    noun = "samples" if len(values) > 1 or values[0] != 1 else "sample"
+    return (f", {_names(pooled)} normalizing over ghost batches of {' and '.join(map(str, values))} {noun} "
+            f"(norm_batch{rest})")
+
+
 def _values(values: Sequence[Any]) -> str:
     """Numbers as typed (0.02, not 0.020000); anything else (a missing value: None) as text."""
     return ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
@@ -167,24 +185,33 @@ def caption(config: Mapping[str, Any], *, seeds: int, comparisons: int, baseline
     batch = config.get("batch_size")
     size = (f"batches of {_values(sweep['batch_size'])} samples" if "batch_size" in sweep
             else f"a batch of {batch} samples")
+    size += _norm_batch_phrase(config, norms)
     shows = (f"Shows: {config.get('model')} on {config.get('dataset')}, {training_length(config)} at {size}, {lr}, "
              f"{_seeds_text(config, seeds)}; the {config.get('select')} epoch's "
              f"test-split value, each norm against {baseline} with Holm's adjustment over "
              f"{plural(comparisons, 'comparison')}.")
     shows += _length_sentence(config, summary)
     smallest = min(sweep.get("batch_size") or [batch])
+    if "norm_batch" in sweep or config.get("norm_batch") is not None:
+        smallest = min(sweep.get("norm_batch") or [config.get("norm_batch")])
     pooled = pooling_over_batch(norms) if isinstance(smallest, int) and smallest <= SMALL_BATCH else []
     if pooled:
-        where = f" (in the batch_size={smallest} cell)" if "batch_size" in sweep else ""
+        key = "norm_batch" if "norm_batch" in sweep else "batch_size"
+        where = f" (in the {key}={smallest} cell)" if key in sweep else ""
         verb = "normalizes" if len(pooled) == 1 else "normalize"
-        shows += (f" At {smallest} samples per step{where}, {_names(pooled)} {verb} over a batch of {smallest}, "
+        per = "ghost batch" if key == "norm_batch" or config.get("norm_batch") is not None else "step"
+        shows += (f" At {smallest} samples per {per}{where}, {_names(pooled)} {verb} over a batch of {smallest}, "
                   f"the small-batch regime of detection and segmentation that batch-independent norms (group, layer, "
                   f"proxy) were made for.")
     found = _interaction_sentences(config, summary) + _ablation_sentences(summary)
     if found:
         shows += f" Found: {'; '.join(found)}."
     not_shown, add = ["how the norms rank on other models, datasets or at other training lengths"], []
-    if "batch_size" not in sweep:
+    if "batch_size" not in sweep and "norm_batch" in sweep:
+        not_shown.append("whether a gap depends on the gradient batch size (norm_batch varies only the batch the "
+                         "norms normalize over, at a fixed gradient batch, steps and examples)")
+        add.append(f"--sweep batch_size=... --budget steps={_steps_hint(summary)}")
+    elif "batch_size" not in sweep:
         not_shown.append("whether a gap depends on the batch size")
         add.append(f"--sweep batch_size={smallest},{max(16, 8 * smallest) if isinstance(smallest, int) else 16} "
                    f"--budget steps={_steps_hint(summary)}")

@@ -10,6 +10,7 @@ Split from the training loop (`normkit_lab.runs.training`), which imports it.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import re
@@ -97,6 +98,15 @@ def _check_numbers(cfg: TrainConfig) -> None:
     for key, ok, expected in checks:
         _require(ok, f"{key} must be {expected}, got {short_repr(getattr(cfg, key))}")
     check_divisible(cfg.batch_size, cfg.nproc_per_node)
+    check_norm_batch(cfg)
+
+
+def check_norm_batch(cfg: TrainConfig) -> None:
+    """norm_batch: ghost batches that split every process's share of the batch evenly."""
+    n, local = cfg.norm_batch, cfg.batch_size // cfg.nproc_per_node
+    _require(n is None or (_is_int(n) and 1 <= n <= local and local % n == 0),
+             f"norm_batch must divide the batch each process normalizes ({local} samples: batch_size "
+             f"{cfg.batch_size} / nproc_per_node {cfg.nproc_per_node}), or be unset, got {short_repr(n)}")
 
 
 def steps_per_epoch(cfg: TrainConfig, train_size: int) -> int:
@@ -193,8 +203,25 @@ def run_dataset(cfg: TrainConfig) -> DatasetBundle:
 
 
 def build_run_model(cfg: TrainConfig, norm: str, data: DatasetBundle) -> nn.Module:
-    return build_model(cfg.model, norm, num_classes=data.num_classes, in_channels=data.in_channels,
-                       image_size=data.image_size, **cfg.model_params)
+    model = build_model(cfg.model, norm, num_classes=data.num_classes, in_channels=data.in_channels,
+                        image_size=data.image_size, **cfg.model_params)
+    if cfg.norm_batch is not None:
+        set_norm_batch(model, cfg.norm_batch)
+    return model
+
+
+def set_norm_batch(model: nn.Module, size: int) -> int:
+    """Make every normkit layer of `model` whose statistics pool over the batch normalize over ghost
+    batches of `size` samples (as if built with `ghost=size`); returns how many layers changed."""
+    changed = 0
+    for module in model.modules():
+        partition = getattr(module, "partition", None)
+        if isinstance(module, normkit.NormLayer) and partition is not None and partition.uses_batch:
+            partition = dataclasses.replace(partition, ghost=size)
+            partition.check(module.num_channels, module.spec)
+            module.partition = partition
+            changed += 1
+    return changed
 
 
 def _check_size(cfg: TrainConfig, norms: list[str], data: DatasetBundle) -> None:

@@ -301,9 +301,10 @@ def load_yaml(path: str | Path, saved: bool = False) -> dict[str, Any]:
 
 
 # A model's or dataset's registered `sweep` and `budget` are a default design (digits: batch 2 and 16 at
-# equal steps): it stands only while the user gives none of these keys, which choose a design of their own
-# (`design_note` says so when that drops the design's cells).
-DESIGN_KEYS = ("epochs", "budget", "batch_size", "sweep")
+# equal steps; digit-blends: normalization batch 2 and 16 at a gradient batch of 16 and equal steps): it
+# stands only while the user gives none of these keys, which choose a design of their own (`design_note`
+# says so when that drops the design's cells).
+DESIGN_KEYS = ("epochs", "budget", "batch_size", "norm_batch", "sweep")
 
 
 def _registered(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:

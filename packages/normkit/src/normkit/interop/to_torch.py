@@ -108,6 +108,8 @@ def _with_activation(module: nn.Module, layer: NormLayer) -> nn.Module | str:
 def _norm_module(layer: NormLayer, step: Standardize | RMSScale, ndim: int | None) -> nn.Module | str:
     """The torch module computing the layer's normalization and affine, or why there is none."""
     kind, c, recovery = layer.partition.kind, layer.num_channels, layer.recovery
+    if layer.partition.ghost is not None:
+        return "ghost batches (ghost=) have no torch module"
     if isinstance(step, RMSScale):
         if kind == "layer" and layer.per_position:
             return _rms_norm_2d(c, step.eps, recovery)

@@ -1,0 +1,114 @@
+"""Ghost batches: a batch-statistics norm normalizing over groups of `ghost` samples of its batch.
+
+`bn(ghost=2)` (any norm whose partition pools over the batch: bn, bnn, brn, a plugin's) splits a
+training batch of N samples into N/ghost consecutive ghost batches and runs the whole layer on each
+one alone, exactly as `torch.nn.functional.batch_norm` applied chunk by chunk: the batch the norm
+normalizes over varies while the gradient batch (and so the gradient noise and the examples seen)
+stays fixed (Hoffer et al., Train longer, generalize better, NeurIPS 2017, arXiv:1705.08741).
+
+Steps that reduce only through the `Groups` API (`Step.reduces_through_groups`: bn's standardize, the
+normality norm's nn) see all ghost batches at once as a `(N/ghost, ghost, C, S)` tensor reduced over
+dims (1, 3), one call on the reference path (fused kernels pool the whole batch, so they are not
+used); any other layer (a plugin's step, a post-activation step, probes, a remainder) runs once
+per ghost batch. Both compute the same function.
+
+Running buffers (running_mean/var, bnn's running_lambda, ...): every ghost batch starts from the same
+buffers, and the layer keeps the mean of the values they end with, so one training step is one
+update, with the mean of the ghost batches' statistics for an EMA or cumulative buffer; integer
+buffers (num_batches_tracked) count steps, as without ghost batches. Eval uses running statistics
+as usual (a layer without them, `track_running_stats=False`, also normalizes ghost batches in eval).
+
+A batch that ghost does not divide ends with a smaller ghost batch of the N mod ghost samples left
+(as `torch.split`), and the buffers are then averaged weighted by each ghost batch's samples.
+Under `normkit.convert_sync` each process normalizes its own ghost batches (with local batches
+divisible by ghost they are exactly the ghost batches one process forms from the concatenated
+batch) and the buffers are averaged over the ghost batches of all processes, so K processes end
+with the buffers one process would.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+NormLayer = nn.Module  # a normkit.layer.NormLayer (not imported: the layer imports this module)
+
+
+def applies(layer: NormLayer) -> bool:
+    """True when the layer normalizes with batch statistics now (training, or no running statistics)."""
+    if layer.training:
+        return True
+    return not any(name.startswith("running_") for name, _ in layer.named_buffers(recurse=False))
+
+
+def forward_in_ghost_batches(layer: NormLayer, x: Tensor) -> Tensor:
+    """The layer's output on `x` computed ghost batch by ghost batch (see the module docstring)."""
+    size, n = layer.partition.ghost, x.shape[0]
+    if n <= size:
+        return _forward(layer, x)
+    if n % size == 0 and _groups_only(layer):
+        return _forward(layer, x, grouped=True)
+    chunks = x.split(size)
+    # Each ghost batch updates its own copy of the buffers (torch's batch_norm saves the running
+    # statistics it updates for its backward, so the layer's own ones are written once, at the end).
+    names = [name for name, b in layer._buffers.items() if b is not None]
+    own = {name: layer._buffers[name] for name in names}
+    outs, ends = [], []
+    try:
+        for chunk in chunks:
+            for name in names:
+                layer._buffers[name] = own[name].detach().clone()
+            outs.append(_forward(layer, chunk))
+            ends.append({name: layer._buffers[name] for name in names})
+    finally:
+        layer._buffers.update(own)
+    weights = torch.tensor([float(c.shape[0]) for c in chunks], dtype=torch.float64)
+    with torch.no_grad():
+        for name, buffer in own.items():
+            if buffer.is_floating_point():
+                stacked = torch.stack([end[name] for end in ends])
+                buffer.copy_(_mean_over_ghost_batches(layer, stacked, weights))
+            else:
+                buffer.copy_(ends[-1][name])
+    out = torch.cat(outs)
+    if x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
+        return out.contiguous(memory_format=torch.channels_last)
+    return out
+
+
+def _groups_only(layer: NormLayer) -> bool:
+    """True when every step reduces through Groups (declared on its own class) and nothing else
+    needs the per-call path: the whole batch then runs as one `(N/ghost, ghost, C, S)` tensor."""
+    return (not layer.probes and layer.post is None and not layer.round_before_gain
+            and all(type(step).__dict__.get("reduces_through_groups", False) or step.needs_conv
+                    for step in layer.steps))
+
+
+def _forward(layer: NormLayer, x: Tensor, grouped: bool = False) -> Tensor:
+    """The layer on `x`, statistics in float32 even under autocast. `grouped`: on the grouped ghost
+    batches through the steps' reference path (a fused path would pool the whole batch)."""
+    if torch.is_autocast_enabled(x.device.type):
+        with torch.autocast(x.device.type, enabled=False):
+            return _forward(layer, x, grouped)
+    if not grouped:
+        return layer._forward(x)
+    xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    out = layer._generic(xf)
+    out = out.to(x.dtype) if out.dtype != x.dtype else out
+    if x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
+        return out.contiguous(memory_format=torch.channels_last)
+    return out.contiguous()
+
+
+def _mean_over_ghost_batches(layer: NormLayer, ends: Tensor, samples: Tensor) -> Tensor:
+    """Mean over dim 0 (this process's ghost batches) weighted by their samples, over every
+    process's ghost batches when synced."""
+    w = samples.to(ends).view(-1, *([1] * (ends.dim() - 1)))
+    total, count = (ends * w).sum(dim=0), samples.sum().to(ends).reshape(1)
+    sync = layer.sync
+    if sync is not None and sync.active():
+        import torch.distributed as dist
+
+        dist.all_reduce(total, group=sync.process_group)
+        dist.all_reduce(count, group=sync.process_group)
+    return total / count
