@@ -206,7 +206,7 @@ def run(archs: list[str], dtypes: list[str], sms: int, jobs_n: int, only: str = 
     with ProcessPoolExecutor(jobs_n) if jobs_n > 1 else nullcontext() as pool:
         firsts = list(pool.map(measure, [g[0] for g in groups]) if pool else map(measure, [g[0] for g in groups]))
     rows = []
-    for group, first in zip(groups, firsts):
+    for group, first in zip(groups, firsts, strict=True):
         for case, dtype, noise, direction, _item, _elements, arch in group:
             rows.append(Row(**{**asdict(first), "case": case, "dtype": dtype, "noise": noise,
                                "direction": direction, "arch": arch}))
@@ -223,9 +223,11 @@ def report(rows: list[Row], out=sys.stdout) -> int:
     for r in rows:
         out.write(f"| {r.case} | {r.dtype} | {'on' if r.noise else 'off'} | {r.arch} | {r.direction} | {r.kernel} | "
                   f"{r.warps} | {r.registers} | {r.spill_bytes} | {r.per_element:g} | {r.budget:g} |\n")
-    out.write("\nPer direction (row path: the worst pass; split path: all passes together):\n\n"
-              "| case | dtype | noise | arch | dir | path | passes | instr/elem | max regs | spill B | target |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|\n")
+    out.write("\nPer direction (row path: the worst pass; split path: all passes together). Predicted µs: the "
+              "model's H100 time, each pass max(activation bytes / 3.35 TB/s, instructions / 2.97e13 per s), "
+              "summed; a prediction, not a measurement (launch overhead and L2 not modelled):\n\n"
+              "| case | dtype | noise | arch | dir | path | passes | instr/elem | max regs | spill B | "
+              "predicted µs | target |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     groups: dict = {}
     for r in rows:
         groups.setdefault((r.case, r.dtype, r.noise, r.arch, r.direction), []).append(r)
@@ -239,8 +241,20 @@ def report(rows: list[Row], out=sys.stdout) -> int:
         verdict = "" if target is None else f"{target} ({'met' if met else 'MISSED'})"
         out.write(f"| {case} | {dtype} | {'on' if noise else 'off'} | {arch} | {direction} | {path} | {len(members)} | "
                   f"{value:.1f} | {max(m.registers for m in members)} | {sum(m.spill_bytes for m in members)} | "
-                  f"{verdict} |\n")
+                  f"{predicted_us(case, members)} | {verdict} |\n")
     return missed
+
+
+def predicted_us(case: str, members: list[Row]) -> str:
+    """The roofline-and-issue model's H100 time of one direction at the case's shape (µs), as text."""
+    shape = next((shape for name, _, shape in SHAPES if name == case), None)
+    if shape is None:
+        return "-"
+    numel = math.prod(shape)
+    issue_rate = ISSUE_PER_BYTE * 3.35e12  # thread-instructions per second
+    seconds = sum(max(numel * m.budget / ISSUE_PER_BYTE / 3.35e12, numel * m.per_element / issue_rate)
+                  for m in members)
+    return f"{seconds * 1e6:.0f}"
 
 
 def main(argv: list[str] | None = None) -> int:

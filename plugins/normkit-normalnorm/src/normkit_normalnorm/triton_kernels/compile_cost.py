@@ -122,19 +122,26 @@ def _target(arch: str):
     return GPUTarget("cuda", int(arch.removeprefix("sm_").rstrip("a")), 32)
 
 
-def compile_launch(item: Launch, arch: str):
-    """The CompiledKernel the JIT would build for this launch on `arch` ("sm_80", "sm_90")."""
-    import triton
-    from triton.compiler import ASTSource, make_backend
+def specialization(item: Launch, arch: str) -> tuple[Any, dict, dict, dict]:
+    """(options, signature, constexprs, attrs) as the JIT's own binder derives them from the arguments."""
+    from triton.compiler import make_backend
     from triton.runtime.jit import create_function_from_signature
 
     fn = item.kernel
-    target = _target(arch)
-    backend = make_backend(target)
+    backend = make_backend(_target(arch))
     binder = create_function_from_signature(fn.signature, fn.params, backend)
-    bound, specialization, options = binder(*item.args, **item.kwargs)
-    options, signature, constexprs, attrs = fn._pack_args(backend, item.kwargs, bound, specialization, options)
-    return triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options.__dict__)
+    bound, spec, options = binder(*item.args, **item.kwargs)
+    return fn._pack_args(backend, item.kwargs, bound, spec, options)
+
+
+def compile_launch(item: Launch, arch: str):
+    """The CompiledKernel the JIT would build for this launch on `arch` ("sm_80", "sm_90")."""
+    import triton
+    from triton.compiler import ASTSource
+
+    options, signature, constexprs, attrs = specialization(item, arch)
+    return triton.compile(ASTSource(item.kernel, signature, constexprs, attrs), target=_target(arch),
+                          options=options.__dict__)
 
 
 def _tool(name: str) -> Path:

@@ -36,9 +36,10 @@ def _k(kernel, traced: bool):
 
 
 def _num_warps(block: int) -> int:
-    """block/256 warps, at most 8 (as the Triton layer-norm tutorial): at 16 warps ptxas has 128
-    registers per thread and the row kernels spilled at block 4096 on sm_80 (aot.py check)."""
-    return min(max(block // 256, 1), 8)
+    """block/512 warps, at most 8: 16 values per thread, so each of a kernel's many reductions costs
+    its shuffles and barriers once per 16 values (the kernel-cost benchmark counts them); at 16 warps
+    ptxas has 128 registers per thread and the row kernels spilled at block 4096 (aot.py check)."""
+    return min(max(block // 512, 1), 8)
 
 
 def _spread_warps(block: int) -> int:
@@ -111,9 +112,9 @@ def forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, geo: Geometr
             NOISE=noise, DETACH=opts.detach_lambda, num_warps=_num_warps(block),
             **common, **scalars, **opts.clamp_flags, **flags)
         return y, stats
-    br, bt, n_tb, n_ch = _tiles(geo)
+    br, bt, _, n_ch = _tiles(geo)
     grid = (geo.n_groups, n_ch)
-    tiles = dict(R=geo.rows, T=geo.cols, n_tb=n_tb, BR=br, BT=bt, **common)
+    tiles = dict(R=geo.rows, T=geo.cols, BR=br, BT=bt, **common)
     warps = _num_warps(br * bt)
     block_ch = min(triton.next_power_of_2(n_ch), 1024)
     moments = torch.empty(geo.n_groups, n_ch, 3, dtype=torch.float32, device=x3.device)
@@ -169,12 +170,12 @@ def backward(dy: Tensor, x3: Tensor, weight: Tensor | None, stats: Tensor, geo: 
     else:
         br, bt, n_tb, n_ch = _tiles(geo)
         grid = (geo.n_groups, n_ch)
-        tiles = dict(R=geo.rows, T=geo.cols, n_tb=n_tb, BR=br, BT=bt, **common)
+        tiles = dict(R=geo.rows, T=geo.cols, BR=br, BT=bt, **common)
         warps = _num_warps(br * bt)
         sums = torch.empty(geo.n_groups, n_ch, 5, dtype=torch.float32, device=dev)
         parts = torch.empty(2, geo.n_groups, geo.rows, n_tb, dtype=torch.float32, device=dev)
-        _k(split_backward_reduce, traced)[grid](x3, dy, w, stats, sums, parts[0], parts[1], noise=opts.noise, seed_ptr=seed,
-                                    num_warps=warps, **tiles, **flags)
+        _k(split_backward_reduce, traced)[grid](x3, dy, w, stats, sums, parts[0], parts[1], M=geo.size,
+                                                noise=opts.noise, seed_ptr=seed, num_warps=warps, **tiles, **flags)
         _k(split_backward_input, traced)[grid](x3, dy, dx, w, stats, sums, M=geo.size,
                                    BLOCK_CH=min(triton.next_power_of_2(n_ch), 1024), num_warps=warps,
                                    USE_RUNNING=use_running, HAS_W=has_w, LAMBDA_GRAD=lambda_grad,
