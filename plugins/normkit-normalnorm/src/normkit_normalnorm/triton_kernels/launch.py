@@ -42,11 +42,6 @@ def _num_warps(block: int) -> int:
     return min(max(block // 512, 1), 8)
 
 
-def _spread_warps(block: int) -> int:
-    """Warps of split_spread: half of _num_warps; at 8 warps ptxas spills 4 bytes on sm_80."""
-    return max(1, _num_warps(block) // 2)
-
-
 def _strides(x3: Tensor) -> dict[str, int]:
     sn, sc, ss = x3.stride()
     return {"sn": sn, "sc": sc, "ss": ss}
@@ -128,7 +123,7 @@ def forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, geo: Geometr
         spread = torch.empty_like(sum_x)
         for first, out in ((True, sum_x), (False, spread)):
             _k(split_spread, traced)[grid](x3, moments, newton, sum_x, out, M=geo.size, BLOCK_CH=block_ch,
-                               FIRST=first, num_warps=_spread_warps(br * bt), **tiles, **scalars,
+                               FIRST=first, num_warps=warps, **tiles, **scalars,
                                **opts.clamp_flags)
     _k(split_output, traced)[grid](x3, y, w, b, stats, moments, newton, spread, **running, M=geo.size, noise=opts.noise,
                        seed_ptr=seed, BLOCK_CH=block_ch, NOISE=noise, DETACH=opts.detach_lambda,
