@@ -36,10 +36,18 @@ def _k(kernel, traced: bool):
 
 
 def _num_warps(block: int) -> int:
-    """block/512 warps, at most 8: 16 values per thread, so each of a kernel's many reductions costs
-    its shuffles and barriers once per 16 values (the kernel-cost benchmark counts them); at 16 warps
-    ptxas has 128 registers per thread and the row kernels spilled at block 4096 (aot.py check)."""
+    """block/512 warps, at most 8: 16 values per thread, so each of a kernel's many reductions (and a
+    split pass's combining of the tiles' partials) costs its shuffles and barriers once per 16 values
+    (the kernel-cost benchmark counts them); at 16 warps ptxas has 128 registers per thread and the
+    row kernels spilled at block 4096 (aot.py check)."""
     return min(max(block // 512, 1), 8)
+
+
+def _reduce_warps(block: int) -> int:
+    """Warps of split_backward_reduce: block/256 (8 values per thread); at 16 it spilled 8 bytes on
+    sm_90 (aot.py check, bf16, a one-row tile). split_output spilled at 8 values per thread on sm_80,
+    and split_spread at 32 on sm_90, so the other split kernels keep _num_warps."""
+    return min(max(block // 256, 1), 8)
 
 
 def _strides(x3: Tensor) -> dict[str, int]:
@@ -170,7 +178,8 @@ def backward(dy: Tensor, x3: Tensor, weight: Tensor | None, stats: Tensor, geo: 
         sums = torch.empty(geo.n_groups, n_ch, 5, dtype=torch.float32, device=dev)
         parts = torch.empty(2, geo.n_groups, geo.rows, n_tb, dtype=torch.float32, device=dev)
         _k(split_backward_reduce, traced)[grid](x3, dy, w, stats, sums, parts[0], parts[1], M=geo.size,
-                                                noise=opts.noise, seed_ptr=seed, num_warps=warps, **tiles, **flags)
+                                                noise=opts.noise, seed_ptr=seed, num_warps=_reduce_warps(br * bt),
+                                                **tiles, **flags)
         _k(split_backward_input, traced)[grid](x3, dy, dx, w, stats, sums, M=geo.size,
                                    BLOCK_CH=min(triton.next_power_of_2(n_ch), 1024), num_warps=warps,
                                    USE_RUNNING=use_running, HAS_W=has_w, LAMBDA_GRAD=lambda_grad,
