@@ -37,7 +37,6 @@ PEAK_GBPS = {"H100 SXM": 3350.0, "H100 80GB HBM3": 3350.0, "H100 PCIe": 2000.0, 
              "A100-PCIE-40GB": 1555.0}
 TOLERANCE = {"fp32": 1e-3, "bf16": 5e-2}  # as plugins/normkit-normalnorm/tests/test_triton_kernels.py
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-ROW_MAX, BACKWARD_ROW_MAX = 4096, 2048  # triton_kernels/config.py
 
 
 @dataclass(frozen=True)
@@ -78,8 +77,10 @@ def model_passes(case: Case, path: str, noise: bool = True) -> tuple[int, int] |
         return 2, 3
     if base not in ("triton", "kernel"):
         return None
-    forward = 2 if case.group_size <= ROW_MAX else (6 if noise else 4)
-    backward = 3 if case.group_size <= BACKWARD_ROW_MAX else 5
+    from normkit_normalnorm.triton_kernels.config import config
+
+    forward = 2 if case.group_size <= config.row_max else (6 if noise else 4)
+    backward = 3 if case.group_size <= min(config.row_max, config.backward_row_max) else 5
     return forward, backward
 
 

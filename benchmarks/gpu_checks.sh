@@ -4,7 +4,9 @@
 # 1. device and versions; 2. benchmarks/bench_normalnorm_gpu.py (timings vs torch's norms and the
 # roofline, plus the check against the CPU reference); 3. the GPU tests (`-m gpu`) and every
 # non-slow Triton kernel test on CUDA; 4. `normkit compare`'s default and one preset with
-# --device cuda. Each step has its own time limit so a slow one cannot take the others' time.
+# --device cuda; 5. benchmarks/kernel_cost.py (compiled instruction counts of the same kernels, CPU only,
+# so a timing can be set beside its prediction). Each step has its own time limit so a slow one cannot
+# take the others' time.
 # With a folder .whl/ of this checkout's wheels (pip wheel --no-deps), they are installed into
 # /tmp/site first (the machine needs no package index); otherwise the packages must be installed.
 set -u
@@ -33,3 +35,5 @@ echo "gpu-marked tests exit $?" >> "$out/tests.txt"
 echo "compare exit $?" >> "$out/compare.txt"
 ( time timeout "${PRESET_S:-100}" "${normkit[@]}" reproduce normalnorm-gaussianity-robustness --device cuda --out "$runs/preset" ) > "$out/preset.txt" 2>&1
 echo "preset exit $?" >> "$out/preset.txt"
+timeout "${COST_S:-300}" $py benchmarks/kernel_cost.py --jobs "$(nproc)" --json "$out/kernel_cost.json" \
+  > "$out/kernel_cost.txt" 2>&1; echo "kernel cost exit $?" >> "$out/kernel_cost.txt"

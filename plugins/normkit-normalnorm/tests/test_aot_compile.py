@@ -1,37 +1,52 @@
-"""Ahead-of-time compile check: the kernels compile for real GPU targets without a device, and the
-configurations the launcher picks neither fail nor spill registers (bundled ptxas -v)."""
+"""Ahead-of-time compile check: the kernels compile for real GPU targets without a device, with the
+specialization Triton's JIT applies at the launch, and the configurations the launcher picks neither
+fail nor spill registers (bundled ptxas -v)."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 import pytest
 
 pytest.importorskip("triton")
 
-from normkit_normalnorm.triton_kernels import aot
-from normkit_normalnorm.triton_kernels.config import config
-from normkit_normalnorm.triton_kernels.geometry import NSTAT
-from normkit_normalnorm.triton_kernels.launch import _num_warps
+from normkit_normalnorm.triton_kernels import aot, compile_cost
+
+ALL_ON = dict.fromkeys(("affine", "noise", "clamp", "detach", "running"), True)
 
 
-def _heaviest_row_backward(block: int) -> aot.Case:
-    flags = {"HAS_W": True, "HAS_B": True, "USE_RUNNING": False, "NOISE": True, "LAMBDA_GRAD": True}
-    return aot.Case("row_backward", "bf16", (("PART", 0), ("BLOCK", block), ("NSTAT", NSTAT), *flags.items()),
-                    _num_warps(block))
+def _launch(kernel: str, dtype: str = "bf16", shape=(2, 4096, 3)) -> compile_cost.Launch:
+    """A launch the launcher makes for a token-layout layer call (the largest row group)."""
+    return next(item for item in aot._record("layer", True, shape, ALL_ON, dtype) if item.name == kernel)
+
+
+def test_launches_are_specialized_like_the_jit():
+    """Ints equal to 1 become constants and 16-aligned pointers get divisibility hints, as at launch."""
+    item = _launch("row_forward", "fp32")
+    assert item.argument("sc") == 1  # channels-last tokens: the row stride
+    _options, signature, constexprs, attrs = compile_cost.specialization(item, "sm_90")
+    assert signature["sc"] == "constexpr"
+    assert constexprs[(item.kernel.arg_names.index("sc"),)] == 1
+    assert signature["sn"] == "i32"
+    pointer = item.kernel.arg_names.index("x_ptr")
+    assert ["tt.divisibility", 16] in attrs[(pointer,)]
 
 
 def test_largest_row_backward_compiles_for_sm80_without_spills():
-    """The largest block the launcher gives the row backward (the config that spilled before)."""
-    result = aot.compile_case(_heaviest_row_backward(min(config.row_max, config.backward_row_max)), "sm_80")
+    """The largest row group the launcher gives the row backward (4096 values, every flag on)."""
+    item = _launch("row_backward")
+    assert item.kwargs["BLOCK"] == 4096
+    result = aot.compile_case(aot.Case(item.name, "bf16", aot._label(item), item.num_warps, item), "sm_80")
     assert result.error == ""
     assert result.registers > 0 and result.ptx_lines > 0
     assert (result.spill_store, result.spill_load) == (0, 0)
 
 
 def test_a_compile_error_is_reported_not_raised():
-    case = aot.Case("row_forward", "fp32", (("PART", 0), ("BLOCK", 1000)), 4)  # BLOCK not a power of 2
-    result = aot.compile_case(case, "sm_90")
+    item = _launch("row_forward", "fp32", shape=(2, 5, 3))
+    bad = dataclasses.replace(item, kwargs={**item.kwargs, "BLOCK": 1000})  # not a power of 2
+    result = aot.compile_case(aot.Case(bad.name, "fp32", "BLOCK=1000", 4, bad), "sm_90")
     assert result.error and not result.ok
 
 

@@ -8,6 +8,7 @@ Shapes are tiny and grids small, because the interpreter runs programs one after
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -476,3 +477,69 @@ def test_row_forward_with_split_backward_matches_row_backward(monkeypatch, parti
     got = run(normality_triton, x3, weight, bias, dy, **kw)
     assert torch.equal(got[0], want[0])
     assert_close(got, want, tol=1e-5)
+
+
+def _philox4x32_7(seed: int, counter: np.ndarray) -> list[np.ndarray]:
+    """Philox-4x32 with 7 rounds at (counter, 0, 0, 0) and key (seed low, seed high), as tl.randint4x."""
+    mask = np.uint64(0xFFFFFFFF)
+    c = [counter.astype(np.uint64), *(np.zeros_like(counter, dtype=np.uint64) for _ in range(3))]
+    k0, k1 = np.uint64(seed & 0xFFFFFFFF), np.uint64(seed >> 32)
+    for _ in range(7):
+        p0, p2 = np.uint64(0xD2511F53) * c[0], np.uint64(0xCD9E8D57) * c[2]
+        c = [((p2 >> np.uint64(32)) ^ c[1] ^ k0) & mask, p2 & mask, ((p0 >> np.uint64(32)) ^ c[3] ^ k1) & mask,
+             p0 & mask]
+        k0, k1 = (k0 + np.uint64(0x9E3779B9)) & mask, (k1 + np.uint64(0xBB67AE85)) & mask
+    return c
+
+
+def documented_noise(seed: int, gid: int, m: int) -> np.ndarray:
+    """The noise of in-group values j = 0..m-1 of group `gid`, as docs/performance.md defines it: lane j % 4
+    of Philox-4x32-7 at counter gid * ceil(m / 4) + j // 4; Box-Muller on lanes (0, 1) and (2, 3) with
+    u = (bits >> 8 + 0.5) / 2^24, radius sqrt(-2 ln u1), angle 2 pi u2 - pi, cos then sin."""
+    j = np.arange(m)
+    lanes = _philox4x32_7(seed, gid * ((m + 3) // 4) + j // 4)
+    first = (j % 4) < 2
+    bits_r, bits_a = np.where(first, lanes[0], lanes[2]), np.where(first, lanes[1], lanes[3])
+    u1 = ((bits_r >> np.uint64(8)).astype(np.float64) + 0.5) / 2**24
+    angle = ((bits_a >> np.uint64(8)).astype(np.float64) + 0.5) / 2**24 * 2 * np.pi - np.pi
+    radius = np.sqrt(-2 * np.log(u1))
+    return np.where(j % 2 == 0, radius * np.cos(angle), radius * np.sin(angle))
+
+
+def noise_of(x3, weight, bias, partition, seed):
+    """The standard normals a noisy training forward drew: (noisy - clean) / (w * noise * scale)."""
+    first, clean = noisy(x3, weight, bias, partition, seed), noisy(x3, weight, bias, partition, seed, noise=0.0)
+    pre = normality_norm(x3.double(), None, None, partition=partition, training=True)
+    dims = (0, 2) if partition == "batch" else (1, 2)
+    scale = (pre - pre.mean(dims, keepdim=True)).abs().mean(dims, keepdim=True).float()
+    return (first - clean) / (weight.view(1, -1, 1) * 0.5 * scale)
+
+
+@pytest.mark.parametrize("path", ["row", "split"])
+def test_noise_is_the_documented_philox_stream(monkeypatch, path):
+    """Both paths draw the documented numbers (one Philox call per four neighbouring values of a group,
+    in the partition's in-group order, so neither the memory layout nor the path changes them)."""
+    choose_path(path, monkeypatch)
+    x3 = make_input((3, 4, 40), seed=52, constant_channel=False)  # layer: 3 groups of 160 values, j = c*S + s
+    weight, bias = params(4, 53)
+    torch.manual_seed(8)
+    seed = int(torch.randint(0, 2**31 - 1, (1,), device=DEVICE))  # the launcher's draw, same generator state
+    z = noise_of(x3, weight, bias, "layer", 8)
+    want = np.stack([documented_noise(seed, gid, 160) for gid in range(3)]).reshape(3, 4, 40)
+    torch.testing.assert_close(z, torch.from_numpy(want).float(), rtol=2e-3, atol=2e-3)
+
+
+def test_noise_of_shared_philox_calls_is_standard_normal_and_independent():
+    """Four values share one Philox call and two share a Box-Muller radius: still mean 0, variance 1, and
+    no correlation of values or of squares between neighbours within or across quads (lags 1-4)."""
+    x3 = make_input((4, 8, 64), seed=50, constant_channel=False)
+    weight, bias = params(8, 51)
+    z = noise_of(x3, weight, bias, "layer", 7).reshape(4, -1).double()  # in-group order
+    n = z.numel()
+    assert abs(z.mean().item()) < 4 / n**0.5
+    assert abs(z.var().item() - 1) < 4 * (2 / n) ** 0.5
+    for lag in (1, 2, 3, 4):
+        for power in (1, 2):
+            a, b = z[:, :-lag].pow(power).flatten(), z[:, lag:].pow(power).flatten()
+            corr = torch.corrcoef(torch.stack([a, b]))[0, 1].item()
+            assert abs(corr) < 4 / a.numel() ** 0.5, (lag, power, corr)

@@ -130,3 +130,15 @@ def test_compile_front_end_sees_the_backward_kernels(partition, shape, expected)
         args = (torch.randn_like(x3), x3, torch.ones(shape[1], device="cuda"), torch.zeros(shape[1], device="cuda"),
                 torch.zeros(groups, 9, device="cuda"), torch.zeros(1, dtype=torch.int64, device="cuda"))
         assert aot_kernels(lambda *a: backward(*a)[0], *args) == expected
+
+
+def test_noise_seed_is_drawn_on_the_inputs_device():
+    """The noise seed comes from the CUDA generator: no host draw, no host-to-device copy in the graph."""
+    layer = normkit.build("lnn(kernel=triton)", 64, channel_dim=-1).train()  # noise 1.0 by default
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        to_fake_cuda(layer, torch.float32)
+        exported = torch.export.export(layer, (torch.randn(4, 8, 64, device="cuda"),))
+    op = next(n for n in exported.graph.nodes if n.target is torch.ops.normkit_normalnorm.normality_forward.default)
+    seed = op.args[6]
+    assert "randint" in str(seed.target)
+    assert seed.meta["val"].device.type == "cuda"

@@ -12,9 +12,11 @@ Design (details in docs/performance.md, "Normality normalization, fused Triton k
   backward two passes, because dx's mean terms are linear in the lambda gradient.
 - Eval of a batch partition with running statistics: one elementwise pass.
 - Saved for backward: the input and a (groups, 9) float32 table (mean, rstd, lambda, noise scale,
-  mean of d, three lambda-gradient coefficients, var). The noise is never stored: it is Philox
-  `tl.randn(seed, logical index)` and the backward regenerates it for the weight gradient; the
-  seed is drawn from torch's default generator, so `torch.manual_seed` reproduces it.
+  mean of d, three lambda-gradient coefficients, var). The noise is never stored: it is
+  Philox-4x32-7 at a counter per four neighbouring values of a group (one call feeds four values,
+  Box-Muller on the special-function unit), and the backward regenerates it for the weight gradient;
+  the seed is drawn on the input's device from torch's default generator, so `torch.manual_seed`
+  reproduces it.
 
 Import-safe without Triton: nothing here imports triton until a kernel runs.
 """
@@ -90,15 +92,18 @@ def normality_triton(
     tracked = partition == "batch" and running_mean is not None
     factor = ema_factor(momentum, num_batches_tracked) if tracked and training else None
     with_noise = training and noise > 0
-    # The seed (drawn from torch's default CPU generator, so torch.manual_seed reproduces the noise)
-    # reaches the kernels as a one-element tensor they read: a traced graph then draws it anew per call.
-    seed = torch.randint(0, 2**31 - 1, (1,)) if with_noise else torch.zeros(1, dtype=torch.int64)
+    # The seed is drawn on x3's device by that device's default generator (torch.manual_seed seeds them
+    # all): no host draw, no host-to-device copy, and a CUDA-graph replay draws it anew from the graph-safe
+    # generator. It reaches the kernels as a one-element tensor they read, so a traced graph redraws it too.
+    device = x3.device if x3.device.type != "meta" else None
+    seed = (torch.randint(0, 2**31 - 1, (1,), device=device) if with_noise
+            else torch.zeros(1, dtype=torch.int64, device=device))
     if not (torch.compiler.is_compiling() or _fake(x3)):
         geo = geometry(x3.shape, partition, groups, tokens)
         opts = Options(training, eps, alpha, noise, lambda_min, lambda_max, detach_lambda)
         need_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x3, weight, bias))
         return NormalityFunction.apply(x3, weight, bias, (running_mean, running_var, running_lambda),
-                                       seed.to(x3.device), geo, opts, factor, out_dtype or x3.dtype, need_grad)
+                                       seed, geo, opts, factor, out_dtype or x3.dtype, need_grad)
     y, stats = normality_forward(x3, weight, bias, running_mean, running_var, running_lambda, seed,
                                  partition, groups, tokens, training, eps, alpha, noise, lambda_min, lambda_max,
                                  detach_lambda, out_dtype)

@@ -1,10 +1,13 @@
 """Ahead-of-time compile check: every kernel the launcher can launch, compiled for real GPU targets.
 
 The interpreter checks the kernels' logic but not that they compile for a GPU, how many registers
-they take or whether they spill. Triton compiles for a named target without a device
-(`triton.compile(ASTSource(...), target=GPUTarget("cuda", 90, 32))`); the bundled `ptxas -v`
-then reports registers, spill bytes and shared memory per configuration. Run it with
-`python -m normkit_normalnorm.triton_kernels.aot --arch sm_80,sm_90` (exit 1 on a failure or spill).
+they take or whether they spill. Each configuration here is a launch the launcher (`launch.py`)
+really makes, recorded at a representative call (`compile_cost.record_launches`) and compiled with
+the specialization Triton's JIT applies to those arguments (ints equal to 1 as constants, 16-divisible
+ints and pointers with divisibility hints) for a named target without a device; the bundled `ptxas -v`
+then reports registers, spill bytes and shared memory, so the figures are those of the code that runs.
+Run it with `python -m normkit_normalnorm.triton_kernels.aot --arch sm_80,sm_90` (exit 1 on a failure
+or spill).
 """
 
 from __future__ import annotations
@@ -12,33 +15,29 @@ from __future__ import annotations
 import argparse
 import itertools
 import re
-import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import nullcontext
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 
-DTYPES = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}
-# Pointers holding the activation (input, output, gradients) take the input dtype; all else is fp32.
-_ACTIVATION_PTRS = {"x_ptr", "y_ptr", "dy_ptr", "dx_ptr", "w_ptr", "b_ptr"}
-_FLOAT_SCALARS = {"eps", "sqrt_eps", "alpha", "noise", "lmin", "lmax", "momentum", "unbias"}
+from normkit_normalnorm.triton_kernels.compile_cost import Launch
+
+DTYPES = ("fp32", "bf16", "fp16")
+# Label of a launch: the constexprs that select its code (the rest are the same in every launch).
+_LABEL_KEYS = ("PART", "T", "M", "BLOCK", "BR", "BT", "HAS_W", "HAS_B", "NOISE", "CLAMP_MIN", "CLAMP_MAX", "DETACH",
+               "UPDATE", "USE_RUNNING", "LAMBDA_GRAD", "FIRST", "CHANNELS_LAST")
 
 
 @dataclass(frozen=True)
 class Case:
-    """One compile: a kernel, the input dtype, its constexpr values and its launch warps."""
+    """One compile: a launch the launcher made, its kernel, input dtype and warps."""
 
     kernel: str
     dtype: str
-    constexprs: tuple[tuple[str, int], ...]
+    label: str
     num_warps: int
-
-    @property
-    def label(self) -> str:
-        return " ".join(f"{k}={int(v)}" for k, v in self.constexprs if k != "NSTAT")
+    launch: Launch = field(compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -67,129 +66,84 @@ def _kernels() -> dict:
         (pointwise_kernels, ("eval_pointwise",))) for name in names}
 
 
-def _signature(fn, dtype: str, constexprs: dict[str, int]) -> dict[str, str]:
-    sig = {}
-    for name in fn.arg_names:
-        if name in constexprs:
-            sig[name] = "constexpr"
-        elif name == "seed_ptr":  # the noise seed: one int64 read in the kernel (traceable, graph-safe)
-            sig[name] = "*i64"
-        elif name.endswith("_ptr"):
-            sig[name] = "*" + (DTYPES[dtype] if name in _ACTIVATION_PTRS else "fp32")
-        elif name in _FLOAT_SCALARS:
-            sig[name] = "fp32"
+def _label(item: Launch) -> str:
+    return " ".join(f"{k}={int(item.kwargs[k])}" for k in _LABEL_KEYS if k in item.kwargs)
+
+
+# Representative calls: (partition, tokens, (N, C, S)). The largest row group each row kernel takes
+# (4096 values: the most warps, the fewest registers per thread), a small strided one, and split groups
+# with tiles of whole short rows, of one long row, and of a one-column (token) layout.
+_SHAPES = (("layer", True, (2, 4096, 3)), ("batch", False, (8, 3, 5)), ("batch", False, (4, 2, 1024)),
+           ("layer", False, (2, 3, 5000)), ("layer", True, (2, 8192, 2)))
+_FLAGS = ("affine", "noise", "clamp", "detach", "running")
+
+
+def _calls(full: bool) -> Iterator[tuple[str, bool, tuple[int, int, int], dict[str, bool]]]:
+    settings = (itertools.product((False, True), repeat=len(_FLAGS)) if full
+                else ((True,) * len(_FLAGS), (False,) * len(_FLAGS)))
+    for values in settings:
+        flags = dict(zip(_FLAGS, values, strict=True))
+        for partition, tokens, shape in _SHAPES:
+            yield partition, tokens, shape, flags
+    yield "batch", False, (8, 3, 5), {"eval": True, "affine": True, "clamp": True, "running": True}
+    yield "batch", False, (8, 3, 5), {"eval": True}
+
+
+def _record(partition: str, tokens: bool, shape: tuple[int, int, int], flags: dict[str, bool], dtype: str
+            ) -> list[Launch]:
+    """The launches of one training (or eval) forward and its backward, recorded, not run."""
+    import torch
+
+    from normkit_normalnorm.triton_kernels import compile_cost, launch
+    from normkit_normalnorm.triton_kernels.geometry import Options, geometry
+
+    torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    n, c, s = shape
+    x3 = torch.empty(n, s, c, dtype=torch_dtype).transpose(1, 2) if tokens else torch.empty(shape, dtype=torch_dtype)
+    geo = geometry(x3.shape, partition, 1, tokens)
+    clamp = (0.5, 1.5) if flags.get("clamp") else (None, None)
+    training = not flags.get("eval")
+    opts = Options(training, 1e-5, 1.0, 0.5 if flags.get("noise") else 0.0, *clamp, bool(flags.get("detach")))
+    affine = torch.empty(c) if flags.get("affine") else None
+    tracked = flags.get("running") and partition == "batch"
+    running = (torch.empty(c), torch.empty(c), torch.empty(c))
+    seed = torch.zeros(1, dtype=torch.int64)
+    with compile_cost.record_launches() as launches:
+        if tracked and not training:
+            launch.eval_forward(x3, affine, affine, running, geo, opts, torch_dtype)
+            stats = torch.empty(geo.n_groups, 9)
         else:
-            sig[name] = "i32"
-    return sig
+            _, stats = launch.forward(x3, affine, affine, geo, opts, seed, torch_dtype,
+                                      (*running, 0.1) if tracked else None)
+        launch.backward(torch.empty_like(x3), x3, affine, stats, geo, opts, bool(tracked and not training), seed,
+                        affine is not None)
+    return launches
 
 
-def launch_cases(full: bool) -> Iterator[Case]:
-    """The configurations the launcher (launch.py) can choose, with its warp counts.
+def launch_cases(full: bool, dtypes: tuple[str, ...] = DTYPES) -> Iterator[Case]:
+    """The launches the launcher makes at the representative calls, once per distinct compile.
 
-    `full`: every row block size up to its threshold, every split tile shape, every partition, fp32/
-    bf16/fp16 and every combination of feature flags (tens of thousands of compiles: hours).
-    Otherwise the representative matrix: the two largest row blocks of each row kernel (the
-    launcher gives every block from 256 up the same 8 elements per thread, so register pressure
-    is highest where the warps are most and registers per thread fewest), the smallest and
-    largest tile shapes, the batch and layer partitions, all three dtypes, and the heaviest (all
-    on) and lightest (all off) flag settings.
+    `full`: every combination of the feature flags (affine, noise, clamp, detach, running buffers) at
+    every representative shape; otherwise all on and all off.
     """
-    from normkit_normalnorm.triton_kernels.config import config
-    from normkit_normalnorm.triton_kernels.geometry import NSTAT
-    from normkit_normalnorm.triton_kernels.launch import _num_warps, _spread_warps
-
-    def flag_sets(names: tuple[str, ...]) -> list[dict[str, bool]]:
-        if full:
-            return [dict(zip(names, values)) for values in itertools.product((False, True), repeat=len(names))]
-        return [dict.fromkeys(names, True), dict.fromkeys(names, False)] if names else [{}]
-
-    def blocks(limit: int) -> list[int]:
-        every = [1 << i for i in range(limit.bit_length()) if (1 << i) <= limit]
-        return every if full else every[-2:]
-
-    tiles = [(max(1, config.chunk // bt), bt) for bt in (1 << i for i in range(config.chunk.bit_length()))
-             if bt <= config.chunk]
-    if not full:
-        tiles = [tiles[0], tiles[-1]]
-    row_fwd = ("HAS_W", "HAS_B", "NOISE", "CLAMP_MIN", "CLAMP_MAX", "DETACH", "UPDATE")
-    row_bwd = ("HAS_W", "HAS_B", "USE_RUNNING", "NOISE", "LAMBDA_GRAD")
-    row_kernels = (("row_forward", row_fwd, config.row_max),
-                   ("row_backward", row_bwd, min(config.row_max, config.backward_row_max)))
-    split_flags = {
-        "split_moments": (), "split_newton": (),
-        "split_spread": ("CLAMP_MIN", "CLAMP_MAX", "FIRST"),
-        "split_output": row_fwd,
-        "split_backward_reduce": ("HAS_W", "HAS_B", "NOISE", "LAMBDA_GRAD"),
-        "split_backward_input": ("HAS_W", "USE_RUNNING", "LAMBDA_GRAD"),
-    }
-    uses_block_ch = {"split_newton", "split_spread", "split_output", "split_backward_input"}
-    uses_nstat = {"split_output", "split_backward_reduce", "split_backward_input"}
-    for dtype, part in itertools.product(DTYPES, range(4) if full else (0, 1)):
-        for kernel, names, limit in row_kernels:
-            for block in blocks(limit):
-                for flags in flag_sets(names):
-                    yield Case(kernel, dtype, (("PART", part), ("BLOCK", block), ("NSTAT", NSTAT),
-                                               *flags.items()), _num_warps(block))
-        for (br, bt), (kernel, names) in itertools.product(tiles, split_flags.items()):
-            base = [("PART", part), ("BR", br), ("BT", bt)]
-            if kernel in uses_block_ch:
-                base.append(("BLOCK_CH", 1024))
-            if kernel in uses_nstat:
-                base.append(("NSTAT", NSTAT))
-            for flags in flag_sets(names):
-                warps = (_spread_warps if kernel == "split_spread" else _num_warps)(br * bt)
-                yield Case(kernel, dtype, (*base, *flags.items()), warps)
-    for dtype in DTYPES:
-        for flags in flag_sets(("HAS_W", "HAS_B", "CHANNELS_LAST", "CLAMP_MIN", "CLAMP_MAX")):
-            yield Case("eval_pointwise", dtype, (("BLOCK", config.pointwise_block), *flags.items()), 4)
-
-
-def _ptxas(target: str) -> Path:
-    """The ptxas Triton bundles for `target` (a separate one for sm_100 and later)."""
-    import triton
-
-    name = "ptxas-blackwell" if int(re.sub(r"\D", "", target)) >= 100 else "ptxas"
-    return Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name
-
-
-def _ptxas_report(ptx: str) -> tuple[int, int, int, int]:
-    """(registers, spill stores, spill loads, shared bytes) from the bundled `ptxas -v`, for the
-    PTX's own `.target` (Triton emits sm_90a for capability 90)."""
-    target = re.search(r"^\.target\s+(\w+)", ptx, re.MULTILINE)
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "k.ptx"
-        src.write_text(ptx)
-        proc = subprocess.run([str(_ptxas(target.group(1))), "-lineinfo", "--regAllocOptLevel=2", "-v",  # as Triton runs it
-                               f"-arch={target.group(1)}", str(src), "-o",
-                               str(Path(tmp) / "k.cubin")], check=False, capture_output=True, text=True)
-        if proc.returncode:
-            raise RuntimeError(f"ptxas: {proc.stderr.strip()[-200:]}")
-        out = proc.stderr
-
-    def number(pattern: str) -> int:
-        found = re.search(pattern, out)
-        return int(found.group(1)) if found else 0
-
-    return (number(r"Used (\d+) registers"), number(r"(\d+) bytes spill stores"),
-            number(r"(\d+) bytes spill loads"), number(r"(\d+) bytes smem"))
+    seen = set()
+    for dtype in dtypes:
+        for partition, tokens, shape, flags in _calls(full):
+            for item in _record(partition, tokens, shape, flags, dtype):
+                case = Case(item.name, dtype, _label(item), item.num_warps, item)
+                if case not in seen:
+                    seen.add(case)
+                    yield case
 
 
 def compile_case(case: Case, arch: str) -> Result:
-    """Compile one configuration for `arch` ("sm_80", "sm_90", ...) and read its resource use."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    """Compile one launch for `arch` ("sm_80", "sm_90", ...) as the JIT would and read its resource use."""
+    from normkit_normalnorm.triton_kernels.compile_cost import compile_launch, ptxas_report
 
-    fn = _kernels()[case.kernel]
-    constexprs = dict(case.constexprs)
-    capability = int(arch.removeprefix("sm_").rstrip("a"))
     try:
-        src = ASTSource(fn, _signature(fn, case.dtype, constexprs), {(fn.arg_names.index(k),): v
-                                                                      for k, v in constexprs.items()})
-        compiled = triton.compile(src, target=GPUTarget("cuda", capability, 32),
-                                  options={"num_warps": case.num_warps})
+        compiled = compile_launch(case.launch, arch)
         ptx = compiled.asm["ptx"]
-        regs, st, ld, _ = _ptxas_report(ptx)
+        regs, st, ld, _ = ptxas_report(ptx)
         return Result(case, arch, regs, st, ld, int(compiled.metadata.shared), _instructions(ptx))
     except Exception as exc:  # noqa: BLE001 - any compiler failure is a row of the table and exit 1
         return Result(case, arch, 0, 0, 0, 0, 0, error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
@@ -204,11 +158,12 @@ def _compile(job: tuple[Case, str]) -> Result:
     return compile_case(*job)
 
 
-def run(archs: list[str], full: bool, out=sys.stdout, jobs: int = 1) -> list[Result]:
+def run(archs: list[str], full: bool, out=sys.stdout, jobs: int = 1, dtypes: tuple[str, ...] = DTYPES
+        ) -> list[Result]:
     """Compile the matrix for every arch (`jobs` processes), print one markdown row per compile."""
     out.write("| kernel | dtype | warps | constexprs | arch | regs | spill st/ld B | smem B | PTX instr |\n")
     out.write("|---|---|---|---|---|---|---|---|---|\n")
-    work = [(case, arch) for case in launch_cases(full) for arch in archs]
+    work = [(case, arch) for case in launch_cases(full, dtypes) for arch in archs]
     results = []
     with ProcessPoolExecutor(jobs) if jobs > 1 else nullcontext() as pool:
         for r in (pool.map(_compile, work) if pool else map(_compile, work)):
@@ -227,13 +182,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arch", default="sm_80,sm_90", help="comma-separated targets, e.g. sm_80,sm_90")
     parser.add_argument("--full", action="store_true", help="every flag combination (hours)")
     parser.add_argument("--jobs", type=int, default=1, help="compile processes")
+    parser.add_argument("--dtype", default=",".join(DTYPES), help="comma-separated input dtypes: fp32,bf16,fp16")
     args = parser.parse_args(argv)
+    dtypes = tuple(d.strip() for d in args.dtype.split(",") if d.strip())
+    if not dtypes or any(d not in DTYPES for d in dtypes):
+        print(f"error: unknown dtype in {args.dtype!r}; give some of fp32,bf16,fp16", file=sys.stderr)
+        return 2
     archs = [a.strip() for a in args.arch.split(",") if a.strip()]
     bad_arch = [a for a in archs if not re.fullmatch(r"sm_\d+a?", a)]
     if bad_arch:
         print(f"error: unknown arch {bad_arch[0]!r}; give targets like sm_80,sm_90", file=sys.stderr)
         return 2
-    results = run(archs, args.full, jobs=max(1, args.jobs))
+    results = run(archs, args.full, jobs=max(1, args.jobs), dtypes=dtypes)
     return 0 if all(r.ok for r in results) else 1
 
 

@@ -13,12 +13,14 @@ class KernelConfig:
     take the split path with tiles of `chunk` elements. backward_row_max: the same for the
     backward, which keeps more values per element live (it is never above row_max). Both are
     the largest blocks that compile without register spills on sm_80/sm_90 at the launcher's
-    warp counts (`python -m normkit_normalnorm.triton_kernels.aot`; docs/performance.md). pointwise_block: elements per program of
+    warp counts (`python -m normkit_normalnorm.triton_kernels.aot`; docs/performance.md); a
+    smaller backward_row_max pairs the row forward with the split backward, which regenerate the
+    same noise. pointwise_block: elements per program of
     the eval kernel. interpreter_programs: program budget of one backward launch on CPU, where
     the interpreter runs programs one after another."""
 
     row_max: int = 4096
-    backward_row_max: int = 2048
+    backward_row_max: int = 4096
     chunk: int = 2048
     pointwise_block: int = 1024
     interpreter_programs: int = 4

@@ -1,109 +1,179 @@
-"""Triton device helpers shared by the row and split kernels: addressing, math, Newton terms.
+"""Triton device helpers shared by the row and split kernels: addressing, math, noise, Newton terms.
 
-Only `tl.log`, `tl.exp` and `tl.sqrt` are used (no libdevice), so every kernel also runs under
-`TRITON_INTERPRET=1`. log1p and expm1 use the Goldberg/Kahan corrections (relative error about
-1e-7 in float32); arguments of `exp` are clamped so no intermediate overflows.
+One algebra runs on the GPU and on the interpreter (`TRITON_INTERPRET=1`, which cannot run libdevice):
+log1p and expm1 are written with base-2 primitives, and only those primitives differ, behind the
+constexpr `GPU_MATH`: on a GPU the special-function unit's approximations (MUFU lg2, ex2, sin, cos:
+libdevice's `fast_*`), on the interpreter `tl.log2`/`tl.exp2`/`tl.sin`/`tl.cos`. Per element there is
+one log1p and one expm1, from which psi, dpsi/dh and dpsi/dlambda all follow, and no division except
+one reciprocal 1/(1 + |h|) in the backward (the other reciprocals are per group). Arguments of the
+exponential are clamped so no intermediate overflows.
 """
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
+
+GPU_MATH = tl.constexpr(not triton.knobs.runtime.interpret)  # decided when the kernels are decorated
+PHILOX_ROUNDS = tl.constexpr(7)  # Philox-4x32-7 passes BigCrush (Salmon et al., Random123)
 
 # Partition codes (constexpr PART) and statistics columns are defined in `geometry.py`.
 
 
 @triton.jit
 def element(gid, r, t, C, S, G, CG, sn, sc, ss, PART: tl.constexpr):
-    """Memory offset, channel and logical (n, c, s) index of element (r, t) of group `gid`."""
+    """Memory offset and channel of element (row r, column t) of group `gid` (32-bit offsets).
+
+    With PART == 0 (batch) the channel is the group itself, a scalar: load per-channel values with
+    `channel_value`, which then reads them once per program."""
     if PART == 0:
-        n = r
-        c = gid + 0 * r
-        s = t
+        c = gid
+        offset = gid * sc + r * sn + t * ss
     elif PART == 1:
-        n = gid
         c = r
-        s = t
+        offset = gid * sn + r * sc + t * ss
     elif PART == 2:
-        n = gid // G
         c = (gid % G) * CG + r
-        s = t
+        offset = (gid // G) * sn + c * sc + t * ss
     else:
-        n = gid // S
         c = r
-        s = gid % S + t
-    offset = n * sn + c * sc + s * ss
-    logical = (n * C + c) * S + s
-    return offset, c, logical
+        offset = (gid // S) * sn + (gid % S) * ss + r * sc
+    return offset, c
+
+
+@triton.jit
+def channel_value(ptr, c, mask, other, PART: tl.constexpr):
+    """Per-channel parameter as float32: one scalar load on batch partitions, else one per element."""
+    if PART == 0:
+        value = tl.load(ptr + c)
+    else:
+        value = tl.load(ptr + c, mask=mask, other=other)
+    return value.to(tl.float32)
+
+
+@triton.jit
+def _log2(x):
+    if GPU_MATH:
+        y = libdevice.fast_log2f(x)  # MUFU.LG2: absolute error about 2^-22
+    else:
+        y = tl.log2(x)
+    return y
 
 
 @triton.jit
 def log1p_pos(a):
-    """log1p(a) for a >= 0 (Goldberg's correction: exact where 1 + a rounds)."""
-    u = 1.0 + a
-    du = u - 1.0
-    safe = tl.where(du == 0.0, 1.0, du)
-    return tl.where(du == 0.0, a, tl.log(u) * (a / safe))
+    """log1p(a) for a >= 0 as ln 2 * log2(1 + a): absolute error about 1e-7 (the rounding of 1 + a and
+    lg2's), which is what every use needs (the transform, its derivatives and the Newton sums are all
+    accurate to that absolute error; none divides by log1p)."""
+    return 0.6931471805599453 * _log2(1.0 + a)
 
 
 @triton.jit
-def exprel(t):
-    """expm1(t) / t (1 at t = 0), via Kahan's expm1 correction; t clamped to [-80, 80]."""
-    t = tl.minimum(tl.maximum(t, -80.0), 80.0)
-    e = tl.exp(t)
-    em1 = e - 1.0
-    log_e = tl.log(e)
-    safe_log = tl.where(em1 == 0.0, 1.0, log_e)
-    safe_t = tl.where(t == 0.0, 1.0, t)
-    kahan = em1 / safe_log  # = expm1(t) / t
-    return tl.where(em1 == 0.0, 1.0, tl.where(em1 == -1.0, -1.0 / safe_t, kahan))
+def expm1(t):
+    """expm1(t): 2^(t log2 e) - 1 for |t| >= 0.5, the Taylor series to t^7 below (relative error below
+    3e-7 on both sides, so psi = expm1(mu L) / mu stays accurate for mu near 0)."""
+    small = t * (1.0 + t * (1.0 / 2.0 + t * (1.0 / 6.0 + t * (1.0 / 24.0 + t * (1.0 / 120.0 + t * (
+        1.0 / 720.0 + t * (1.0 / 5040.0)))))))
+    return tl.where(tl.abs(t) < 0.5, small, tl.exp2(t * 1.4426950408889634) - 1.0)
 
 
 @triton.jit
-def dpsi_dlam_kernel(t):
-    """f(t) = (t e^t - expm1(t)) / t^2, so dpsi/dlambda = log1p(|h|)^2 f(mu log1p|h|).
+def group_inverses(lam):
+    """1/lambda and 1/(2 - lambda) for a group (0 where mu == 0, which `transform` handles)."""
+    inv_pos = tl.where(lam == 0.0, 0.0, 1.0 / tl.where(lam == 0.0, 1.0, lam))
+    inv_neg = tl.where(lam == 2.0, 0.0, 1.0 / tl.where(lam == 2.0, 1.0, 2.0 - lam))
+    return inv_pos, inv_neg
 
-    The direct form cancels near t = 0; below |t| = 0.5 the Taylor series (k+1) t^k / (k+2)!
-    up to k = 7 is used (truncation < 1e-8 relative).
+
+@triton.jit
+def transform(h, log_a, lam, inv_pos, inv_neg):
+    """psi(h; lam) and its shared pieces (t = mu L, E = expm1(t), 1/mu), given L = log1p|h|.
+
+    psi = sgn E / mu with mu = lam for h >= 0 and 2 - lam for h < 0 (the Yeo-Johnson transform).
     """
-    t = tl.minimum(tl.maximum(t, -80.0), 80.0)
+    pos = h >= 0.0
+    mu = tl.where(pos, lam, 2.0 - lam)
+    inv_mu = tl.where(pos, inv_pos, inv_neg)
+    t = tl.minimum(tl.maximum(mu * log_a, -80.0), 80.0)
+    em1 = expm1(t)
+    mag = tl.where(mu == 0.0, log_a, em1 * inv_mu)
+    return tl.where(pos, mag, -mag), t, em1, inv_mu
+
+
+@triton.jit
+def transform_grads(a, log_a, t, em1, inv_mu):
+    """(1/(1 + |h|), dpsi/dh, dpsi/dlambda) from `transform`'s pieces, sharing its expm1.
+
+    dpsi/dh = (1 + E) / (1 + |h|). dpsi/dlambda = (L (1 + E) - E / mu) / mu, which cancels near
+    t = 0: below |t| = 0.5 it is L^2 times the Taylor series of (t e^t - expm1 t) / t^2,
+    sum (k+1) t^k / (k+2)! up to k = 7 (truncation < 1e-8 relative).
+    """
+    inv_1pa = 1.0 / (1.0 + a)
+    grow = 1.0 + em1
+    psi_h = grow * inv_1pa
     series = 0.5 + t * (1.0 / 3.0 + t * (1.0 / 8.0 + t * (1.0 / 30.0 + t * (1.0 / 144.0 + t * (
         1.0 / 840.0 + t * (1.0 / 5760.0 + t * (1.0 / 45360.0)))))))
-    safe_t = tl.where(tl.abs(t) < 0.5, 1.0, t)
-    em1 = exprel(safe_t) * safe_t
-    direct = (safe_t * (em1 + 1.0) - em1) / (safe_t * safe_t)
-    return tl.where(tl.abs(t) < 0.5, series, direct)
+    direct = (log_a * grow - em1 * inv_mu) * inv_mu
+    psi_lam = tl.where(tl.abs(t) < 0.5, log_a * log_a * series, direct)
+    return inv_1pa, psi_h, psi_lam
 
 
 @triton.jit
-def yeo_johnson(h, lam):
-    """(psi(h; lam), dpsi/dh, dpsi/dlam) in the uniform form psi = sgn * A * exprel(mu * A).
-
-    A = log1p(|h|), mu = lam for h >= 0 and 2 - lam for h < 0.
-    """
-    a = tl.abs(h)
-    log_a = log1p_pos(a)
-    sg = tl.where(h >= 0.0, 1.0, -1.0)
-    mu = tl.where(h >= 0.0, lam, 2.0 - lam)
-    t = mu * log_a
-    psi = sg * log_a * exprel(t)
-    psi_h = tl.exp(tl.minimum((mu - 1.0) * log_a, 80.0))
-    psi_lam = log_a * log_a * dpsi_dlam_kernel(t)
-    return psi, psi_h, psi_lam
+def newton_terms(a, log_a):
+    """Per-element pieces of the Newton step at lambda = 1 (see notes/normality-normalization.md):
+    d = (1+a)L - a (as L + aL - a, without rounding 1 + a) and e = (1+a)L^2 - 2d (so d2 = sgn * e)."""
+    p = log_a + a * log_a
+    d = p - a
+    e = p * log_a - 2.0 * d
+    return d, e
 
 
 @triton.jit
-def newton_terms(h):
-    """Per-element pieces of the Newton step at lambda = 1 (see notes/normality-normalization.md).
+def _uniform(bits):
+    """A uint32 to a float32 in (0, 1): (top 24 bits + 0.5) / 2^24, never 0 (log stays finite)."""
+    return ((bits >> 8).to(tl.float32) + 0.5) * (1.0 / 16777216.0)
 
-    Returns sgn, |h|, L = log1p|h|, d = (1+a)L - a and e = (1+a)L^2 - 2d (so d2 = sgn * e).
-    """
-    a = tl.abs(h)
-    log_a = log1p_pos(a)
-    sg = tl.where(h >= 0.0, 1.0, -1.0)
-    d = (1.0 + a) * log_a - a
-    e = (1.0 + a) * log_a * log_a - 2.0 * d
-    return sg, a, log_a, d, e
+
+@triton.jit
+def box_muller(bits_r, bits_a):
+    """Two standard normals from two uint32s: radius sqrt(-2 ln u1), angle 2 pi u2 - pi; on a GPU on
+    the special-function unit (MUFU lg2, sin, cos; about 1e-6 absolute error)."""
+    u1 = _uniform(bits_r)
+    angle = _uniform(bits_a) * 6.283185307179586 - 3.141592653589793
+    radius = tl.sqrt(-1.3862943611198906 * _log2(u1))  # sqrt(-2 ln u1)
+    if GPU_MATH:
+        cos, sin = libdevice.fast_cosf(angle), libdevice.fast_sinf(angle)
+    else:
+        cos, sin = tl.cos(angle), tl.sin(angle)
+    return radius * cos, radius * sin
+
+
+@triton.jit
+def noise_block(seed, gid, M, BLOCK: tl.constexpr):
+    """Standard normals for in-group indices j = 0..BLOCK-1 of group `gid` of M values.
+
+    Element j draws lane j % 4 of Philox-4x32 at counter gid * ceil(M/4) + j // 4, so one Philox
+    call serves four neighbouring values (all four outputs used) and the noise depends on the
+    partition and shape, not on the memory layout or the path (row, split) that computes it."""
+    if BLOCK >= 4:
+        r0, r1, r2, r3 = tl.randint4x(seed, gid * ((M + 3) // 4) + tl.arange(0, BLOCK // 4), PHILOX_ROUNDS)
+        z0, z1 = box_muller(r0, r1)
+        z2, z3 = box_muller(r2, r3)
+        z = tl.reshape(tl.join(tl.join(z0, z2), tl.join(z1, z3)), [BLOCK])  # j = 4q + lane
+    else:
+        z = noise_at(seed, gid, M, tl.arange(0, BLOCK))
+    return z
+
+
+@triton.jit
+def noise_at(seed, gid, M, j):
+    """The standard normal of in-group index j (any shape), the same numbers `noise_block` gives."""
+    r0, r1, r2, r3 = tl.randint4x(seed, gid * ((M + 3) // 4) + j // 4, PHILOX_ROUNDS)
+    lane = j % 4
+    first = lane < 2
+    zc, zs = box_muller(tl.where(first, r0, r2), tl.where(first, r1, r3))
+    return tl.where(lane % 2 == 0, zc, zs)
 
 
 @triton.jit
@@ -133,18 +203,19 @@ def lambda_from_sums(sum_sl, sum_hd, sum_ae, mean_d, m2_d, count, alpha, sqrt_ep
         live = 0.0
     k1 = -alpha / den * live  # d lambda / d g1
     k2 = alpha * g1 / (den * den) * live  # d lambda / d g2
-    coef_d = (0.5 * k1 - dvar * k2) * 2.0 / count
-    coef_e = k2 / count
-    coef_s = -k1 / count
+    inv_count = 1.0 / count
+    coef_d = (0.5 * k1 - dvar * k2) * 2.0 * inv_count
+    coef_e = k2 * inv_count
+    coef_s = -k1 * inv_count
     return lam, mean_d, coef_d, coef_e, coef_s
 
 
 @triton.jit
-def lambda_grad_direction(sg, a, log_a, d, e, mean_d, coef_d, coef_e, coef_s):
-    """d lambda / d h_i for every element (see `lambda_from_sums`)."""
-    return (coef_d * (d + a * log_a)
-            + coef_e * sg * (e + a * log_a * log_a + 2.0 * (d - mean_d) * log_a)
-            + coef_s / (1.0 + a))
+def lambda_grad_direction(h, a, log_a, inv_1pa, mean_d, coef_d, coef_e, coef_s):
+    """d lambda / d h_i for every element (see `lambda_from_sums`); inv_1pa = 1 / (1 + |h|)."""
+    d, e = newton_terms(a, log_a)
+    curv = e + a * log_a * log_a + 2.0 * (d - mean_d) * log_a
+    return coef_d * (d + a * log_a) + coef_e * tl.where(h >= 0.0, curv, -curv) + coef_s * inv_1pa
 
 
 @triton.jit
@@ -162,12 +233,13 @@ def update_running(mean_ptr, var_ptr, lam_ptr, c, mean, unbiased_var, lam, momen
 
 
 @triton.jit
-def affine_store(y_ptr, offset, x, w_ptr, b_ptr, c, mask, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+def affine_store(y_ptr, offset, x, w_ptr, b_ptr, c, mask, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+                 PART: tl.constexpr):
     """Apply the per-channel affine to x (float32) and store it in y's dtype."""
     if HAS_W:
-        x = x * tl.load(w_ptr + c, mask=mask, other=1.0).to(tl.float32)
+        x = x * channel_value(w_ptr, c, mask, 1.0, PART)
     if HAS_B:
-        x = x + tl.load(b_ptr + c, mask=mask, other=0.0).to(tl.float32)
+        x = x + channel_value(b_ptr, c, mask, 0.0, PART)
     tl.store(y_ptr + offset, x.to(y_ptr.dtype.element_ty), mask=mask)
 
 

@@ -36,14 +36,18 @@ def _k(kernel, traced: bool):
 
 
 def _num_warps(block: int) -> int:
-    """block/256 warps, at most 8 (as the Triton layer-norm tutorial): at 16 warps ptxas has 128
-    registers per thread and the row kernels spilled at block 4096 on sm_80 (aot.py check)."""
+    """block/512 warps, at most 8: 16 values per thread, so each of a kernel's many reductions (and a
+    split pass's combining of the tiles' partials) costs its shuffles and barriers once per 16 values
+    (the kernel-cost benchmark counts them); at 16 warps ptxas has 128 registers per thread and the
+    row kernels spilled at block 4096 (aot.py check)."""
+    return min(max(block // 512, 1), 8)
+
+
+def _reduce_warps(block: int) -> int:
+    """Warps of split_backward_reduce: block/256 (8 values per thread); at 16 it spilled 8 bytes on
+    sm_90 (aot.py check, bf16, a one-row tile). split_output spilled at 8 values per thread on sm_80,
+    and split_spread at 32 on sm_90, so the other split kernels keep _num_warps."""
     return min(max(block // 256, 1), 8)
-
-
-def _spread_warps(block: int) -> int:
-    """Warps of split_spread: half of _num_warps; at 8 warps ptxas spills 4 bytes on sm_80."""
-    return max(1, _num_warps(block) // 2)
 
 
 def _strides(x3: Tensor) -> dict[str, int]:
@@ -111,9 +115,9 @@ def forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, geo: Geometr
             NOISE=noise, DETACH=opts.detach_lambda, num_warps=_num_warps(block),
             **common, **scalars, **opts.clamp_flags, **flags)
         return y, stats
-    br, bt, n_tb, n_ch = _tiles(geo)
+    br, bt, _, n_ch = _tiles(geo)
     grid = (geo.n_groups, n_ch)
-    tiles = dict(R=geo.rows, T=geo.cols, n_tb=n_tb, BR=br, BT=bt, **common)
+    tiles = dict(R=geo.rows, T=geo.cols, BR=br, BT=bt, **common)
     warps = _num_warps(br * bt)
     block_ch = min(triton.next_power_of_2(n_ch), 1024)
     moments = torch.empty(geo.n_groups, n_ch, 3, dtype=torch.float32, device=x3.device)
@@ -127,7 +131,7 @@ def forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, geo: Geometr
         spread = torch.empty_like(sum_x)
         for first, out in ((True, sum_x), (False, spread)):
             _k(split_spread, traced)[grid](x3, moments, newton, sum_x, out, M=geo.size, BLOCK_CH=block_ch,
-                               FIRST=first, num_warps=_spread_warps(br * bt), **tiles, **scalars,
+                               FIRST=first, num_warps=warps, **tiles, **scalars,
                                **opts.clamp_flags)
     _k(split_output, traced)[grid](x3, y, w, b, stats, moments, newton, spread, **running, M=geo.size, noise=opts.noise,
                        seed_ptr=seed, BLOCK_CH=block_ch, NOISE=noise, DETACH=opts.detach_lambda,
@@ -169,12 +173,13 @@ def backward(dy: Tensor, x3: Tensor, weight: Tensor | None, stats: Tensor, geo: 
     else:
         br, bt, n_tb, n_ch = _tiles(geo)
         grid = (geo.n_groups, n_ch)
-        tiles = dict(R=geo.rows, T=geo.cols, n_tb=n_tb, BR=br, BT=bt, **common)
+        tiles = dict(R=geo.rows, T=geo.cols, BR=br, BT=bt, **common)
         warps = _num_warps(br * bt)
         sums = torch.empty(geo.n_groups, n_ch, 5, dtype=torch.float32, device=dev)
         parts = torch.empty(2, geo.n_groups, geo.rows, n_tb, dtype=torch.float32, device=dev)
-        _k(split_backward_reduce, traced)[grid](x3, dy, w, stats, sums, parts[0], parts[1], noise=opts.noise, seed_ptr=seed,
-                                    num_warps=warps, **tiles, **flags)
+        _k(split_backward_reduce, traced)[grid](x3, dy, w, stats, sums, parts[0], parts[1], M=geo.size,
+                                                noise=opts.noise, seed_ptr=seed, num_warps=_reduce_warps(br * bt),
+                                                **tiles, **flags)
         _k(split_backward_input, traced)[grid](x3, dy, dx, w, stats, sums, M=geo.size,
                                    BLOCK_CH=min(triton.next_power_of_2(n_ch), 1024), num_warps=warps,
                                    USE_RUNNING=use_running, HAS_W=has_w, LAMBDA_GRAD=lambda_grad,

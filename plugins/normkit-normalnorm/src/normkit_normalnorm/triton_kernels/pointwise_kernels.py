@@ -5,7 +5,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from normkit_normalnorm.triton_kernels.jit_common import affine_store, yeo_johnson
+from normkit_normalnorm.triton_kernels.jit_common import affine_store, group_inverses, log1p_pos, transform
 
 
 @triton.jit
@@ -35,5 +35,7 @@ def eval_pointwise(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, var_ptr, lam_ptr, numel
     if CLAMP_MAX:
         lam = tl.minimum(lam, lmax)
     u = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
-    x, _, _ = yeo_johnson((u - mean) * rstd, lam)
-    affine_store(y_ptr, offset, x, w_ptr, b_ptr, c, mask, HAS_W, HAS_B)
+    h = (u - mean) * rstd
+    inv_pos, inv_neg = group_inverses(lam)
+    x, _t, _em1, _inv_mu = transform(h, log1p_pos(tl.abs(h)), lam, inv_pos, inv_neg)
+    affine_store(y_ptr, offset, x, w_ptr, b_ptr, c, mask, HAS_W, HAS_B, 1)

@@ -2,9 +2,12 @@
 
 Forward reads each element once and writes it once; every dependent reduction (moments, the
 Newton sums, mean(x), mean|x - mean x|) happens on chip. Backward (one launch) reads x and dy once
-and writes dx once; each program loops over several groups of one channel class and accumulates
-the weight/bias gradients per element in registers, then writes one partial row (no atomics, so
-the result is deterministic).
+and writes dx once, with one reduction stage: dL/dh = A + glam * B is linear in the lambda
+gradient glam, so its sums come with glam's. Each backward program loops over several groups of one
+channel class and accumulates the weight/bias gradients per element in registers, then writes one
+partial row (no atomics, so the result is deterministic). The group size M and row width T are
+constexprs (one compile per group shape): the (row, column) split of an in-group index costs no
+integer division, and a group that fills its block (M == BLOCK) compiles without masks.
 """
 
 from __future__ import annotations
@@ -14,52 +17,62 @@ import triton.language as tl
 
 from normkit_normalnorm.triton_kernels.jit_common import (
     affine_store,
+    channel_value,
     element,
+    group_inverses,
     lambda_from_sums,
     lambda_grad_direction,
+    log1p_pos,
     newton_terms,
+    noise_block,
     store_stats,
+    transform,
+    transform_grads,
     update_running,
-    yeo_johnson,
 )
 
 
 @triton.jit
 def row_forward(x_ptr, y_ptr, w_ptr, b_ptr, stats_ptr, run_mean_ptr, run_var_ptr, run_lam_ptr,
-                C, S, G, CG, T, M, sn, sc, ss,
+                C, S, G, CG, sn, sc, ss,
                 eps, sqrt_eps, alpha, noise, lmin, lmax, momentum, unbias, seed_ptr,
-                PART: tl.constexpr, BLOCK: tl.constexpr, NSTAT: tl.constexpr,
+                M: tl.constexpr, T: tl.constexpr, PART: tl.constexpr, BLOCK: tl.constexpr, NSTAT: tl.constexpr,
                 HAS_W: tl.constexpr, HAS_B: tl.constexpr, NOISE: tl.constexpr,
                 CLAMP_MIN: tl.constexpr, CLAMP_MAX: tl.constexpr, DETACH: tl.constexpr,
                 UPDATE: tl.constexpr):
     gid = tl.program_id(0)
     j = tl.arange(0, BLOCK)
     mask = j < M
-    offset, c, logical = element(gid, j // T, j % T, C, S, G, CG, sn, sc, ss, PART)
+    offset, c = element(gid, j // T, j % T, C, S, G, CG, sn, sc, ss, PART)
     u = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
-    first, _, _ = element(gid, 0, 0, C, S, G, CG, sn, sc, ss, PART)
+    first, _ = element(gid, 0, 0, C, S, G, CG, sn, sc, ss, PART)
     shift = tl.load(x_ptr + first).to(tl.float32)  # statistics of u - u[0]: a constant group gives h == 0
+    inv_m = 1.0 / M
     shifted = tl.where(mask, u - shift, 0.0)
-    mean_shifted = tl.sum(shifted, axis=0) / M
+    mean_shifted = tl.sum(shifted, axis=0) * inv_m
     centered = tl.where(mask, shifted - mean_shifted, 0.0)
     mean = shift + mean_shifted
-    var = tl.sum(centered * centered, axis=0) / M
+    var = tl.sum(centered * centered, axis=0) * inv_m
     rstd = 1.0 / tl.sqrt(var + eps)
     h = centered * rstd
-    sg, a, log_a, d, e = newton_terms(h)
-    mean_d = tl.sum(d, axis=0) / M
+    a = tl.abs(h)
+    log_a = log1p_pos(a)
+    d, e = newton_terms(a, log_a)
+    mean_d = tl.sum(d, axis=0) * inv_m
     dev_d = tl.where(mask, d - mean_d, 0.0)
+    signed_log = tl.where(h >= 0.0, log_a, -log_a)
     lam, mean_d, coef_d, coef_e, coef_s = lambda_from_sums(
-        tl.sum(sg * log_a, axis=0), tl.sum(h * d, axis=0), tl.sum(a * e, axis=0), mean_d,
+        tl.sum(signed_log, axis=0), tl.sum(h * d, axis=0), tl.sum(a * e, axis=0), mean_d,
         tl.sum(dev_d * dev_d, axis=0), M * 1.0, alpha, sqrt_eps, lmin, lmax,
         CLAMP_MIN, CLAMP_MAX, DETACH)
-    x, _, _ = yeo_johnson(h, lam)
+    inv_pos, inv_neg = group_inverses(lam)
+    x, _t, _em1, _inv_mu = transform(h, log_a, lam, inv_pos, inv_neg)
     scale = 0.0
     if NOISE:
-        x_mean = tl.sum(tl.where(mask, x, 0.0), axis=0) / M
-        scale = tl.sum(tl.where(mask, tl.abs(x - x_mean), 0.0), axis=0) / M
-        x = x + (noise * scale) * tl.randn(tl.load(seed_ptr), logical)
-    affine_store(y_ptr, offset, x, w_ptr, b_ptr, c, mask, HAS_W, HAS_B)
+        x_mean = tl.sum(tl.where(mask, x, 0.0), axis=0) * inv_m
+        scale = tl.sum(tl.where(mask, tl.abs(x - x_mean), 0.0), axis=0) * inv_m
+        x = x + (noise * scale) * noise_block(tl.load(seed_ptr), gid, M, BLOCK)
+    affine_store(y_ptr, offset, x, w_ptr, b_ptr, c, mask, HAS_W, HAS_B, PART)
     store_stats(stats_ptr + gid * NSTAT, mean, rstd, lam, scale, mean_d, coef_d, coef_e, coef_s, var)
     if UPDATE:
         update_running(run_mean_ptr, run_var_ptr, run_lam_ptr, gid, mean, var * unbias, lam, momentum)
@@ -67,8 +80,8 @@ def row_forward(x_ptr, y_ptr, w_ptr, b_ptr, stats_ptr, run_mean_ptr, run_var_ptr
 
 @triton.jit
 def row_backward(x_ptr, dy_ptr, dx_ptr, w_ptr, stats_ptr, dw_part_ptr, db_part_ptr,
-                 C, S, G, CG, T, M, K, per_split, n_per_class, sn, sc, ss, noise, seed_ptr,
-                 PART: tl.constexpr, BLOCK: tl.constexpr, NSTAT: tl.constexpr,
+                 C, S, G, CG, K, per_split, n_per_class, sn, sc, ss, noise, seed_ptr,
+                 M: tl.constexpr, T: tl.constexpr, PART: tl.constexpr, BLOCK: tl.constexpr, NSTAT: tl.constexpr,
                  HAS_W: tl.constexpr, HAS_B: tl.constexpr, USE_RUNNING: tl.constexpr,
                  NOISE: tl.constexpr, LAMBDA_GRAD: tl.constexpr):
     """Program (k, split) handles groups gid = i*K + k for i in its split; all share channels."""
@@ -76,12 +89,15 @@ def row_backward(x_ptr, dy_ptr, dx_ptr, w_ptr, stats_ptr, dw_part_ptr, db_part_p
     split = tl.program_id(1)
     j = tl.arange(0, BLOCK)
     mask = j < M
+    r = j // T
+    t = j % T
+    inv_m = 1.0 / M
     acc_w = tl.zeros([BLOCK], tl.float32)
     acc_b = tl.zeros([BLOCK], tl.float32)
     i_end = tl.minimum(split * per_split + per_split, n_per_class)
     for i in range(split * per_split, i_end):
         gid = i * K + k
-        offset, c, logical = element(gid, j // T, j % T, C, S, G, CG, sn, sc, ss, PART)
+        offset, c = element(gid, r, t, C, S, G, CG, sn, sc, ss, PART)
         row = stats_ptr + gid * NSTAT
         mean = tl.load(row + 0)
         rstd = tl.load(row + 1)
@@ -89,28 +105,34 @@ def row_backward(x_ptr, dy_ptr, dx_ptr, w_ptr, stats_ptr, dw_part_ptr, db_part_p
         u = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
         dy = tl.load(dy_ptr + offset, mask=mask, other=0.0).to(tl.float32)
         h = tl.where(mask, (u - mean) * rstd, 0.0)
-        x, psi_h, psi_lam = yeo_johnson(h, lam)
+        inv_pos, inv_neg = group_inverses(lam)
+        a = tl.abs(h)
+        log_a = log1p_pos(a)
+        x, tt, em1, inv_mu = transform(h, log_a, lam, inv_pos, inv_neg)
+        inv_1pa, psi_h, psi_lam = transform_grads(a, log_a, tt, em1, inv_mu)
         gx = dy
         if HAS_W:
-            gx = dy * tl.load(w_ptr + c, mask=mask, other=0.0).to(tl.float32)
+            gx = dy * channel_value(w_ptr, c, mask, 0.0, PART)
             if NOISE:
-                x = x + (noise * tl.load(row + 3)) * tl.randn(tl.load(seed_ptr), logical)
+                x = x + (noise * tl.load(row + 3)) * noise_block(tl.load(seed_ptr), gid, M, BLOCK)
             acc_w += dy * x
         if HAS_B:
             acc_b += dy
-        gh = gx * psi_h
-        if LAMBDA_GRAD:
-            sg, a, log_a, d, e = newton_terms(h)
-            direction = lambda_grad_direction(sg, a, log_a, d, e, tl.load(row + 4), tl.load(row + 5),
-                                              tl.load(row + 6), tl.load(row + 7))
-            gh = gh + tl.sum(gx * psi_lam, axis=0) * direction
-        gh = tl.where(mask, gh, 0.0)
+        grad_a = tl.where(mask, gx * psi_h, 0.0)
         if USE_RUNNING:
-            dx = rstd * gh
+            dx = rstd * grad_a
         else:
-            mean_gh = tl.sum(gh, axis=0) / M
-            mean_ghh = tl.sum(gh * h, axis=0) / M
-            dx = rstd * (gh - mean_gh - h * mean_ghh)
+            sum_a = tl.sum(grad_a, axis=0)
+            sum_ah = tl.sum(grad_a * h, axis=0)
+            if LAMBDA_GRAD:
+                direction = tl.where(mask, lambda_grad_direction(h, a, log_a, inv_1pa, tl.load(row + 4),
+                                                                 tl.load(row + 5), tl.load(row + 6),
+                                                                 tl.load(row + 7)), 0.0)
+                glam = tl.sum(gx * psi_lam, axis=0)
+                sum_a += glam * tl.sum(direction, axis=0)
+                sum_ah += glam * tl.sum(direction * h, axis=0)
+                grad_a += glam * direction
+            dx = rstd * (grad_a - sum_a * inv_m - h * (sum_ah * inv_m))
         tl.store(dx_ptr + offset, dx.to(dx_ptr.dtype.element_ty), mask=mask)
     part = (split * K + k) * M + j
     if HAS_W:

@@ -1,7 +1,7 @@
 """Split-reduction kernels for groups too large for one program (BatchNorm-style channels).
 
-Each group is cut into tiles of `BR` rows x `BT` columns; a launch has one program per (group,
-tile). A pass writes one small partial row per tile; the next pass combines the partials of its
+Each group is cut into tiles of `BR` rows x `BT` columns of its `R x T` values (T a constexpr,
+one compile per row width); a launch has one program per (group, tile). A pass writes one small partial row per tile; the next pass combines the partials of its
 group itself (every program of a group combines them in the same order, so all agree bit for bit)
 instead of launching a separate combine kernel. The forward needs one pass per dependent
 reduction: moments -> Newton sums -> mean(x) -> mean|x - mean x| -> output (the last two only
@@ -16,24 +16,31 @@ import triton.language as tl
 
 from normkit_normalnorm.triton_kernels.jit_common import (
     affine_store,
+    channel_value,
     element,
+    group_inverses,
     lambda_from_sums,
     lambda_grad_direction,
+    log1p_pos,
     newton_terms,
+    noise_at,
     store_stats,
+    transform,
+    transform_grads,
     update_running,
-    yeo_johnson,
 )
 
 
 @triton.jit
-def _tile(gid, ch, R, T, n_tb, C, S, G, CG, sn, sc, ss,
-          PART: tl.constexpr, BR: tl.constexpr, BT: tl.constexpr):
+def _tile(gid, ch, R, C, S, G, CG, sn, sc, ss,
+          T: tl.constexpr, PART: tl.constexpr, BR: tl.constexpr, BT: tl.constexpr):
+    """Offsets, channels, in-group indices j = r*T + t, mask and rows of tile `ch` of group `gid`."""
+    n_tb: tl.constexpr = (T + BT - 1) // BT
     r = (ch // n_tb) * BR + tl.arange(0, BR)[:, None]
     t = (ch % n_tb) * BT + tl.arange(0, BT)[None, :]
     mask = (r < R) & (t < T)
-    offset, c, logical = element(gid, r, t, C, S, G, CG, sn, sc, ss, PART)
-    return offset, c, logical, mask, r
+    offset, c = element(gid, r, t, C, S, G, CG, sn, sc, ss, PART)
+    return offset, c, r * T + t, mask, r
 
 
 @triton.jit
@@ -70,7 +77,7 @@ def _chan_combine(cnt_ptr, cnt_col, cnt_width, part_ptr, mean_col, m2_col, width
 @triton.jit
 def _shift(x_ptr, gid, C, S, G, CG, sn, sc, ss, PART: tl.constexpr):
     """The group's first element: moments are taken of u - shift, so a constant group has h == 0."""
-    offset, _, _ = element(gid, 0, 0, C, S, G, CG, sn, sc, ss, PART)
+    offset, _ = element(gid, 0, 0, C, S, G, CG, sn, sc, ss, PART)
     return tl.load(x_ptr + offset).to(tl.float32)
 
 
@@ -78,7 +85,7 @@ def _shift(x_ptr, gid, C, S, G, CG, sn, sc, ss, PART: tl.constexpr):
 def _moments(moments_ptr, gid, n_ch, M, eps, BLOCK_CH: tl.constexpr):
     """(mean of u - shift, var, rstd) of a group from its tiles' rows."""
     mean, m2 = _chan_combine(moments_ptr, 0, 3, moments_ptr, 1, 2, 3, gid, n_ch, M * 1.0, BLOCK_CH)
-    var = m2 / M
+    var = m2 * (1.0 / M)
     return mean, var, 1.0 / tl.sqrt(var + eps)
 
 
@@ -95,12 +102,12 @@ def _lambda(moments_ptr, newton_ptr, gid, n_ch, M, alpha, sqrt_eps, lmin, lmax,
 
 
 @triton.jit
-def split_moments(x_ptr, moments_ptr, R, T, n_tb, C, S, G, CG, sn, sc, ss,
-                  PART: tl.constexpr, BR: tl.constexpr, BT: tl.constexpr):
+def split_moments(x_ptr, moments_ptr, R, C, S, G, CG, sn, sc, ss,
+                  T: tl.constexpr, PART: tl.constexpr, BR: tl.constexpr, BT: tl.constexpr):
     """Pass 1: per tile (count, mean, M2) of u - shift, two-pass on registers."""
     gid = tl.program_id(0)
     ch = tl.program_id(1)
-    offset, _c, _logical, mask, _r = _tile(gid, ch, R, T, n_tb, C, S, G, CG, sn, sc, ss, PART, BR, BT)
+    offset, _c, _j, mask, _r = _tile(gid, ch, R, C, S, G, CG, sn, sc, ss, T, PART, BR, BT)
     u = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
     u = tl.where(mask, u - _shift(x_ptr, gid, C, S, G, CG, sn, sc, ss, PART), 0.0)
     cnt = tl.sum(tl.sum(mask.to(tl.float32), axis=1), axis=0)
@@ -113,23 +120,25 @@ def split_moments(x_ptr, moments_ptr, R, T, n_tb, C, S, G, CG, sn, sc, ss,
 
 
 @triton.jit
-def split_newton(x_ptr, moments_ptr, newton_ptr, R, T, n_tb, M, C, S, G, CG, sn, sc, ss, eps,
-                 PART: tl.constexpr, BR: tl.constexpr, BT: tl.constexpr, BLOCK_CH: tl.constexpr):
+def split_newton(x_ptr, moments_ptr, newton_ptr, R, M, C, S, G, CG, sn, sc, ss, eps,
+                 T: tl.constexpr, PART: tl.constexpr, BR: tl.constexpr, BT: tl.constexpr, BLOCK_CH: tl.constexpr):
     """Pass 2: per tile sums of sgn*L, h*d, |h|*e and the (mean, M2) of d."""
     gid = tl.program_id(0)
     ch = tl.program_id(1)
     n_ch = tl.num_programs(1)
     mean, _var, rstd = _moments(moments_ptr, gid, n_ch, M, eps, BLOCK_CH)
     shift = _shift(x_ptr, gid, C, S, G, CG, sn, sc, ss, PART)
-    offset, _c, _logical, mask, _r = _tile(gid, ch, R, T, n_tb, C, S, G, CG, sn, sc, ss, PART, BR, BT)
+    offset, _c, _j, mask, _r = _tile(gid, ch, R, C, S, G, CG, sn, sc, ss, T, PART, BR, BT)
     u = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
     h = tl.where(mask, (u - shift - mean) * rstd, 0.0)
-    sg, a, log_a, d, e = newton_terms(h)
+    a = tl.abs(h)
+    log_a = log1p_pos(a)
+    d, e = newton_terms(a, log_a)
     cnt = tl.load(moments_ptr + (gid * n_ch + ch) * 3)
     mean_d = tl.sum(tl.sum(d, axis=1), axis=0) / cnt
     dev = tl.where(mask, d - mean_d, 0.0)
     out = newton_ptr + (gid * n_ch + ch) * 5
-    tl.store(out + 0, tl.sum(tl.sum(sg * log_a, axis=1), axis=0))
+    tl.store(out + 0, tl.sum(tl.sum(tl.where(h >= 0.0, log_a, -log_a), axis=1), axis=0))
     tl.store(out + 1, tl.sum(tl.sum(h * d, axis=1), axis=0))
     tl.store(out + 2, tl.sum(tl.sum(a * e, axis=1), axis=0))
     tl.store(out + 3, mean_d)
@@ -137,9 +146,9 @@ def split_newton(x_ptr, moments_ptr, newton_ptr, R, T, n_tb, M, C, S, G, CG, sn,
 
 
 @triton.jit
-def split_spread(x_ptr, moments_ptr, newton_ptr, sum_x_ptr, part_ptr, R, T, n_tb, M, C, S, G, CG,
+def split_spread(x_ptr, moments_ptr, newton_ptr, sum_x_ptr, part_ptr, R, M, C, S, G, CG,
                  sn, sc, ss, eps, sqrt_eps, alpha, lmin, lmax,
-                 PART: tl.constexpr, BR: tl.constexpr, BT: tl.constexpr, BLOCK_CH: tl.constexpr,
+                 T: tl.constexpr, PART: tl.constexpr, BR: tl.constexpr, BT: tl.constexpr, BLOCK_CH: tl.constexpr,
                  CLAMP_MIN: tl.constexpr, CLAMP_MAX: tl.constexpr, FIRST: tl.constexpr):
     """Passes 3 and 4 (noise only): per tile sum(x) (FIRST), then sum|x - mean x|."""
     gid = tl.program_id(0)
@@ -149,13 +158,15 @@ def split_spread(x_ptr, moments_ptr, newton_ptr, sum_x_ptr, part_ptr, R, T, n_tb
     shift = _shift(x_ptr, gid, C, S, G, CG, sn, sc, ss, PART)
     lam, _, _, _, _ = _lambda(moments_ptr, newton_ptr, gid, n_ch, M, alpha, sqrt_eps, lmin, lmax,
                               BLOCK_CH, CLAMP_MIN, CLAMP_MAX, True)
-    offset, _c, _logical, mask, _r = _tile(gid, ch, R, T, n_tb, C, S, G, CG, sn, sc, ss, PART, BR, BT)
+    offset, _c, _j, mask, _r = _tile(gid, ch, R, C, S, G, CG, sn, sc, ss, T, PART, BR, BT)
     u = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
-    x, _, _ = yeo_johnson(tl.where(mask, (u - shift - mean) * rstd, 0.0), lam)
+    h = tl.where(mask, (u - shift - mean) * rstd, 0.0)
+    inv_pos, inv_neg = group_inverses(lam)
+    x, _t, _em1, _inv_mu = transform(h, log1p_pos(tl.abs(h)), lam, inv_pos, inv_neg)
     if FIRST:
         value = tl.where(mask, x, 0.0)
     else:
-        x_mean = _total(sum_x_ptr, gid, 0, 1, n_ch, BLOCK_CH) / M
+        x_mean = _total(sum_x_ptr, gid, 0, 1, n_ch, BLOCK_CH) * (1.0 / M)
         value = tl.where(mask, tl.abs(x - x_mean), 0.0)
     tl.store(part_ptr + gid * n_ch + ch, tl.sum(tl.sum(value, axis=1), axis=0))
 
@@ -163,9 +174,9 @@ def split_spread(x_ptr, moments_ptr, newton_ptr, sum_x_ptr, part_ptr, R, T, n_tb
 @triton.jit
 def split_output(x_ptr, y_ptr, w_ptr, b_ptr, stats_ptr, moments_ptr, newton_ptr, spread_ptr,
                  run_mean_ptr, run_var_ptr, run_lam_ptr,
-                 R, T, n_tb, M, C, S, G, CG, sn, sc, ss, eps, sqrt_eps, alpha, noise, lmin, lmax,
+                 R, M, C, S, G, CG, sn, sc, ss, eps, sqrt_eps, alpha, noise, lmin, lmax,
                  momentum, unbias, seed_ptr,
-                 PART: tl.constexpr, BR: tl.constexpr, BT: tl.constexpr, BLOCK_CH: tl.constexpr,
+                 T: tl.constexpr, PART: tl.constexpr, BR: tl.constexpr, BT: tl.constexpr, BLOCK_CH: tl.constexpr,
                  NSTAT: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, NOISE: tl.constexpr,
                  CLAMP_MIN: tl.constexpr, CLAMP_MAX: tl.constexpr, DETACH: tl.constexpr,
                  UPDATE: tl.constexpr):
@@ -178,14 +189,16 @@ def split_output(x_ptr, y_ptr, w_ptr, b_ptr, stats_ptr, moments_ptr, newton_ptr,
     shift = _shift(x_ptr, gid, C, S, G, CG, sn, sc, ss, PART)
     lam, mean_d, coef_d, coef_e, coef_s = _lambda(moments_ptr, newton_ptr, gid, n_ch, M, alpha, sqrt_eps,
                                                   lmin, lmax, BLOCK_CH, CLAMP_MIN, CLAMP_MAX, DETACH)
-    offset, c, logical, mask, _r = _tile(gid, ch, R, T, n_tb, C, S, G, CG, sn, sc, ss, PART, BR, BT)
+    offset, c, j, mask, _r = _tile(gid, ch, R, C, S, G, CG, sn, sc, ss, T, PART, BR, BT)
     u = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
-    x, _, _ = yeo_johnson(tl.where(mask, (u - shift - mean) * rstd, 0.0), lam)
+    h = tl.where(mask, (u - shift - mean) * rstd, 0.0)
+    inv_pos, inv_neg = group_inverses(lam)
+    x, _t, _em1, _inv_mu = transform(h, log1p_pos(tl.abs(h)), lam, inv_pos, inv_neg)
     scale = 0.0
     if NOISE:
-        scale = _total(spread_ptr, gid, 0, 1, n_ch, BLOCK_CH) / M
-        x = x + (noise * scale) * tl.randn(tl.load(seed_ptr), logical)
-    affine_store(y_ptr, offset, x, w_ptr, b_ptr, c, mask, HAS_W, HAS_B)
+        scale = _total(spread_ptr, gid, 0, 1, n_ch, BLOCK_CH) * (1.0 / M)
+        x = x + (noise * scale) * noise_at(tl.load(seed_ptr), gid, M, j)
+    affine_store(y_ptr, offset, x, w_ptr, b_ptr, c, mask, HAS_W, HAS_B, PART)
     if ch == 0:
         store_stats(stats_ptr + gid * NSTAT, shift + mean, rstd, lam, scale, mean_d, coef_d, coef_e, coef_s,
                     var)
@@ -196,8 +209,8 @@ def split_output(x_ptr, y_ptr, w_ptr, b_ptr, stats_ptr, moments_ptr, newton_ptr,
 
 @triton.jit
 def split_backward_reduce(x_ptr, dy_ptr, w_ptr, stats_ptr, sums_ptr, dw_part_ptr, db_part_ptr,
-                          R, T, n_tb, C, S, G, CG, sn, sc, ss, noise, seed_ptr,
-                          PART: tl.constexpr, BR: tl.constexpr, BT: tl.constexpr, NSTAT: tl.constexpr,
+                          R, M, C, S, G, CG, sn, sc, ss, noise, seed_ptr,
+                          T: tl.constexpr, PART: tl.constexpr, BR: tl.constexpr, BT: tl.constexpr, NSTAT: tl.constexpr,
                           HAS_W: tl.constexpr, HAS_B: tl.constexpr, NOISE: tl.constexpr,
                           LAMBDA_GRAD: tl.constexpr):
     """Backward pass 1: per tile sum(gx*dpsi/dlam), sum(A), sum(A h), sum(B), sum(B h) and
@@ -209,18 +222,23 @@ def split_backward_reduce(x_ptr, dy_ptr, w_ptr, stats_ptr, sums_ptr, dw_part_ptr
     mean = tl.load(row + 0)
     rstd = tl.load(row + 1)
     lam = tl.load(row + 2)
-    offset, c, logical, mask, r = _tile(gid, ch, R, T, n_tb, C, S, G, CG, sn, sc, ss, PART, BR, BT)
+    offset, c, j, mask, r = _tile(gid, ch, R, C, S, G, CG, sn, sc, ss, T, PART, BR, BT)
     u = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
     dy = tl.load(dy_ptr + offset, mask=mask, other=0.0).to(tl.float32)
     h = tl.where(mask, (u - mean) * rstd, 0.0)
-    x, psi_h, psi_lam = yeo_johnson(h, lam)
+    a = tl.abs(h)
+    log_a = log1p_pos(a)
+    inv_pos, inv_neg = group_inverses(lam)
+    x, tt, em1, inv_mu = transform(h, log_a, lam, inv_pos, inv_neg)
+    inv_1pa, psi_h, psi_lam = transform_grads(a, log_a, tt, em1, inv_mu)
+    n_tb: tl.constexpr = (T + BT - 1) // BT
     part_rows = (gid * R + r) * n_tb + ch % n_tb
     row_mask = r < R
     gx = dy
     if HAS_W:
-        gx = dy * tl.load(w_ptr + c, mask=mask, other=0.0).to(tl.float32)
+        gx = dy * channel_value(w_ptr, c, mask, 0.0, PART)
         if NOISE:
-            x = x + (noise * tl.load(row + 3)) * tl.randn(tl.load(seed_ptr), logical)
+            x = x + (noise * tl.load(row + 3)) * noise_at(tl.load(seed_ptr), gid, M, j)
         tl.store(dw_part_ptr + part_rows, tl.sum(dy * x, axis=1)[:, None], mask=row_mask)
     if HAS_B:
         tl.store(db_part_ptr + part_rows, tl.sum(dy, axis=1)[:, None], mask=row_mask)
@@ -229,8 +247,7 @@ def split_backward_reduce(x_ptr, dy_ptr, w_ptr, stats_ptr, sums_ptr, dw_part_ptr
     tl.store(out + 1, tl.sum(tl.sum(grad_a, axis=1), axis=0))
     tl.store(out + 2, tl.sum(tl.sum(grad_a * h, axis=1), axis=0))
     if LAMBDA_GRAD:
-        sg, a, log_a, d, e = newton_terms(h)
-        direction = tl.where(mask, lambda_grad_direction(sg, a, log_a, d, e, tl.load(row + 4),
+        direction = tl.where(mask, lambda_grad_direction(h, a, log_a, inv_1pa, tl.load(row + 4),
                                                          tl.load(row + 5), tl.load(row + 6),
                                                          tl.load(row + 7)), 0.0)
         tl.store(out + 0, tl.sum(tl.sum(gx * psi_lam, axis=1), axis=0))
@@ -240,8 +257,8 @@ def split_backward_reduce(x_ptr, dy_ptr, w_ptr, stats_ptr, sums_ptr, dw_part_ptr
 
 @triton.jit
 def split_backward_input(x_ptr, dy_ptr, dx_ptr, w_ptr, stats_ptr, sums_ptr,
-                         R, T, n_tb, M, C, S, G, CG, sn, sc, ss,
-                         PART: tl.constexpr, BR: tl.constexpr, BT: tl.constexpr, BLOCK_CH: tl.constexpr,
+                         R, M, C, S, G, CG, sn, sc, ss,
+                         T: tl.constexpr, PART: tl.constexpr, BR: tl.constexpr, BT: tl.constexpr, BLOCK_CH: tl.constexpr,
                          NSTAT: tl.constexpr, HAS_W: tl.constexpr, USE_RUNNING: tl.constexpr,
                          LAMBDA_GRAD: tl.constexpr):
     """Backward pass 2: dx = rstd (gh - mean(gh) - h mean(gh h)) with gh = A + glam B."""
@@ -252,28 +269,32 @@ def split_backward_input(x_ptr, dy_ptr, dx_ptr, w_ptr, stats_ptr, sums_ptr,
     mean = tl.load(row + 0)
     rstd = tl.load(row + 1)
     lam = tl.load(row + 2)
-    offset, c, _logical, mask, _r = _tile(gid, ch, R, T, n_tb, C, S, G, CG, sn, sc, ss, PART, BR, BT)
+    offset, c, _j, mask, _r = _tile(gid, ch, R, C, S, G, CG, sn, sc, ss, T, PART, BR, BT)
     u = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
     dy = tl.load(dy_ptr + offset, mask=mask, other=0.0).to(tl.float32)
     h = tl.where(mask, (u - mean) * rstd, 0.0)
-    _x, psi_h, _psi_lam = yeo_johnson(h, lam)
+    a = tl.abs(h)
+    log_a = log1p_pos(a)
+    inv_pos, inv_neg = group_inverses(lam)
+    _x, tt, em1, inv_mu = transform(h, log_a, lam, inv_pos, inv_neg)
+    inv_1pa, psi_h, _psi_lam = transform_grads(a, log_a, tt, em1, inv_mu)
     gx = dy
     if HAS_W:
-        gx = dy * tl.load(w_ptr + c, mask=mask, other=0.0).to(tl.float32)
+        gx = dy * channel_value(w_ptr, c, mask, 0.0, PART)
     gh = gx * psi_h
     if USE_RUNNING:
         dx = rstd * gh
     else:
         sum_a = _total(sums_ptr, gid, 1, 5, n_ch, BLOCK_CH)
         sum_ah = _total(sums_ptr, gid, 2, 5, n_ch, BLOCK_CH)
-        mean_gh = sum_a / M
-        mean_ghh = sum_ah / M
+        inv_m = 1.0 / M
+        mean_gh = sum_a * inv_m
+        mean_ghh = sum_ah * inv_m
         if LAMBDA_GRAD:
             glam = _total(sums_ptr, gid, 0, 5, n_ch, BLOCK_CH)
-            mean_gh += glam * _total(sums_ptr, gid, 3, 5, n_ch, BLOCK_CH) / M
-            mean_ghh += glam * _total(sums_ptr, gid, 4, 5, n_ch, BLOCK_CH) / M
-            sg, a, log_a, d, e = newton_terms(h)
-            gh += glam * lambda_grad_direction(sg, a, log_a, d, e, tl.load(row + 4), tl.load(row + 5),
+            mean_gh += glam * _total(sums_ptr, gid, 3, 5, n_ch, BLOCK_CH) * inv_m
+            mean_ghh += glam * _total(sums_ptr, gid, 4, 5, n_ch, BLOCK_CH) * inv_m
+            gh += glam * lambda_grad_direction(h, a, log_a, inv_1pa, tl.load(row + 4), tl.load(row + 5),
                                                tl.load(row + 6), tl.load(row + 7))
         dx = rstd * (gh - mean_gh - h * mean_ghh)
     tl.store(dx_ptr + offset, dx.to(dx_ptr.dtype.element_ty), mask=mask)
