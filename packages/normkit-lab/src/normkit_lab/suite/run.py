@@ -93,8 +93,8 @@ class SuitePlan:
             raise ConfigError("held-out variants are defined at CPU scale; drop --holdout with --scale paper")
         parsed = lab_config.parse_norms(norms)
         if workloads is not None and not workloads:
-            raise ConfigError("--workloads names no workload; give names from `normkit suite --list`, or drop it "
-                              "to run them all")
+            raise ConfigError("--workloads names no workload; give names separated by commas (see normkit suite "
+                              "--list), or drop it to run them all")
         names = [w.name for w in available()] if workloads is None else [load_workload(n).name for n in workloads]
         if not names:
             raise ConfigError("no workloads are registered (plugins register them; see docs/suite.md)")
