@@ -175,6 +175,8 @@ class _Sums:
         sd = math.sqrt(var)
         if sd <= 1e-12 * max(1.0, abs(mean)):  # exactly equal differences leave rounding, not spread
             sd = float(self.d[:n].std(ddof=1))
+        if sd <= 1e-9 * max(1.0, abs(mean)):  # equal differences up to float rounding (e.g. two test images on
+            sd = 0.0  # every seed, from differently rounded accuracies): zero spread, the exact sign test decides
         return mean, sd
 
 

@@ -260,16 +260,16 @@ def summarize(runs: Sequence[Run], norms: Sequence[str], baseline: str, metric: 
         arm_values.append((cell, {**values, **arms}))
         for norm in norms:
             mine = [r for r in in_cell if r.norm == norm]
-            seeds = sorted(set(values[norm]) & set(values[baseline]))
+            paired = sorted(set(values[norm]) & set(values[baseline]))
             diff = None if norm == baseline else paired_difference(
-                [values[norm][s] for s in seeds], [values[baseline][s] for s in seeds])
+                [values[norm][s] for s in paired], [values[baseline][s] for s in paired])
             recorded = {r.seed for r in mine} & {r.seed for r in in_cell if r.norm == baseline}
             partial.append({"norm": norm, "cell": cell, "mine": mine, "values": values[norm], "diff": diff,
                             "unread": [f"seed {seed}: status ok, but runs.jsonl has no {source} at its selected "
                                        f"epoch (null or missing), so it is left out of the statistics; the row was "
                                        f"edited or damaged, or the run never recorded it there: rerun it"
                                        for seed in unread.get(norm, [])],
-                            "oriented": {s: metric.sign * (values[norm][s] - values[baseline][s]) for s in seeds},
+                            "oriented": {s: metric.sign * (values[norm][s] - values[baseline][s]) for s in paired},
                             "recorded": recorded})
     compared = [p for p in partial if p["diff"] is not None]
     position = {seed: i for i, seed in enumerate(seeds)}
