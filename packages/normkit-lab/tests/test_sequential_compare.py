@@ -77,6 +77,20 @@ def test_rounds_add_seeds_only_to_undecided_comparisons_and_resume_to_the_same_d
     assert _seeds(cut) == seeds
 
 
+def test_a_comparison_with_more_seeds_than_the_last_one_is_analyzed_at_its_own_last_look(tmp_path: Path) -> None:
+    """The summary placed seeds by the plan's order through a variable the last comparison's paired seeds
+    shadowed: with gn (decided at 3 seeds) listed after ln (8 seeds), ln was replayed only to look 2 and
+    reported 'more looks to come' after max seeds."""
+    result = compare_norms("bn,ln,gn", train=seq_train, seeds="auto", max_seeds=8, out=tmp_path / "order",
+                           progress=quiet())
+    rows = {r["norm"]: r for r in result.summary}
+    assert rows["gn"]["diff_n"] == 3 and rows["gn"]["look"] == 1
+    assert rows["ln"]["stop"] in ("equivalence shown", "undecided at max seeds")
+    assert rows["ln"]["verdict"] != "continue"
+    if rows["ln"]["stop"] == "undecided at max seeds":
+        assert rows["ln"]["look"] == 3 and rows["ln"]["diff_n"] == 8
+
+
 @pytest.mark.slow  # trains 6 tiny runs of normkit's own loop (the CPU budget counts their CPU time)
 def test_the_cpu_budget_ends_the_rounds_and_leaves_comparisons_inconclusive(tmp_path: Path) -> None:
     result = compare_norms("bn,ln", budget="steps=4", seeds="auto", max_seeds=5, max_cpu_minutes=1e-6,
