@@ -20,10 +20,8 @@ as usual (a layer without them, `track_running_stats=False`, also normalizes gho
 
 A batch that ghost does not divide ends with a smaller ghost batch of the N mod ghost samples left
 (as `torch.split`), and the buffers are then averaged weighted by each ghost batch's samples.
-Under `normkit.convert_sync` each process normalizes its own ghost batches (with local batches
-divisible by ghost they are exactly the ghost batches one process forms from the concatenated
-batch) and the buffers are averaged over the ghost batches of all processes, so K processes end
-with the buffers one process would.
+`normkit.convert_sync` refuses ghost layers for now: averaging the buffers over every process's ghost
+batches did not match one process on the concatenated batch in the two-process test.
 """
 
 from __future__ import annotations

@@ -454,7 +454,12 @@ def convert_sync(model: nn.Module, process_group: Any = None) -> nn.Module:
     to convert (`nn.SyncBatchNorm.convert_sync_batchnorm`).
     """
     _require_module(model, "convert_sync")
-    for module in model.modules():
-        if isinstance(module, NormLayer) and module.partition is not None and module.partition.uses_batch:
-            module.sync = ProcessSync(process_group)
+    layers = [m for m in model.modules() if isinstance(m, NormLayer) and m.partition is not None
+              and m.partition.uses_batch]
+    ghost = next((m for m in layers if m.partition.ghost is not None), None)
+    if ghost is not None:  # their running buffers do not yet match one process's (tests/test_convert_sync.py)
+        raise SpecError(f"convert_sync: {ghost.spec or 'a norm'} normalizes over ghost batches, whose running "
+                        f"statistics are not synced across processes yet; drop ghost= or train on one process")
+    for module in layers:
+        module.sync = ProcessSync(process_group)
     return model
