@@ -37,7 +37,7 @@ def snapshot(root: Path) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("e2e") / "cmp"
-    result = invoke("compare", "--norms", ",".join(NORMS), *TINY, "--out", out)
+    result = invoke("compare", "--dataset", "digits", "--norms", ",".join(NORMS), *TINY, "--out", out)
     assert result.exit_code == 0, result.output
     return out, result.output
 
@@ -79,7 +79,8 @@ def test_report_prints_and_merges_without_touching_its_inputs(compared, tmp_path
     assert snapshot(out) == before
 
     extra = tmp_path / "extra"
-    result = invoke("compare", "--norms", NORMS[0], "--epochs", "1", "--batch-size", "128", "--seeds", "2-2",
+    result = invoke("compare", "--dataset", "digits", "--norms", NORMS[0], "--epochs", "1", "--batch-size", "128",
+                    "--seeds", "2-2",
                     "--model-param", "depth=2",
                     "--out", extra)
     assert result.exit_code == 0, result.output
@@ -124,7 +125,7 @@ def test_interrupted_compare_resumes_only_the_missing_runs(tmp_path, monkeypatch
 
     out = tmp_path / "cmp"
     monkeypatch.setattr(lab_execute, "train_run", interrupt_after_first)
-    result = invoke("compare", "--norms", "bn,gn+pn", *TINY, "--out", out)
+    result = invoke("compare", "--dataset", "digits", "--norms", "bn,gn+pn", *TINY, "--out", out)
     assert result.exit_code == 130
     assert f"interrupted: 1 of 4 runs are saved in {out}; continue with: normkit compare --resume {out}" in (
         result.output)
@@ -146,7 +147,8 @@ def test_interrupted_compare_resumes_only_the_missing_runs(tmp_path, monkeypatch
 def test_existing_out_is_never_overwritten(compared, tmp_path):
     out, _ = compared
     before = snapshot(out)
-    result = invoke("compare", "--norms", "bn", "--epochs", "1", "--batch-size", "128", "--seeds", "1",
+    result = invoke("compare", "--dataset", "digits", "--norms", "bn", "--epochs", "1", "--batch-size", "128",
+                    "--seeds", "1",
                     "--model-param", "depth=2",
                     "--out", out)
     assert result.exit_code == 0, result.output
@@ -204,7 +206,8 @@ def test_report_of_a_non_results_directory(tmp_path):
 
 def test_compare_tunes_on_disjoint_seeds_and_sweeps_cells(tmp_path):
     out = tmp_path / "tuned"
-    result = invoke("compare", "--norms", "bn,ln", "--epochs", "1", "--seeds", "2", "--model-param", "depth=2",
+    result = invoke("compare", "--dataset", "digits", "--norms", "bn,ln", "--epochs", "1", "--seeds", "2",
+                    "--model-param", "depth=2",
                     "--tune", "lr=0.05,0.1", "--tune-seeds", "1", "--sweep", "batch_size=64,128", "--out", out)
     assert result.exit_code == 0, result.output
     assert "8 tuning runs + 8 comparison runs" in result.output and "tuning (val accuracy" in result.output
@@ -220,7 +223,8 @@ def test_compare_tunes_on_disjoint_seeds_and_sweeps_cells(tmp_path):
 
 
 def test_overlapping_tune_seeds_are_one_line_errors(tmp_path):
-    result = invoke("compare", "--norms", "bn", "--seeds", "0-2", "--tune", "lr=0.1,0.3", "--tune-seeds", "2,5",
+    result = invoke("compare", "--dataset", "digits", "--norms", "bn", "--seeds", "0-2", "--tune", "lr=0.1,0.3",
+                    "--tune-seeds", "2,5",
                     "--out", tmp_path / "x")
     assert result.exit_code == 2 and "tune_seeds 2 are also comparison seeds" in result.output
     assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
@@ -228,7 +232,8 @@ def test_overlapping_tune_seeds_are_one_line_errors(tmp_path):
 
 def test_report_reads_a_swept_comparison_again(tmp_path):
     out = tmp_path / "swept"
-    result = invoke("compare", "--norms", "bn,ln", "--epochs", "1", "--seeds", "2", "--model-param", "depth=2",
+    result = invoke("compare", "--dataset", "digits", "--norms", "bn,ln", "--epochs", "1", "--seeds", "2",
+                    "--model-param", "depth=2",
                     "--sweep", "batch_size=64,128", "--out", out)
     assert result.exit_code == 0, result.output
     again = invoke("report", out)

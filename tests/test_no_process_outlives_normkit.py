@@ -164,7 +164,8 @@ POOL_PARENT = textwrap.dedent("""
     from normkit_lab.runs.execute import Job, RunOptions
     from normkit_lab.study import compare, config
 
-    cfg = config.build_config({"norms": "bn,ln", "seeds": 1, "epochs": 1, "batch_size": 64, "device": "cpu"})
+    cfg = config.build_config({"dataset": "digits", "norms": "bn,ln", "seeds": 1, "epochs": 1, "batch_size": 64,
+                               "device": "cpu"})
     compare.check(cfg)
     store = compare.create_store(cfg, sys.argv[1])
     jobs = [Job.make(cfg, RunId.of(norm, 0), store, RunOptions()) for norm in cfg.norms]

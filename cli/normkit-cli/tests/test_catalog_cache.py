@@ -162,7 +162,8 @@ def test_a_misspelled_norm_is_answered_from_the_catalog_without_torch(tmp_path: 
     for norms, error in [("bn,gnn2+pn", "unknown norm or stage 'gnn2'; did you mean 'gnn' or 'nn' or 'gn'?"),
                          ("cachenorm,bnn(noise=[0,0.4])+cachenrm", "unknown norm or stage 'cachenrm'; did you "
                                                                     "mean 'cachenorm'")]:
-        out = subprocess.run([sys.executable, "-c", RUN, "compare", "--norms", norms], env=environ,
+        out = subprocess.run([sys.executable, "-c", RUN, "compare", "--dataset", "digits", "--norms", norms],
+                             env=environ,
                              capture_output=True, text=True, timeout=120, cwd=tmp_path)
         lines = out.stderr.strip().splitlines()
         assert out.returncode == 2 and lines[0].startswith(f"error: {error}"), out.stderr

@@ -19,7 +19,7 @@ def invoke(*args):
 
 def test_ablate_trains_the_arms_and_reports_them_apart(tmp_path):
     out = tmp_path / "abl"
-    result = invoke("compare", "--norms", "bn,gn+pn", "--ablate", *TINY, "--out", out)
+    result = invoke("compare", "--dataset", "digits", "--norms", "bn,gn+pn", "--ablate", *TINY, "--out", out)
     assert result.exit_code == 0, result.output
     assert "compare bn, gn+pn (and their stage ablations gn(groups=8))" in result.output
     assert "stage ablations: what switching each stage off changes" in result.output

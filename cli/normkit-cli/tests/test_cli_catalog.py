@@ -71,7 +71,7 @@ def test_help_everywhere() -> None:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["compare", "--epochs", "abc"], "error: Invalid value for '--epochs'"),
+    (["compare", "--dataset", "digits", "--epochs", "abc"], "error: Invalid value for '--epochs'"),
     (["nosuch"], "error: No such command 'nosuch'."),
     (["list", "--bogus"], "error: No such option: --bogus"),
 ])

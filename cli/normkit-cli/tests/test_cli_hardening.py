@@ -93,7 +93,8 @@ def workdir(tmp_path, monkeypatch):
 def test_bad_compare_input_is_one_line_and_writes_nothing(workdir, args, needle):
     before = tree_hash(workdir)
     args = [a.replace("{tmp}", str(workdir)) for a in args]
-    result = runner.invoke(app, ["compare", "--norms", "bn", *args, "--out", str(workdir / "out")])
+    result = runner.invoke(app, ["compare", "--dataset", "digits", "--norms", "bn", *args, "--out",
+                                 str(workdir / "out")])
     assert_one_line_error(result, needle)
     assert tree_hash(workdir) == before
 
@@ -121,7 +122,8 @@ ENV = {"host": "h", "torch_version": "2", "device": "cpu"}
 
 
 def results_dir(root: Path) -> Path:
-    cfg = build_config({"norms": "bn,ln", "seeds": "2", "epochs": 1, "batch_size": 128, "model_params": {"depth": 2}})
+    cfg = build_config({"dataset": "digits", "norms": "bn,ln", "seeds": "2", "epochs": 1, "batch_size": 128,
+                        "model_params": {"depth": 2}})
     store = ResultsDir.create(root / "res", save_yaml(cfg), {"python": "3"})
     for norm in ("bn", "ln"):
         store.append_run(RunResult(norm, 0, "ok", [RECORD], 10), ENV)
@@ -220,9 +222,9 @@ def test_a_symlink_loop_as_results_directory_is_one_line(tmp_path, monkeypatch, 
 
 def test_traceback_env_and_flag_show_the_real_exception(workdir, monkeypatch):
     monkeypatch.setenv("NORMKIT_TRACEBACK", "0")  # restored (to unset) after the test, whatever --traceback sets
-    result = runner.invoke(app, ["compare", "--norms", "nosuchnorm"])
+    result = runner.invoke(app, ["compare", "--dataset", "digits", "--norms", "nosuchnorm"])
     assert_one_line_error(result, "unknown norm")
-    result = runner.invoke(app, ["--traceback", "compare", "--norms", "nosuchnorm"])
+    result = runner.invoke(app, ["--traceback", "compare", "--dataset", "digits", "--norms", "nosuchnorm"])
     assert type(result.exception).__name__ == "SpecError"
     monkeypatch.setenv("NORMKIT_TRACEBACK", "1")
     result = runner.invoke(app, ["show", "nosuchnorm"])
@@ -312,7 +314,8 @@ def test_a_failing_norm_is_recorded_shown_and_retried_on_resume(tmp_path, monkey
     out = tmp_path / "cmp"
     with temporary_plugin(ExplodePlugin(), "explode-test"):
         Explode.broken = True
-        result = runner.invoke(app, ["compare", "--norms", "bn,bn+explode", "--epochs", "1", "--batch-size", "128",
+        result = runner.invoke(app, ["compare", "--dataset", "digits", "--norms", "bn,bn+explode", "--epochs", "1",
+                                     "--batch-size", "128",
                                      "--seeds", "2",
                                      "--model-param", "depth=2", "--model-param", "width=4", "--out", str(out)])
         assert result.exit_code == 1, result.output  # results written, some runs failed
@@ -360,8 +363,8 @@ BAD_OTHER = [
     (["diagnose", "--norms", "bn", "--seed", "-1"], "--seed"),
     (["diagnose", "--norms", "bn", "--epochs", "10000000"], "--epochs"),
     (["diagnose", "--norms", "bn", "--model-param", "width=[1"], "is not valid YAML"),
-    (["compare", "--norms", "bn", "--epochs", "lots"], "--epochs"),
-    (["compare", "--norms", "bn", "--no-such-option"], "No such option"),
+    (["compare", "--dataset", "digits", "--norms", "bn", "--epochs", "lots"], "--epochs"),
+    (["compare", "--dataset", "digits", "--norms", "bn", "--no-such-option"], "No such option"),
 ]
 
 
@@ -452,6 +455,6 @@ def test_resume_of_a_directory_without_versions_warns_once_and_goes_on(tmp_path,
 
 def test_allow_version_change_without_resume_is_one_line(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    result = runner.invoke(app, ["compare", "--norms", "bn", "--allow-version-change"])
+    result = runner.invoke(app, ["compare", "--dataset", "digits", "--norms", "bn", "--allow-version-change"])
     assert_one_line_error(result, "give it with --resume")
     assert list(tmp_path.iterdir()) == []

@@ -41,7 +41,7 @@ def run_rows(norm: str, seed: int, final: float) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def results_dir(tmp_path) -> Path:
-    cfg = config.build_config({"norms": "bn,bnn,ln", "seeds": "4", "epochs": 2, "batch_size": 128})
+    cfg = config.build_config({"dataset": "digits", "norms": "bn,bnn,ln", "seeds": "4", "epochs": 2, "batch_size": 128})
     store = ResultsDir.create(tmp_path / "cmp", config.save_yaml(cfg), {"host": "h"})
     for seed in range(4):
         store.append_rows(run_rows("bn", seed, BN[seed]) + run_rows("bnn", seed, GAIN[seed])
@@ -129,7 +129,8 @@ def test_damaged_row_is_a_one_line_error(results_dir):
 def real_compare(tmp_path_factory) -> Path:
     """2 norms x 3 seeds x 2 epochs of small-cnn on digits (about 10-20 s on two cores)."""
     out = tmp_path_factory.mktemp("real") / "cmp"
-    result = invoke("compare", "--norms", "bn,gn+pn", "--seeds", "3", "--epochs", "2", "--batch-size", "128",
+    result = invoke("compare", "--dataset", "digits", "--norms", "bn,gn+pn", "--seeds", "3", "--epochs", "2",
+                    "--batch-size", "128",
                     "--model-param", "depth=2",
                     "--out", out)
     assert result.exit_code == 0, result.output
@@ -187,7 +188,7 @@ def tuning_rows(chosen: dict[str, float]) -> list[dict[str, Any]]:
 @pytest.fixture
 def tuned_dir(tmp_path) -> Path:
     chosen = {"bn": 0.1, "bnn": 0.05, "ln": 0.05}
-    cfg = config.build_config({"norms": "bn,bnn,ln", "seeds": "4", "epochs": 2, "batch_size": 128,
+    cfg = config.build_config({"dataset": "digits", "norms": "bn,bnn,ln", "seeds": "4", "epochs": 2, "batch_size": 128,
                                "tune": "lr=0.01,0.05,0.1", "tune_seeds": "4,5"})
     store = ResultsDir.create(tmp_path / "tuned", config.save_yaml(cfg), {"host": "h"})
     for seed in range(4):
@@ -264,7 +265,7 @@ def test_bad_metric_lists_are_one_line_errors(results_dir, metric, message):
 def test_the_results_directory_keeps_every_metric_so_report_reads_them_all_without_repeating_them(tmp_path):
     """Issue 41: `compare --metric test_acc,test_loss` printed both tables, but config.yaml kept only the
     first metric, so `normkit report DIR` lost the others."""
-    cfg = config.build_config({"norms": "bn,bnn,ln", "seeds": "4", "epochs": 2, "batch_size": 128,
+    cfg = config.build_config({"dataset": "digits", "norms": "bn,bnn,ln", "seeds": "4", "epochs": 2, "batch_size": 128,
                                "metric": "test_acc,test_loss"})
     assert (cfg.metric, cfg.further_metrics) == ("test_acc", ["test_loss"])
     store = ResultsDir.create(tmp_path / "cmp", config.save_yaml(cfg), {"host": "h"})
@@ -285,7 +286,8 @@ def test_a_language_model_comparison_shows_the_ngram_note_in_compare_and_in_repo
               "--model-param", "heads=2", "--model-param", "context=16", "--dataset-param", "seq_len=16",
               "--dataset-param", "max_files=40", "--dataset-param", "train_windows=64",
               "--dataset-param", "eval_windows=16", "--dataset-param", "test_windows=16"]
-    compared = invoke("compare", "--norms", "ln,rms", "--seeds", "2", "--epochs", "1", *params, "--out", out)
+    compared = invoke("compare", "--dataset", "digits", "--norms", "ln,rms", "--seeds", "2", "--epochs", "1", *params,
+                      "--out", out)
     assert compared.exit_code == 0, compared.output
     reported = invoke("report", out)
     assert reported.exit_code == 0, reported.output
@@ -304,7 +306,8 @@ def test_compare_defaults_to_sequential_seeds_and_report_prints_the_design(tmp_p
     import json
 
     out = tmp_path / "auto"
-    result = invoke("compare", "--norms", "bn", "--epochs", "1", "--batch-size", "128", "--model-param", "depth=2",
+    result = invoke("compare", "--dataset", "digits", "--norms", "bn", "--epochs", "1", "--batch-size", "128",
+                    "--model-param", "depth=2",
                     "--max-seeds", "3", "--out", str(out), columns=200)
     assert result.exit_code == 0, result.output
     assert "seeds auto (looks after 3 seeds" in result.output
@@ -313,7 +316,8 @@ def test_compare_defaults_to_sequential_seeds_and_report_prints_the_design(tmp_p
     design = [line for line in result.output.splitlines() if line.startswith("sequential seeds:")]
     assert design and design == [line for line in invoke("report", str(out), columns=200).output.splitlines()
                                  if line.startswith("sequential seeds:")]
-    bad = invoke("compare", "--norms", "bn", "--seeds", "4", "--max-seeds", "8", "--out", str(tmp_path / "bad"))
+    bad = invoke("compare", "--dataset", "digits", "--norms", "bn", "--seeds", "4", "--max-seeds", "8", "--out",
+                 str(tmp_path / "bad"))
     assert bad.exit_code == 2 and "apply to --seeds auto" in bad.output and not (tmp_path / "bad").exists()
 
 
@@ -358,7 +362,8 @@ def test_report_of_a_directory_without_comparison_runs_exits_2_in_one_line(resul
 
 
 def test_compare_says_when_a_budget_drops_the_default_designs_cells(tmp_path):
-    result = invoke("compare", "--norms", "bn", "--seeds", "1", "--budget", "steps=1", "--out", tmp_path / "o")
+    result = invoke("compare", "--dataset", "digits", "--norms", "bn", "--seeds", "1", "--budget", "steps=1", "--out",
+                    tmp_path / "o")
     assert result.exit_code == 0, result.output
     assert ("note: --budget replaces the default design of digits (batch_size=2,16 at steps=500 each), so every "
             "run trains at batch_size=2; to keep its cells, add --sweep batch_size=2,16") in " ".join(

@@ -34,14 +34,15 @@ def assert_one_line_error(result, *needles: str) -> None:
 ])
 def test_bad_scale_flags_are_one_line_and_write_nothing(tmp_path, argv, needle):
     os.chdir(tmp_path)
-    result = runner.invoke(app, ["compare", *TINY, "--out", str(tmp_path / "out"), *argv])
+    result = runner.invoke(app, ["compare", "--dataset", "digits", *TINY, "--out", str(tmp_path / "out"), *argv])
     assert_one_line_error(result, needle)
     assert not (tmp_path / "out").exists() and not (tmp_path / "runs").exists()
 
 
 def test_keep_checkpoints_and_tensorboard_write_per_run_files(tmp_path):
     out = tmp_path / "out"
-    result = runner.invoke(app, ["compare", *TINY, "--out", str(out), "--keep-checkpoints", "--log", "tensorboard"])
+    result = runner.invoke(app, ["compare", "--dataset", "digits", *TINY, "--out", str(out), "--keep-checkpoints",
+                                 "--log", "tensorboard"])
     assert result.exit_code == 0, result.output
     assert [p.name.endswith(".final.pt") for p in (out / "checkpoints").iterdir()] == [True]
     assert len(list((out / "metrics").glob("*.csv"))) == 1
@@ -50,6 +51,6 @@ def test_keep_checkpoints_and_tensorboard_write_per_run_files(tmp_path):
 
 def test_resume_may_change_how_runs_execute(tmp_path):
     out = tmp_path / "out"
-    assert runner.invoke(app, ["compare", *TINY, "--out", str(out)]).exit_code == 0
+    assert runner.invoke(app, ["compare", "--dataset", "digits", *TINY, "--out", str(out)]).exit_code == 0
     result = runner.invoke(app, ["compare", "--resume", str(out), "--jobs", "2", "--log", "tensorboard"])
     assert result.exit_code == 0, result.output

@@ -17,7 +17,8 @@ runner = CliRunner()
 
 def test_environment_records_isa_threads_and_load_and_the_table_shows_cpu_time(tmp_path):
     out = tmp_path / "speed"
-    result = runner.invoke(app, ["compare", "--norms", "bn,gn", "--seeds", "1", "--epochs", "1", "--batch-size",
+    result = runner.invoke(app, ["compare", "--dataset", "digits", "--norms", "bn,gn", "--seeds", "1", "--epochs",
+                                 "1", "--batch-size",
                                  "128", "--device", "cpu", "--out", str(out)], env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
     env = json.loads((out / "environment.json").read_text())

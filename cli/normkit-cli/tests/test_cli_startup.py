@@ -48,7 +48,8 @@ def test_bare_normkit_prints_its_help_once():
 
 
 def test_usage_errors_are_one_line():
-    out = subprocess.run([*NORMKIT, "compare", "--epochs", "many"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([*NORMKIT, "compare", "--dataset", "digits", "--epochs", "many"], capture_output=True,
+                         text=True, timeout=120)
     assert out.returncode == 2 and out.stdout == ""
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "'normkit compare --help'" in lines[0]
@@ -59,7 +60,8 @@ def test_usage_errors_are_one_line():
 def test_a_signal_keeps_finished_runs_and_prints_the_resume_hint(tmp_path, sig, code):
     out = tmp_path / "cmp"
     env = {**os.environ, "CI": "1"}
-    proc = subprocess.Popen([*NORMKIT, "compare", "--norms", "bn", "--epochs", "1", "--batch-size", "128", "--seeds",
+    proc = subprocess.Popen([*NORMKIT, "compare", "--dataset", "digits", "--norms", "bn", "--epochs", "1",
+                             "--batch-size", "128", "--seeds",
                              "200",
                              "--model-param", "depth=2", "--model-param", "width=4", "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)

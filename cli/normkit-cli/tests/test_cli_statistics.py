@@ -32,7 +32,8 @@ def test_grid_edge_warning_names_the_norm_and_the_side():
 
 def test_bad_cpu_threads_is_one_line_and_writes_nothing(tmp_path):
     os.chdir(tmp_path)
-    result = invoke("compare", "--norms", "bn", "--seeds", "1", "--epochs", "1", "--batch-size", "128", "--device",
+    result = invoke("compare", "--dataset", "digits", "--norms", "bn", "--seeds", "1", "--epochs", "1",
+                    "--batch-size", "128", "--device",
                     "cpu",
                     "--cpu-threads", "0", "--out", tmp_path / "out")
     assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.output
@@ -44,7 +45,8 @@ def test_sweep_prints_interaction_verdicts_and_merges_across_metrics(tmp_path):
     out = tmp_path / "sweep"
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no library warning reaches the output
-        result = invoke("compare", "--norms", "bn,gn", "--seeds", "3", *TINY, "--sweep", "batch_size=16,64",
+        result = invoke("compare", "--dataset", "digits", "--norms", "bn,gn", "--seeds", "3", *TINY, "--sweep",
+                        "batch_size=16,64",
                         "--out", out)
     assert result.exit_code == 0, result.output
     assert "interactions: does the gap to bn depend on the swept key?" in result.output
@@ -57,7 +59,8 @@ def test_sweep_prints_interaction_verdicts_and_merges_across_metrics(tmp_path):
     assert "<h2>Interactions</h2>" in (out / "report.html").read_text()
     # a second directory that differs only in --metric merges
     other = tmp_path / "loss"
-    assert invoke("compare", "--norms", "bn,gn", "--seeds", "3-5", *TINY, "--sweep", "batch_size=16,64",
+    assert invoke("compare", "--dataset", "digits", "--norms", "bn,gn", "--seeds", "3-5", *TINY, "--sweep",
+                  "batch_size=16,64",
                   "--metric", "test_loss", "--out", other).exit_code == 0
     merged = invoke("report", out, other, "--out", tmp_path / "merged")
     assert merged.exit_code == 0, merged.output
@@ -68,7 +71,8 @@ def test_sweep_prints_interaction_verdicts_and_merges_across_metrics(tmp_path):
 @pytest.mark.slow
 def test_diagnostics_prints_and_saves_verdicts(tmp_path):
     out = tmp_path / "diag"
-    result = invoke("compare", "--norms", "bn,bnn,bnn(noise=0)", "--seeds", "3", *TINY, "--diagnostics",
+    result = invoke("compare", "--dataset", "digits", "--norms", "bn,bnn,bnn(noise=0)", "--seeds", "3", *TINY,
+                    "--diagnostics",
                     "--out", out)
     assert result.exit_code == 0, result.output
     assert "representation measures vs bn, paired by seed" in result.output

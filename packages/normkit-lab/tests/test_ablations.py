@@ -83,8 +83,8 @@ def test_the_ablations_switch_the_stage_off():
 
 
 def test_ablate_adds_the_arms_to_the_plan_and_keeps_the_config_hash():
-    plain = resolve({"norms": "bn,bnn,gn+pn"})
-    ablated = resolve({"norms": "bn,bnn,gn+pn", "ablate": True})
+    plain = resolve({"dataset": "digits", "norms": "bn,bnn,gn+pn"})
+    ablated = resolve({"dataset": "digits", "norms": "bn,bnn,gn+pn", "ablate": True})
     assert ablated.arms == ["bn", "bnn", "gn+pn", "bn+nn(noise=0.0)", "bn+nn(lambda_min=1.0,lambda_max=1.0)",
                             "gn(groups=8)"]
     cells = len(ablated.sweep["batch_size"])  # the default design: batches of 2 and 16

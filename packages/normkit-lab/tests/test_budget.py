@@ -54,12 +54,13 @@ def test_an_examples_budget_is_steps_times_the_batch():
 
 
 def test_an_epoch_budget_is_the_epochs_and_leaves_the_config_hash_as_before():
-    plain = resolve({"norms": "bn", "epochs": 3})
-    budget = resolve({"norms": "bn", "budget": "epochs=3"})
+    plain = resolve({"dataset": "digits", "norms": "bn", "epochs": 3})
+    budget = resolve({"dataset": "digits", "norms": "bn", "budget": "epochs=3"})
     assert budget.train.epochs == 3 and budget.train.budget is None
     assert "budget" not in plain.to_dict()
     assert config_hash(plain.to_dict()) == config_hash(budget.to_dict())
-    assert resolve({"norms": "bn", "budget": {"steps": 40}}).train.budget == "steps=40"  # YAML's mapping form
+    assert resolve({"dataset": "digits", "norms": "bn",
+                    "budget": {"steps": 40}}).train.budget == "steps=40"  # YAML's mapping form
 
 
 @pytest.mark.parametrize(("values", "message"), [

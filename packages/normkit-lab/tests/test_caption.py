@@ -15,7 +15,7 @@ def words(values: dict) -> str:
 
 
 def test_a_single_cell_names_its_regime_and_what_to_add_instead_of_asserting_it():
-    text = words({"norms": "bn,bnn,gn+pn", "batch_size": 2, "epochs": 1, "lr": 0.02})
+    text = words({"dataset": "digits", "norms": "bn,bnn,gn+pn", "batch_size": 2, "epochs": 1, "lr": 0.02})
     assert text.startswith("Shows: small-cnn on digits, 1 epoch at a batch of 2 samples, every norm at the same "
                            "learning rate (sgd lr 0.02, not tuned per norm), 5 seeds paired by seed")
     assert "Holm's adjustment over 2 comparisons" in text
@@ -33,19 +33,19 @@ def test_the_digit_blends_design_says_only_the_normalization_batch_varies():
     text = words({"norms": "bn,bnn,gn+pn", "dataset": "digit-blends"})
     assert text.startswith("Shows: small-cnn on digit-blends, 300 optimizer steps at a batch of 16 samples, bn and bnn "
                            "normalizing over ghost batches of 2 and 16 samples (norm_batch; gn+pn pools no batch, so "
-                           "norm_batch leaves it unchanged)")
+                           "norm_batch leaves it unchanged, its runs trained once and used in every cell)")
     assert "At 2 samples per ghost batch (in the norm_batch=2 cell), bn and bnn normalize over a batch of 2" in text
     assert "whether a gap depends on the gradient batch size" in text and "--sweep batch_size=..." in text
 
 
 def test_tuned_ablated_and_large_batch_recipes_say_so():
-    tuned = words({"norms": "bn,gn+pn", "tune": "lr=0.01,0.05", "tune_seeds": "100"})
+    tuned = words({"dataset": "digits", "norms": "bn,gn+pn", "tune": "lr=0.01,0.05", "tune_seeds": "100"})
     assert "each norm at its own learning rate, tuned on the validation split over 0.01, 0.05" in tuned
     assert "tuned per norm would change" not in tuned and "--tune" not in tuned
-    large = words({"norms": "bn,gn+pn", "batch_size": 64})
+    large = words({"dataset": "digits", "norms": "bn,gn+pn", "batch_size": 64})
     assert "small-batch regime" not in large and "at a batch of 64 samples" in large
-    assert "--ablate" not in words({"norms": "bn,gn+pn", "ablate": True})
-    assert "--ablate" not in words({"norms": "bn,gn"})  # nothing declared to ablate
+    assert "--ablate" not in words({"dataset": "digits", "norms": "bn,gn+pn", "ablate": True})
+    assert "--ablate" not in words({"dataset": "digits", "norms": "bn,gn"})  # nothing declared to ablate
 
 
 def test_batch_pooling_norms_are_found_by_their_stages():
@@ -53,13 +53,13 @@ def test_batch_pooling_norms_are_found_by_their_stages():
 
 
 def test_swept_keys_are_named_as_swept():
-    text = words({"norms": "bn,gn+pn", "sweep": "batch_size=2,16"})
+    text = words({"dataset": "digits", "norms": "bn,gn+pn", "sweep": "batch_size=2,16"})
     assert "at batches of 2, 16 samples" in text and "(in the batch_size=2 cell), bn normalizes" in text
     assert "Holm's adjustment over 1 comparison" in text  # the caller counts the family
-    lrs = words({"norms": "bn,gn+pn", "sweep": "lr=0.01,0.05"})
+    lrs = words({"dataset": "digits", "norms": "bn,gn+pn", "sweep": "lr=0.01,0.05"})
     assert "learning rates 0.01, 0.05 (one per cell, the same for every norm in a cell)" in lrs
     assert "same learning rate (" not in lrs
-    one = words({"norms": "bn,gn+pn", "seeds": 1})
+    one = words({"dataset": "digits", "norms": "bn,gn+pn", "seeds": 1})
     assert "1 seed; the final epoch" in one
 
 
@@ -78,12 +78,13 @@ def _summary(steps: dict[int, int]):
 
 
 def test_a_batch_sweep_says_whether_steps_are_held_equal_from_the_steps_the_runs_took():
-    epochs = config.build_config({"norms": "bn,gn+pn", "sweep": "batch_size=2,16"}).to_dict()
+    epochs = config.build_config({"dataset": "digits", "norms": "bn,gn+pn", "sweep": "batch_size=2,16"}).to_dict()
     text = summary_caption(epochs, _summary({2: 575, 16: 71}))
     assert "smaller batch took more optimizer steps (575 at batch 2, 71 at batch 16): steps differ by cell" in text
     assert "(at unequal steps)" in text
     assert text.endswith("add --budget steps=575, --ablate, --tune lr=0.008,0.02,0.05.")
-    steps = config.build_config({"norms": "bn,gn+pn", "sweep": "batch_size=2,16", "budget": "steps=600"}).to_dict()
+    steps = config.build_config({"dataset": "digits", "norms": "bn,gn+pn", "sweep": "batch_size=2,16",
+                                 "budget": "steps=600"}).to_dict()
     text = summary_caption(steps, _summary({2: 600, 16: 600}))
     assert "600 optimizer steps at batches of 2, 16 samples" in text and "steps differ" not in text
     assert "Every cell trained the same budget (600 optimizer steps: 600 at batch 2, 600 at batch 16)" in text

@@ -20,7 +20,8 @@ TIMING = {"epoch_time_s", "cpu_time_s", "load_avg", "throughput", "peak_mem_mb"}
 @pytest.fixture(scope="module")
 def cfg():
     # bnn draws noise from torch's global RNG every step: resuming must restore it exactly
-    cfg = config.build_config({"norms": "bnn", "seeds": 1, "epochs": 3, "batch_size": 64, "device": "cpu"})
+    cfg = config.build_config({"dataset": "digits", "norms": "bnn", "seeds": 1, "epochs": 3, "batch_size": 64,
+                               "device": "cpu"})
     compare.check(cfg)
     return cfg
 

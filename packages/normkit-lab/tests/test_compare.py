@@ -45,7 +45,7 @@ class FakeTrainer:
 
 @pytest.fixture
 def cfg():
-    return config.build_config({"norms": "bn,ln", "seeds": "3", "epochs": 2, "batch_size": 128})
+    return config.build_config({"dataset": "digits", "norms": "bn,ln", "seeds": "3", "epochs": 2, "batch_size": 128})
 
 
 def test_every_norm_runs_every_seed_and_divergence_does_not_stop(cfg, tmp_path, monkeypatch, capsys):

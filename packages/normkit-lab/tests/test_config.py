@@ -46,11 +46,11 @@ def test_precedence_cli_over_yaml_over_defaults(tmp_path):
     assert cfg.train.batch_size == 16  # YAML, '-' read as '_'
     assert cfg.train.model == "small-cnn" and cfg.seeds == list(spec.DEFAULT_SEEDS)  # defaults
     assert cfg.norms == ["bn", "ln"] and cfg.baseline_norm == "bn"
-    assert config.resolve({"norms": "ln,bn"}, path).norms == ["ln", "bn"]
+    assert config.resolve({"dataset": "digits", "norms": "ln,bn"}, path).norms == ["ln", "bn"]
 
 
 def test_plan_is_seed_major_and_pairs_by_seed():
-    cfg = config.build_config({"norms": "bn,ln", "seeds": "2", "batch_size": 16})  # one cell
+    cfg = config.build_config({"dataset": "digits", "norms": "bn,ln", "seeds": "2", "batch_size": 16})  # one cell
     assert [(r.norm, r.seed) for r in compare_plan(cfg)] == [("bn", 0), ("ln", 0), ("bn", 1), ("ln", 1)]
 
 
@@ -72,18 +72,19 @@ def test_bad_yaml_is_one_clear_error(tmp_path, text, match):
 
 def test_unreadable_config(tmp_path):
     with pytest.raises(ConfigError, match="cannot read config"):
-        config.resolve({"norms": "bn"}, tmp_path / "missing.yaml")
+        config.resolve({"dataset": "digits", "norms": "bn"}, tmp_path / "missing.yaml")
 
 
 def test_saved_yaml_round_trips(tmp_path):
-    cfg = config.build_config({"norms": "bn,gn+pn", "seeds": "0,4", "epochs": 2, "batch_size": 128, "lr": 0.05,
+    cfg = config.build_config({"dataset": "digits", "norms": "bn,gn+pn", "seeds": "0,4", "epochs": 2,
+                               "batch_size": 128, "lr": 0.05,
                                "baseline": "gn+pn", "model_params": {"width": 8}})
     again = config.resolve({}, _yaml(tmp_path, config.save_yaml(cfg)))
     assert again.to_dict() == cfg.to_dict() and again.norms == cfg.norms
 
 
 def test_float_fields_take_ints():
-    cfg = config.build_config({"norms": "bn", "lr": 1, "weight_decay": 0})
+    cfg = config.build_config({"dataset": "digits", "norms": "bn", "lr": 1, "weight_decay": 0})
     assert cfg.train.lr == 1.0 and isinstance(cfg.train.lr, float)
 
 
@@ -104,14 +105,16 @@ def test_a_model_brings_its_training_defaults_and_typed_values_win(tmp_path):
     assert (typed.lr, typed.batch_size, typed.optimizer) == (0.01, 8, "adamw")
     path = tmp_path / "exp.yaml"
     path.write_text("model: gpt-tiny\noptimizer: sgd\n")
-    assert config.resolve({"norms": "ln"}, path).train.optimizer == "sgd"  # the file beats model defaults
-    default = config.resolve({"norms": "bn"})  # the digits dataset brings the default design
+    assert config.resolve({"dataset": "digits", "norms": "ln"},
+                          path).train.optimizer == "sgd"  # the file beats model defaults
+    default = config.resolve({"dataset": "digits", "norms": "bn"})  # the digits dataset brings the default design
     cnn = default.train
     assert (cnn.optimizer, cnn.batch_size, cnn.budget, cnn.lr, cnn.dataset) == ("sgd", 2, "steps=500", 0.02, "digits")
     assert default.sweep == {"batch_size": [2, 16]}
     other = config.resolve({"norms": "bn", "dataset": "fake"}).train  # global defaults elsewhere
     assert (other.batch_size, other.epochs, other.lr) == (128, 5, None)
-    mine = config.resolve({"norms": "bn", "batch-size": 16}).train  # typed values beat the dataset's
+    mine = config.resolve({"dataset": "digits", "norms": "bn",
+                           "batch-size": 16}).train  # typed values beat the dataset's
     assert (mine.batch_size, mine.epochs) == (16, 1)
 
 

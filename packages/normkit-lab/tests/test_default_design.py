@@ -1,6 +1,7 @@
-"""The default design of `normkit compare --norms bn,bnn,gn+pn`: batch 2 and 16 at equal steps, which a
-user's own length or batch replaces as a whole; and digit-blends' design, a gradient batch of 16 at equal
-steps with the batch-statistics norms normalizing over ghost batches of 2 or the whole batch (norm_batch)."""
+"""The default design of `normkit compare --norms bn,bnn,gn+pn`, digit-blends': a gradient batch of 16 at
+equal steps with the batch-statistics norms normalizing over ghost batches of 2 or the whole batch
+(norm_batch); and the bundled digits' own, batch 2 and 16 at equal steps. A user's own length or batch
+replaces a design as a whole."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from normkit_lab.study.config import resolve
 from normkit_lab.study.plan import run_count
 
 
-def test_the_default_compares_two_batch_sizes_at_equal_steps():
-    cfg = resolve({"norms": "bn,bnn,gn+pn"})
+def test_digits_by_name_compares_two_batch_sizes_at_equal_steps():
+    cfg = resolve({"norms": "bn,bnn,gn+pn", "dataset": "digits"})
     assert cfg.sweep == {"batch_size": [2, 16]} and cfg.train.budget == "steps=500" and cfg.train.lr == 0.02
     assert run_count(cfg) == (0, 30)
 
@@ -28,7 +29,7 @@ def test_the_default_compares_two_batch_sizes_at_equal_steps():
     ({"seeds": 3, "lr": 0.05}, {"batch_size": [2, 16]}, "steps=500", 1, 2),  # other keys keep the design
 ])
 def test_a_length_or_batch_of_ones_own_replaces_the_design(given, sweep, budget, epochs, batch):
-    cfg = resolve({"norms": "bn,gn+pn", **given})
+    cfg = resolve({"norms": "bn,gn+pn", "dataset": "digits", **given})
     assert (cfg.sweep, cfg.train.budget, cfg.train.epochs, cfg.train.batch_size) == (sweep, budget, epochs, batch)
 
 
@@ -42,13 +43,15 @@ def test_a_saved_default_config_resumes_as_saved():
 
     from normkit_lab.study.config import build_config, save_yaml
     saved = resolve({"norms": "bn,gn+pn"})
+    assert saved.train.dataset == "digit-blends" and saved.sweep == {"norm_batch": [2, 16]}
     again = build_config(yaml.safe_load(save_yaml(saved)))
     assert (again.sweep, again.train.budget) == (saved.sweep, saved.train.budget)
     assert again.to_dict() == saved.to_dict()
 
 
-def test_digit_blends_varies_the_normalization_batch_alone():
-    cfg = resolve({"norms": "bn,bnn,gn+pn", "dataset": "digit-blends"})
+def test_the_default_is_digit_blends_varying_the_normalization_batch_alone():
+    cfg = resolve({"norms": "bn,bnn,gn+pn"})
+    assert cfg.train.dataset == "digit-blends"
     assert cfg.sweep == {"norm_batch": [2, 16]} and cfg.train.budget == "steps=300" and cfg.train.lr == 0.02
     assert (cfg.train.batch_size, cfg.train.norm_batch) == (16, None)
     assert run_count(cfg) == (0, 30)

@@ -63,7 +63,8 @@ def test_bad_input_is_one_line_and_exit_2(args):
 
 def test_compare_with_diagnostics_writes_the_report(tmp_path):
     out = tmp_path / "cmp"
-    result = invoke("compare", "--norms", "bn,bnn", "--epochs", "1", "--batch-size", "128", "--seeds", "1",
+    result = invoke("compare", "--dataset", "digits", "--norms", "bn,bnn", "--epochs", "1", "--batch-size", "128",
+                    "--seeds", "1",
                     "--model-param", "width=4",
                     "--model-param", "depth=2", "--diagnostics", "--out", str(out))
     assert result.exit_code == 0, result.output

@@ -33,7 +33,7 @@ def test_random_net_ln_collapses_with_depth_while_bn_and_ln_pn_do_not(seed):
     assert ln_deep > 3 * max(bn_deep, pn_deep)
 
 
-TINY = TrainConfig(epochs=2, batch_size=64, model_params={"width": 8, "depth": 2})
+TINY = TrainConfig(dataset="digits", epochs=2, batch_size=64, model_params={"width": 8, "depth": 2})
 SETTINGS = DiagnosticsSettings(channels=4, batches=2, batch_size=32, draws=1)
 
 

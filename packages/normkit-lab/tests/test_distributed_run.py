@@ -34,13 +34,13 @@ from normkit_lab.study import compare, config
 
 BIN = Path(sys.executable).parent
 TIMING = ("epoch_time_s", "cpu_time_s", "load_avg", "throughput", "peak_mem_mb")  # differ between any two runs
-EQUIVALENCE_CFG = spec.TrainConfig(epochs=1, batch_size=64)
+EQUIVALENCE_CFG = spec.TrainConfig(dataset="digits", epochs=1, batch_size=64)
 EQUIVALENCE_NORMS = ("bn", "bnn(noise=0)", "ln", "ibln-t")  # synced batch statistics, per-sample, both
-RESUME_CFG = spec.TrainConfig(epochs=2, batch_size=64)
+RESUME_CFG = spec.TrainConfig(dataset="digits", epochs=2, batch_size=64)
 
 
 def _job(tmp_path: Path, nproc: int, **changes: object) -> Job:
-    cfg = config.build_config({"norms": "bn", "seeds": "1", "epochs": 1, "batch_size": 32,
+    cfg = config.build_config({"dataset": "digits", "norms": "bn", "seeds": "1", "epochs": 1, "batch_size": 32,
                                "nproc_per_node": nproc})
     compare.check(cfg)
     store = compare.create_store(cfg, tmp_path / f"nproc{nproc}")
@@ -124,20 +124,22 @@ def test_a_killed_rank_is_the_machines_failure_and_the_run_stays_resumable(tmp_p
 
 def test_check_config_refuses_a_global_batch_that_does_not_split_evenly():
     with pytest.raises(ConfigError, match=r"^batch_size 130 is not divisible by nproc_per_node 4 .*multiple of 4$"):
-        checks.check_config(spec.TrainConfig(batch_size=130, nproc_per_node=4), ["bn"])
+        checks.check_config(spec.TrainConfig(dataset="digits", batch_size=130, nproc_per_node=4), ["bn"])
 
 
 @pytest.mark.parametrize(("device", "message"), [("mps", "not on mps"), ("cuda:1", "names one GPU")])
 def test_a_ddp_run_refuses_a_device_it_cannot_use(device, message):
     with pytest.raises(ConfigError, match=message):
-        checks._check_processes(spec.TrainConfig(nproc_per_node=2, device=device), torch.device(device))
+        checks._check_processes(spec.TrainConfig(dataset="digits", nproc_per_node=2, device=device),
+                                torch.device(device))
 
 
 # -- slow: the CLI, signals, and the arithmetic across processes ---------------------------------
 
 
 def _compare(out: Path, *flags: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / "normkit"), "compare", "--norms", "bn,bnn", "--seeds", "1", "--epochs", "1",
+    return subprocess.run([str(BIN / "normkit"), "compare", "--dataset", "digits", "--norms", "bn,bnn", "--seeds",
+                           "1", "--epochs", "1",
                            "--batch-size", "128",
                            "--out", str(out), *flags], capture_output=True, text=True, timeout=timeout)
 
@@ -194,7 +196,8 @@ def test_a_stopped_compare_leaves_no_process_behind(tmp_path, sig):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     out = tmp_path / "out"
-    proc = subprocess.Popen([str(BIN / "normkit"), "compare", "--norms", "bnn", "--seeds", "1", "--epochs", "200",
+    proc = subprocess.Popen([str(BIN / "normkit"), "compare", "--dataset", "digits", "--norms", "bnn", "--seeds", "1",
+                             "--epochs", "200",
                              "--batch-size", "128",
                              "--nproc-per-node", "2", "--out", str(out)],
                             env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -89,13 +89,14 @@ def test_norm_weight_decay_is_one_value_for_every_norm_parameter_and_plugin_poli
 
 def test_tune_seeds_must_not_overlap_the_comparison_seeds():
     with pytest.raises(ConfigError, match="tune_seeds 1 are also comparison seeds.*--tune-seeds 3,4"):
-        config.build_config({"norms": "bn", "seeds": "0-2", "tune": "lr=0.1,0.3", "tune_seeds": "1,7"})
-    cfg = config.build_config({"norms": "bn", "seeds": "3", "tune": ["lr=0.1,0.3"]})
+        config.build_config({"dataset": "digits", "norms": "bn", "seeds": "0-2", "tune": "lr=0.1,0.3",
+                             "tune_seeds": "1,7"})
+    cfg = config.build_config({"dataset": "digits", "norms": "bn", "seeds": "3", "tune": ["lr=0.1,0.3"]})
     assert cfg.tune == {"lr": [0.1, 0.3]} and cfg.tune_seeds == [3, 4]
     with pytest.raises(ConfigError, match="'optimizer' is not numeric"):
-        config.build_config({"norms": "bn", "tune": "optimizer=sgd,adamw"})
+        config.build_config({"dataset": "digits", "norms": "bn", "tune": "optimizer=sgd,adamw"})
     with pytest.raises(ConfigError, match="'lrr' is not a training key.*'lr'"):
-        config.build_config({"norms": "bn", "tune": "lrr=0.1"})
+        config.build_config({"dataset": "digits", "norms": "bn", "tune": "lrr=0.1"})
 
 
 def test_tuning_picks_the_best_validation_value_then_runs_the_comparison_seeds_with_it(tmp_path):
@@ -122,7 +123,8 @@ def test_tuning_picks_the_best_validation_value_then_runs_the_comparison_seeds_w
 
 
 def test_choose_prefers_runs_that_did_not_diverge():
-    cfg = config.build_config({"norms": "bn", "seeds": "1", "tune": "lr=0.1,0.3", "tune_seeds": [2], "batch_size": 2})
+    cfg = config.build_config({"dataset": "digits", "norms": "bn", "seeds": "1", "tune": "lr=0.1,0.3",
+                               "tune_seeds": [2], "batch_size": 2})
     runs = [RunResult("bn", 2, "ok", [_record(0, 0.7, 0.0)] * 5, 1, phase="tune", tuned={"lr": 0.1}),
             RunResult("bn", 2, "diverged", [_record(0, 0.9, 0.0)], 1, phase="tune", tuned={"lr": 0.3})]
     chosen, table = choose(cfg, runs)
@@ -130,7 +132,7 @@ def test_choose_prefers_runs_that_did_not_diverge():
 
 
 def test_spec_lists_and_sweeps_expand_into_a_grid():
-    cfg = config.build_config({"norms": "bn,bnn(noise=[0,0.4])", "seeds": "2",
+    cfg = config.build_config({"dataset": "digits", "norms": "bn,bnn(noise=[0,0.4])", "seeds": "2",
                                "sweep": ["batch_size=4,16", "lr=0.05,0.1"]})
     assert cfg.norms == ["bn", "bnn(noise=0.0)", "bnn(noise=0.4)"]
     plan = compare_plan(cfg)
@@ -139,9 +141,9 @@ def test_spec_lists_and_sweeps_expand_into_a_grid():
                                                                                         ("lr", 0.05))
     assert plan[0].train_config(cfg.train).batch_size == 4
     with pytest.raises(ConfigError, match="'device' is not a training key"):
-        config.build_config({"norms": "bn", "sweep": "device=cpu,cuda"})
+        config.build_config({"dataset": "digits", "norms": "bn", "sweep": "device=cpu,cuda"})
     with pytest.raises(ConfigError, match="both tuned and swept"):
-        config.build_config({"norms": "bn", "sweep": "lr=0.1,0.2", "tune": "lr=0.1,0.2"})
+        config.build_config({"dataset": "digits", "norms": "bn", "sweep": "lr=0.1,0.2", "tune": "lr=0.1,0.2"})
 
 
 def test_resume_is_keyed_by_the_whole_run_identity(tmp_path):

@@ -119,7 +119,7 @@ def test_largest_seed_is_accepted():
 @pytest.mark.parametrize("key", ["lr", "momentum", "gamma", "weight_decay", "label_smoothing"])
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
 def test_non_finite_training_floats_are_refused(key, value):
-    cfg = config.build_config({"norms": "bn", key: value})
+    cfg = config.build_config({"dataset": "digits", "norms": "bn", key: value})
     with pytest.raises(ConfigError) as info:
         check_config(cfg.train, cfg.norms)
     assert_one_line(info.value, key)

@@ -29,7 +29,8 @@ def _by_identity(rows: list[dict]) -> dict:
 
 
 def test_two_jobs_give_the_numbers_of_sequential_execution(tmp_path, capsys):
-    cfg = config.build_config({"norms": "bn,gn", "seeds": 2, "epochs": 2, "batch_size": 128, "device": "cpu"})
+    cfg = config.build_config({"dataset": "digits", "norms": "bn,gn", "seeds": 2, "epochs": 2, "batch_size": 128,
+                               "device": "cpu"})
     compare.check(cfg, parallel=2)
     sequential = compare.create_store(cfg, tmp_path / "seq")
     compare.run_compare(cfg, sequential)
@@ -129,7 +130,8 @@ def test_a_killed_worker_loses_nothing_and_its_run_resumes_from_its_checkpoint(t
 
     out = tmp_path / "out"
     normkit = str(Path(sys.executable).with_name("normkit"))
-    proc = subprocess.Popen([normkit, "compare", "--norms", "bn,gn", "--seeds", "2", "--epochs", "40", "--batch-size",
+    proc = subprocess.Popen([normkit, "compare", "--dataset", "digits", "--norms", "bn,gn", "--seeds", "2",
+                             "--epochs", "40", "--batch-size",
                              "128", "--jobs", "2",
                              "--device", "cpu", "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, env={**os.environ, "CI": "1"})

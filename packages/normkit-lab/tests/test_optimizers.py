@@ -104,11 +104,11 @@ def test_a_muon_run_resumes_bit_identically(tmp_path):
     timing = {"epoch_time_s", "cpu_time_s", "load_avg", "throughput", "peak_mem_mb"}
     rows = [[{k: v for k, v in r.items() if k not in timing} for r in s.rows()] for s in (whole, cut)]
     assert rows[0] == rows[1] and rows[0][0]["status"] == "ok"
-    muon = TrainConfig(optimizer="muon")
+    muon = TrainConfig(dataset="digits", optimizer="muon")
     assert (muon.resolved_lr, muon.resolved_weight_decay) == (1e-3, 0.05)  # AdamW-sized steps: AdamW's defaults
 
 
 def test_an_unknown_optimizer_names_the_choices():
-    cfg = config.build_config({"norms": "bn", "optimizer": "lion", "seeds": 1})
+    cfg = config.build_config({"dataset": "digits", "norms": "bn", "optimizer": "lion", "seeds": 1})
     with pytest.raises(Exception, match="sgd, adamw, muon"):
         compare.check(cfg)

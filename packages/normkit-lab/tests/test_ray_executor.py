@@ -169,7 +169,7 @@ def test_ray_gives_the_local_numbers_and_each_run_once(tmp_path: Path) -> None:
 
 
 def _one_job(tmp_path: Path) -> Job:
-    cfg = build_config({"norms": "bn,gn", "seeds": 1, "epochs": 1, "batch_size": 128})
+    cfg = build_config({"dataset": "digits", "norms": "bn,gn", "seeds": 1, "epochs": 1, "batch_size": 128})
     check(cfg)
     store = create_store(cfg, tmp_path / "out")
     return Job.make(cfg, compare_plan(cfg)[0], store)
@@ -255,7 +255,7 @@ def test_ctrl_c_keeps_finished_runs_and_resume_with_ray_finishes_the_rest(tmp_pa
     _once_each(store, 4)
     assert _wait_gone(marker) == []
 
-    cfg = build_config({"norms": "bn,gn", "seeds": 2, "epochs": 6, "batch_size": 128})
+    cfg = build_config({"dataset": "digits", "norms": "bn,gn", "seeds": 2, "epochs": 6, "batch_size": 128})
     check(cfg)
     reference = create_store(cfg, tmp_path / "reference")
     run_compare(cfg, reference, progress=Recorder())

@@ -46,7 +46,8 @@ def comparison(norm: str = "gn<b>", with_test: bool = True, cells: tuple[dict, .
 
 
 def page(summary: Summary, figures: dict[str, bytes] | None = None, **kw: Any) -> str:
-    args = {"title": "small-cnn on digits <&>", "figures": figures or {}, "config": {"norms": ["bn", "<x>"]},
+    args = {"title": "small-cnn on digits <&>", "figures": figures or {}, "config": {"dataset": "digits",
+                                                                                     "norms": ["bn", "<x>"]},
             "command": "normkit compare --norms 'bn,<x>' && echo", "environment": {"host": "<h>"}} | kw
     return render_html(summary, **args)
 
@@ -233,7 +234,8 @@ def test_caption_names_no_path_of_the_source_tree_and_the_machine_is_named():
     from normkit_lab.analysis.caption import summary_caption
     from normkit_lab.study.config import build_config
 
-    configs = [build_config(given).to_dict() for given in ({"norms": "bn,gn+pn"}, {"norms": "bn,gn", "ablate": True},
+    configs = [build_config(given).to_dict() for given in ({"dataset": "digits", "norms": "bn,gn+pn"},
+                                                           {"dataset": "digits", "norms": "bn,gn", "ablate": True},
                                                            {"norms": "ln,rms", "model": "gpt-tiny"})]
     for terminal in (summary_caption(c, summary) for c in configs):  # the caption `normkit report` prints
         assert not re.search(r"\bdocs/|\.md\b|\bpackages/", terminal), terminal

@@ -37,7 +37,8 @@ GOOD = {
     "title": "t", "claim": "c", "citation": {"paper": "p", "where": "Table 1"},
     "hypotheses": [{"name": "h", "test": "difference", "norm": "gn", "baseline": "bn", "metric": "test_acc",
                     "direction": "better", "margin": 0.5}],
-    "scales": {"cpu": {"config": {"norms": "bn,gn", "epochs": 1, "seeds": 3, "model_params": {"depth": 1}},
+    "scales": {"cpu": {"config": {"dataset": "digits", "norms": "bn,gn", "epochs": 1, "seeds": 3,
+                                  "model_params": {"depth": 1}},
                        "expected_runtime_s": 5}},
 }
 

@@ -64,7 +64,8 @@ def _fake_train(cfg, norm, seed, *, on_epoch=None, **kwargs):
 def store_dir(tmp_path, monkeypatch) -> Path:
     """A results directory of one finished run, as the running environment wrote it."""
     monkeypatch.setattr(builtin, "train_run", _fake_train)
-    cfg = config.build_config({"norms": "bn", "seeds": "1", "epochs": 1, "batch_size": 128, "device": "cpu"})
+    cfg = config.build_config({"dataset": "digits", "norms": "bn", "seeds": "1", "epochs": 1, "batch_size": 128,
+                               "device": "cpu"})
     store = compare.create_store(cfg, tmp_path / "out")
     compare.run_compare(cfg, store, progress=Progress())
     return store.path

@@ -25,7 +25,8 @@ from normkit_lab.study import compare, config
 
 @pytest.fixture(scope="module")
 def cfg():
-    cfg = config.build_config({"norms": "bn", "seeds": 1, "epochs": 3, "batch_size": 64, "device": "cpu"})
+    cfg = config.build_config({"dataset": "digits", "norms": "bn", "seeds": 1, "epochs": 3, "batch_size": 64,
+                               "device": "cpu"})
     compare.check(cfg)
     return cfg
 
@@ -149,7 +150,7 @@ class _QuitPlugin:
 @pytest.mark.parametrize("how", ["exit", "interrupt"])
 def test_a_norm_that_raises_systemexit_or_keyboardinterrupt_is_its_failure(tmp_path, how):
     with temporary_plugin(_QuitPlugin(), "quits"):
-        cfg = config.build_config({"norms": ["bn", f"quits(how={how})"], "seeds": 1, "epochs": 1,
+        cfg = config.build_config({"dataset": "digits", "norms": ["bn", f"quits(how={how})"], "seeds": 1, "epochs": 1,
                                    "batch_size": 64, "device": "cpu"})
         store = compare.create_store(cfg, tmp_path / "s")
         quits = run_job(Job.make(cfg, RunId.of(f"quits(how={how})", 0), store))
@@ -206,7 +207,8 @@ DISK_FULL = textwrap.dedent("""
     from normkit_lab.records import RunId
 
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG instead
-    cfg = config.build_config({"norms": "bn", "seeds": 1, "epochs": 3, "batch_size": 64, "device": "cpu"})
+    cfg = config.build_config({"dataset": "digits", "norms": "bn", "seeds": 1, "epochs": 3, "batch_size": 64,
+                               "device": "cpu"})
     store = compare.create_store(cfg, sys.argv[1])
 
     def events(kind, value):
@@ -232,7 +234,8 @@ def test_a_failed_checkpoint_write_keeps_the_last_good_one_and_blames_no_norm(tm
     path = store.checkpoint_path(RunId.of("bn", 0))
     saved = torch.load(path, weights_only=True)
     assert [r["epoch"] for r in saved["records"]] == [0]  # the last good checkpoint, kept
-    cfg = config.build_config({"norms": "bn", "seeds": 1, "epochs": 3, "batch_size": 64, "device": "cpu"})
+    cfg = config.build_config({"dataset": "digits", "norms": "bn", "seeds": 1, "epochs": 3, "batch_size": 64,
+                               "device": "cpu"})
     epochs = []
     result = run_job(Job.make(cfg, RunId.of("bn", 0), store),
                      lambda kind, value: kind == "epoch" and epochs.append(value[1].epoch))

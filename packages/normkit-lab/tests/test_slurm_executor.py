@@ -53,7 +53,8 @@ def _by_identity(rows: list[dict]) -> dict:
 
 @pytest.fixture
 def cfg():
-    cfg = config.build_config({"norms": "bn,gn", "seeds": 2, "epochs": 1, "batch_size": 128, "device": "cpu"})
+    cfg = config.build_config({"dataset": "digits", "norms": "bn,gn", "seeds": 2, "epochs": 1, "batch_size": 128,
+                               "device": "cpu"})
     compare.check(cfg)
     return cfg
 
@@ -84,7 +85,8 @@ def test_sbatch_script_for_a_real_cluster(cfg, tmp_path, monkeypatch):
     (bin_dir / "srun").write_text("#!/bin/sh\nexit 1\n")
     (bin_dir / "srun").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    gpu = config.build_config({"norms": "bn,gn", "seeds": 3, "epochs": 1, "batch_size": 128, "device": "cuda",
+    gpu = config.build_config({"dataset": "digits", "norms": "bn,gn", "seeds": 3, "epochs": 1, "batch_size": 128,
+                               "device": "cuda",
                                "nproc_per_node": 2,
                                "cpu_threads": 4, "num_workers": 2})
     jobs = [Job.make(gpu, run_id, tmp_path / "store") for run_id in compare_plan(gpu)]
@@ -144,7 +146,8 @@ def _task_pids(store_path: Path) -> list[int]:
 def test_a_preempted_run_resumes_from_its_checkpoint_with_the_same_numbers(tmp_path):
     """SLURM's warning signal (USR2) mid-run: submitit requeues the task, which resumes from the run's
     last epoch checkpoint and ends bit-identical to a run that was never interrupted."""
-    cfg = config.build_config({"norms": "bn", "seeds": 1, "epochs": 25, "batch_size": 128, "device": "cpu"})
+    cfg = config.build_config({"dataset": "digits", "norms": "bn", "seeds": 1, "epochs": 25, "batch_size": 128,
+                               "device": "cpu"})
     compare.check(cfg)
     local = compare.create_store(cfg, tmp_path / "local")
     compare.run_compare(cfg, local)
@@ -171,7 +174,8 @@ def test_a_preempted_run_resumes_from_its_checkpoint_with_the_same_numbers(tmp_p
 
 @pytest.mark.slow
 def test_a_killed_task_is_recorded_failed_and_resume_continues_it(tmp_path):
-    cfg = config.build_config({"norms": "bn", "seeds": 1, "epochs": 25, "batch_size": 128, "device": "cpu"})
+    cfg = config.build_config({"dataset": "digits", "norms": "bn", "seeds": 1, "epochs": 25, "batch_size": 128,
+                               "device": "cpu"})
     compare.check(cfg)
     store = compare.create_store(cfg, tmp_path / "s")
     run_id = compare_plan(cfg)[0]
@@ -198,7 +202,8 @@ def test_a_killed_task_is_recorded_failed_and_resume_continues_it(tmp_path):
 @pytest.mark.slow
 def test_a_run_another_process_is_training_is_watched_not_submitted_again(tmp_path):
     """Resuming while an earlier array still trains some runs: those are not submitted a second time."""
-    cfg = config.build_config({"norms": "bn,gn", "seeds": 2, "epochs": 6, "batch_size": 128, "device": "cpu"})
+    cfg = config.build_config({"dataset": "digits", "norms": "bn,gn", "seeds": 2, "epochs": 6, "batch_size": 128,
+                               "device": "cpu"})
     compare.check(cfg)
     store = compare.create_store(cfg, tmp_path / "s")
     jobs = [Job.make(cfg, run_id, store) for run_id in compare_plan(cfg)]
@@ -243,7 +248,8 @@ def test_ctrl_c_leaves_the_tasks_running_and_resume_collects_them(cfg, tmp_path,
 @pytest.mark.slow
 def test_cli_compare_with_the_slurm_executor(tmp_path):
     out = tmp_path / "cli"
-    proc = subprocess.run([NORMKIT, "compare", "--norms", "bn,gn", "--seeds", "2", "--epochs", "1", "--batch-size",
+    proc = subprocess.run([NORMKIT, "compare", "--dataset", "digits", "--norms", "bn,gn", "--seeds", "2", "--epochs",
+                           "1", "--batch-size",
                            "128", "--device", "cpu",
                            "--out", str(out), "--executor", "slurm", "--slurm-param", "cluster=local"],
                           capture_output=True, text=True, timeout=300)
@@ -251,7 +257,8 @@ def test_cli_compare_with_the_slurm_executor(tmp_path):
     rows = [json.loads(line) for line in (out / RUNS_FILE).read_text().splitlines()]
     assert Counter((r["norm"], r["seed"]) for r in rows) == {("bn", 0): 1, ("bn", 1): 1, ("gn", 0): 1, ("gn", 1): 1}
     assert (out / SLURM_DIR).is_dir() and (out / SUMMARY_JSON).is_file()
-    bad = subprocess.run([NORMKIT, "compare", "--norms", "bn", "--seeds", "1", "--epochs", "1", "--batch-size", "128",
+    bad = subprocess.run([NORMKIT, "compare", "--dataset", "digits", "--norms", "bn", "--seeds", "1", "--epochs", "1",
+                          "--batch-size", "128",
                           "--out",
                           str(tmp_path / "bad"), "--executor", "slurm", "--slurm-param", "cluster=local",
                           "--slurm-param", "no_such_option=1"], capture_output=True, text=True, timeout=120)

@@ -23,7 +23,8 @@ NORMKIT = str(Path(sys.executable).with_name("normkit"))
 
 @pytest.fixture
 def cfg():
-    cfg = config.build_config({"norms": "bn,gn", "seeds": 3, "epochs": 1, "batch_size": 128, "device": "cpu"})
+    cfg = config.build_config({"dataset": "digits", "norms": "bn,gn", "seeds": 3, "epochs": 1, "batch_size": 128,
+                               "device": "cpu"})
     compare.check(cfg)
     return cfg
 
@@ -135,7 +136,8 @@ def test_two_processes_filling_one_store_run_every_run_exactly_once(cfg, tmp_pat
 
 
 def _one_run_store(tmp_path) -> ResultsDir:
-    cfg = config.build_config({"norms": "bn", "seeds": 1, "epochs": 1, "batch_size": 128, "device": "cpu"})
+    cfg = config.build_config({"dataset": "digits", "norms": "bn", "seeds": 1, "epochs": 1, "batch_size": 128,
+                               "device": "cpu"})
     compare.check(cfg)
     store = compare.create_store(cfg, tmp_path / "s")
     compare.run_compare(cfg, store)

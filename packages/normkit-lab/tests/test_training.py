@@ -18,7 +18,7 @@ from normkit_lab.runs.training import train_run
 from normkit_lab.spec import TrainConfig
 
 TIMING_FIELDS = {"epoch_time_s", "cpu_time_s", "load_avg", "throughput", "peak_mem_mb"}
-DIGITS = TrainConfig(epochs=2, batch_size=64, model_params={"width": 16})
+DIGITS = TrainConfig(dataset="digits", epochs=2, batch_size=64, model_params={"width": 16})
 # resnet18 ends at 1x1 on 8x8 images, so its last BatchNorms fail on a training batch of one.
 FAKE = TrainConfig(model="resnet18", model_params={"width": 4}, dataset="fake",
                    dataset_params={"size": 9, "image_size": 8, "num_classes": 12}, epochs=1, batch_size=4)
@@ -116,7 +116,7 @@ def test_schedules():
 
 
 def test_check_config_accepts_the_default_comparison():
-    check_config(TrainConfig(), ["bn", "gn+pn"])
+    check_config(TrainConfig(dataset="digits"), ["bn", "gn+pn"])
 
 
 @pytest.mark.parametrize(("changes", "norms", "message"), [
@@ -140,14 +140,14 @@ def test_check_config_accepts_the_default_comparison():
 ])
 def test_check_config_refuses_with_one_line(changes, norms, message):
     with pytest.raises(normkit.NormkitError, match=message) as info:
-        check_config(dataclasses.replace(TrainConfig(), **changes), norms)
+        check_config(dataclasses.replace(TrainConfig(dataset="digits"), **changes), norms)
     assert "\n" not in str(info.value)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on machines without CUDA")
 def test_amp_without_cuda_is_refused():
     with pytest.raises(normkit.NormkitError, match="amp needs a CUDA device"):
-        check_config(dataclasses.replace(TrainConfig(), amp=True), ["bn"])
+        check_config(dataclasses.replace(TrainConfig(dataset="digits"), amp=True), ["bn"])
 
 
 def test_check_config_reports_a_missing_dataset(tmp_path):

@@ -45,14 +45,14 @@ def test_yaml_1_1_number_forms_the_command_line_refuses_are_refused(tmp_path, te
 
 
 def test_tune_values_read_as_the_config_file_reads_them():
-    cfg = config.build_config({"norms": "bn", "tune": ["lr=1e-3,.1", "warmup_epochs=010,2"]})
+    cfg = config.build_config({"dataset": "digits", "norms": "bn", "tune": ["lr=1e-3,.1", "warmup_epochs=010,2"]})
     assert cfg.tune == {"lr": [0.001, 0.1], "warmup_epochs": [10, 2]}
 
 
 @pytest.mark.parametrize("tune", [["lr=0.1,0.3", "lr=0.03"], ["batch_size=4,8", "batch-size=16"]])
 def test_a_repeated_tune_key_is_refused_not_last_wins(tune):
     with pytest.raises(ConfigError, match="gives (lr|batch_size) twice") as info:
-        config.build_config({"norms": "bn", "tune": tune})
+        config.build_config({"dataset": "digits", "norms": "bn", "tune": tune})
     assert "\n" not in str(info.value)
 
 
@@ -65,7 +65,7 @@ def test_a_repeated_model_param_is_refused_not_last_wins():
                                              (["epochs=2.5"], "epochs must be a whole number, not 2.5")])
 def test_a_wrong_value_type_is_said_in_words_not_as_a_type_annotation(tune, words):
     with pytest.raises(ConfigError) as info:
-        config.build_config({"norms": "bn", "tune": tune})
+        config.build_config({"dataset": "digits", "norms": "bn", "tune": tune})
     assert words in str(info.value) and "|" not in str(info.value) and "float" not in str(info.value)
 
 
@@ -95,12 +95,14 @@ def test_epochs_out_of_range_are_refused_with_a_command(epochs):
 
 def test_keys_that_end_the_default_design_say_which_cells_stop_running():
     """Issue 41: `--budget steps=N` on the default silently dropped its batch-16 cell (6 runs, not 12)."""
-    note = config.design_note({"norms": "bn", "budget": "steps=100"})
+    note = config.design_note({"dataset": "digits", "norms": "bn", "budget": "steps=100"})
     assert note == ("--budget replaces the default design of digits (batch_size=2,16 at steps=500 each), so every "
                     "run trains at batch_size=2; to keep its cells, add --sweep batch_size=2,16")
-    assert "so every run trains at batch_size=32" in config.design_note({"norms": "bn", "batch_size": 32})
-    assert config.design_note({"norms": "bn"}) is None  # the design stands
-    assert config.design_note({"norms": "bn", "budget": "steps=9", "sweep": ["batch_size=4,8"]}) is None  # own cells
+    assert "so every run trains at batch_size=32" in config.design_note({"dataset": "digits", "norms": "bn",
+                                                                         "batch_size": 32})
+    assert config.design_note({"dataset": "digits", "norms": "bn"}) is None  # the design stands
+    assert config.design_note({"dataset": "digits", "norms": "bn", "budget": "steps=9",
+                               "sweep": ["batch_size=4,8"]}) is None  # own cells
     assert config.design_note({"norms": "bn", "epochs": 2, "dataset": "synthetic"}) is None  # no design there
 
 

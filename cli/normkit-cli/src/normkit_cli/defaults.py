@@ -13,7 +13,7 @@ DEFAULTS: dict[str, Any] = {
     "metric": "test_acc", "margin": None,
     "tune": {}, "tune_seeds": None, "sweep": {}, "ablate": False, "looks": None, "max_seeds": None,
     "max_cpu_minutes": None,
-    "model": "small-cnn", "model_params": {}, "dataset": "digits", "dataset_params": {},
+    "model": "small-cnn", "model_params": {}, "dataset": "digit-blends", "dataset_params": {},
     "data_dir": None, "download": False, "epochs": 5, "batch_size": 128, "lr": None, "optimizer": "sgd",
     "momentum": 0.9, "weight_decay": None, "norm_weight_decay": None, "weight_decay_policy": "uniform",
     "schedule": "cosine", "warmup_epochs": 0, "step_size": 30,

@@ -25,7 +25,7 @@ DEFAULT_LR = {"sgd": 0.1, "adamw": 1e-3, "muon": 1e-3}
 DEFAULT_WEIGHT_DECAY = {"sgd": 5e-4, "adamw": 0.05, "muon": 0.05}
 
 # Defaults for every model and dataset that register none (`registered_train_defaults`); the
-# default design of `normkit compare --norms bn,bnn,gn+pn` is the bundled digits dataset's
+# default design of `normkit compare --norms bn,bnn,gn+pn` is the generated digit-blends dataset's
 # (datasets/__init__.py, measured in docs/experiments.md). Other keys keep TrainConfig's defaults.
 TRAIN_DEFAULTS: dict[str, Any] = {"epochs": 5, "batch_size": 128}
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
@@ -59,7 +59,7 @@ class TrainConfig:
 
     model: str = "small-cnn"
     model_params: dict[str, Any] = field(default_factory=dict)
-    dataset: str = "digits"
+    dataset: str = "digit-blends"
     dataset_params: dict[str, Any] = field(default_factory=dict)
     data_dir: str | None = None
     download: bool = False
@@ -241,10 +241,10 @@ def registered_train_defaults(kind: str, name: Any) -> dict[str, Any]:
     registration).
 
     They sit between the global defaults and the user's values, a model's over its dataset's: e.g.
-    the GPT models train with AdamW at batch 32, the bundled digits dataset carries the default design
-    (batch 2 and 16 at 500 steps each) and the generated digit-blends one the design that varies only
-    the normalization batch (a batch of 16 for 300 steps, normalizing over ghost batches of 2 or the
-    whole batch), docs/experiments.md; a registered sweep and budget stand only while the user gives
+    the GPT models train with AdamW at batch 32, the generated digit-blends dataset (the default) carries
+    the default design, which varies only the normalization batch (a batch of 16 for 300 steps, normalizing
+    over ghost batches of 2 or the whole batch), and the bundled digits one batch 2 and 16 at 500 steps
+    each, docs/experiments.md; a registered sweep and budget stand only while the user gives
     no length or batch of their own, see `study.config.DESIGN_KEYS`. An
     unknown name has none (check() names it).
     """

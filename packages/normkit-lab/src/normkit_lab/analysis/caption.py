@@ -41,7 +41,8 @@ def pooling_over_batch(norms: Sequence[str]) -> list[str]:
 
 def _norm_batch_phrase(config: Mapping[str, Any], norms: Sequence[str]) -> str:
     """", bn and bnn normalizing over ghost batches of 2 and 16 samples (norm_batch; gn+pn pools no
-    batch, so norm_batch leaves it unchanged)" for a run that sets or sweeps norm_batch."""
+    batch, so norm_batch leaves it unchanged, its runs trained once and used in every cell)" for a run
+    that sets or sweeps norm_batch."""
     values = (config.get("sweep") or {}).get("norm_batch") or (
         [config["norm_batch"]] if config.get("norm_batch") is not None else [])
     if not values:
@@ -50,8 +51,11 @@ def _norm_batch_phrase(config: Mapping[str, Any], norms: Sequence[str]) -> str:
     others = [n for n in norms if n not in pooled]
     if not pooled:
         return f" (norm_batch {_values(values)} changes none of these norms: none pools over the batch)"
+    swept = "norm_batch" in (config.get("sweep") or {}) and config.get("command") is None \
+        and config.get("train_function") is None  # the built-in trainer records such a run once (study/twins.py)
+    once = f", {'its' if len(others) == 1 else 'their'} runs trained once and used in every cell" if swept else ""
     rest = (f"; {_names(others)} {'pools' if len(others) == 1 else 'pool'} no batch, so norm_batch leaves "
-            f"{'it' if len(others) == 1 else 'them'} unchanged" if others else "")
+            f"{'it' if len(others) == 1 else 'them'} unchanged{once}" if others else "")
     noun = "samples" if len(values) > 1 or values[0] != 1 else "sample"
     return (f", {_names(pooled)} normalizing over ghost batches of {' and '.join(map(str, values))} {noun} "
             f"(norm_batch{rest})")

@@ -203,8 +203,7 @@ def run_dataset(cfg: TrainConfig) -> DatasetBundle:
 
 
 def build_run_model(cfg: TrainConfig, norm: str, data: DatasetBundle) -> nn.Module:
-    model = build_model(cfg.model, norm, num_classes=data.num_classes, in_channels=data.in_channels,
-                        image_size=data.image_size, **cfg.model_params)
+    model = build_model(cfg.model, norm, **_shape(data), **cfg.model_params)
     if cfg.norm_batch is not None:
         set_norm_batch(model, cfg.norm_batch)
     return model
@@ -222,6 +221,24 @@ def set_norm_batch(model: nn.Module, size: int) -> int:
             module.partition = partition
             changed += 1
     return changed
+
+
+def norm_batch_changes(cfg: TrainConfig, norm: str) -> bool:
+    """Whether `norm_batch` can change a run of `norm`: its model (built on the meta device) holds a layer
+    whose statistics pool over the batch. False proves the run the same at every norm_batch (gn+pn, ln);
+    a model that cannot be built this way counts as changed (it is trained, never assumed equal)."""
+    shape = _shape(run_dataset(cfg))
+    try:
+        with torch.device("meta"):
+            model = build_model(cfg.model, norm, **shape, **cfg.model_params)
+    except Exception:  # noqa: BLE001 - unprovable: train it
+        return True
+    return any(isinstance(module, normkit.NormLayer) and getattr(module.partition, "uses_batch", False)
+               for module in model.modules())
+
+
+def _shape(data: DatasetBundle) -> dict[str, int]:
+    return {"num_classes": data.num_classes, "in_channels": data.in_channels, "image_size": data.image_size}
 
 
 def _check_size(cfg: TrainConfig, norms: list[str], data: DatasetBundle) -> None:

@@ -40,6 +40,7 @@ from normkit_lab.study.config import build_config, load_yaml, save_yaml
 from normkit_lab.study.plan import choose, compare_plan, run_count, tune_plan
 from normkit_lab.study.progress import Progress
 from normkit_lab.study.rounds import run_rounds
+from normkit_lab.study.twins import record_copy, split_twins
 
 TuningTable = Callable[[list[dict[str, Any]]], None]
 
@@ -194,7 +195,18 @@ def run_compare(cfg: CompareConfig, store: ResultsDir, *, progress: Progress | N
                 write_summary(store, results_of(cfg, store))
 
     def run_all(run_ids: list[RunId]) -> None:
-        executor.run([Job.make(cfg, run_id, store, options, trainer) for run_id in run_ids], on_event)
+        train, copies = split_twins(cfg, store, run_ids)  # a run norm_batch cannot change is trained once
+        executor.run([Job.make(cfg, run_id, store, options, trainer) for run_id in train], on_event)
+        unrecorded = []  # a copy of a run that failed is trained itself (and fails or not in its own right)
+        for run_id, source in copies:
+            if run_id in store.finished():
+                continue
+            if record_copy(store, run_id, source):
+                on_event("end", next(run for run in store.runs() if RunId.of_run(run) == run_id))
+            else:
+                unrecorded.append(run_id)
+        if unrecorded:
+            executor.run([Job.make(cfg, run_id, store, options, trainer) for run_id in unrecorded], on_event)
         recorded = {RunId.of_run(run) for run in store.runs()}
         missing = [run_id for run_id in run_ids if run_id not in recorded]
         if missing:  # an executor must record every run it was given (ok, diverged or failed)

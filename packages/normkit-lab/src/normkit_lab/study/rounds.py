@@ -20,8 +20,9 @@ from normkit_lab.analysis.summary import Summary, cell_key
 from normkit_lab.records import RunId
 from normkit_lab.sequential import CONTINUE, INCONCLUSIVE, Design
 from normkit_lab.spec import CompareConfig, grid
-from normkit_lab.store.results import ResultsDir, atomic_write_text, json_text
+from normkit_lab.store.results import ResultsDir, atomic_write_text, group_runs, json_text
 from normkit_lab.study.plan import compare_plan
+from normkit_lab.study.twins import SAME_RUN
 
 Chosen = dict[tuple[Any, str], dict[str, Any]] | None
 
@@ -31,10 +32,12 @@ def _write(store: ResultsDir, record: dict[str, Any]) -> None:
 
 
 def cpu_minutes(store: ResultsDir) -> tuple[float, int]:
-    """The training CPU time recorded so far (minutes, every run and epoch) and the number of runs it covers."""
-    rows = store.rows()
-    seconds = sum(r["cpu_time_s"] for r in rows if isinstance(r.get("cpu_time_s"), (int, float)))
-    return seconds / 60.0, len({RunId.of_run(run) for run in store.runs()})
+    """The training CPU time recorded so far (minutes, every run and epoch) and the number of runs it covers;
+    a run recorded as the same run as another (study/twins.py) cost nothing and is not counted."""
+    trained = [rows for rows in group_runs(store.rows()).values()
+               if not any(SAME_RUN in (row.get("extras") or {}) for row in rows)]
+    seconds = sum(r["cpu_time_s"] for rows in trained for r in rows if isinstance(r.get("cpu_time_s"), (int, float)))
+    return seconds / 60.0, len(trained)
 
 
 def _undecided(summary: Summary) -> list[dict[str, Any]]:
