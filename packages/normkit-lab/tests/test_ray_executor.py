@@ -111,7 +111,7 @@ class Recorder(Progress):
 
 
 def _compare(out: Path, executor: Any, progress: Progress | None = None, **values: Any) -> tuple[ResultsDir, float]:
-    cfg = build_config({"norms": "bn,gn", "seeds": 2, "epochs": 1, "batch_size": 128, **values})
+    cfg = build_config({"dataset": "digits", "norms": "bn,gn", "seeds": 2, "epochs": 1, "batch_size": 128, **values})
     check(cfg)
     store = create_store(cfg, out)
     start = time.perf_counter()
@@ -217,7 +217,8 @@ def _cli(*args: str, marker: str, **kwargs: Any) -> subprocess.Popen[str]:
 @pytest.mark.slow
 def test_cli_compare_with_ray_end_to_end(tmp_path: Path) -> None:
     marker = uuid.uuid4().hex
-    proc = _cli("--norms", "bn,gn", "--seeds", "2", "--epochs", "1", "--batch-size", "128", "--executor", "ray",
+    proc = _cli("--dataset", "digits", "--norms", "bn,gn", "--seeds", "2", "--epochs", "1", "--batch-size", "128",
+                "--executor", "ray",
                 "--out", str(tmp_path / "out"), marker=marker)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
@@ -235,7 +236,7 @@ def test_ctrl_c_keeps_finished_runs_and_resume_with_ray_finishes_the_rest(tmp_pa
                                                                           code: int) -> None:
     marker = uuid.uuid4().hex
     out = tmp_path / "out"
-    values = ("--norms", "bn,gn", "--seeds", "2", "--epochs", "6", "--batch-size", "128")
+    values = ("--dataset", "digits", "--norms", "bn,gn", "--seeds", "2", "--epochs", "6", "--batch-size", "128")
     proc = _cli(*values, "--executor", "ray", "--out", str(out), marker=marker)
     deadline = time.monotonic() + 240
     while not list((out / "checkpoints").glob("*.pt")) and proc.poll() is None and time.monotonic() < deadline:

@@ -25,7 +25,8 @@ def run(norm: str, seed: int, acc: float) -> RunResult:
 
 
 def make_dir(path, norms: str, seeds: str, runs: list[RunResult], **values) -> ResultsDir:
-    cfg = config.build_config({"norms": norms, "seeds": seeds, "epochs": 2, "batch_size": 128, **values})
+    cfg = config.build_config({"dataset": "digits", "norms": norms, "seeds": seeds, "epochs": 2, "batch_size": 128,
+                               **values})
     store = ResultsDir.create(path, config.save_yaml(cfg), {"host": "h"})
     for r in runs:
         store.append_run(r, ENV)

@@ -93,8 +93,8 @@ def test_a_comparison_with_more_seeds_than_the_last_one_is_analyzed_at_its_own_l
 
 @pytest.mark.slow  # trains 6 tiny runs of normkit's own loop (the CPU budget counts their CPU time)
 def test_the_cpu_budget_ends_the_rounds_and_leaves_comparisons_inconclusive(tmp_path: Path) -> None:
-    result = compare_norms("bn,ln", budget="steps=4", seeds="auto", max_seeds=5, max_cpu_minutes=1e-6,
-                           out=tmp_path / "budget", progress=quiet())
+    result = compare_norms("bn,ln", dataset="digits", budget="steps=4", seeds="auto", max_seeds=5,
+                           max_cpu_minutes=1e-6, out=tmp_path / "budget", progress=quiet())
     record = json.loads((tmp_path / "budget" / LOOKS_FILE).read_text())
     assert record["stopped"].startswith(STOP_BUDGET) and len(record["looks"]) == 1
     (ln,) = [r for r in result.summary if r["norm"] == "ln"]
