@@ -4,13 +4,16 @@ statistics train in every cell."""
 
 from __future__ import annotations
 
+import io
+
+from normkit_lab.records import SAME_RUN
 from normkit_lab.runs.checks import norm_batch_changes
 from normkit_lab.spec import TrainConfig
 from normkit_lab.store.results import ResultsDir
 from normkit_lab.study.compare import create_store, run_compare
 from normkit_lab.study.config import resolve
+from normkit_lab.study.progress import PlainProgress
 from normkit_lab.study.rounds import cpu_minutes
-from normkit_lab.study.twins import SAME_RUN
 
 SMALL = {"dataset": "digits", "batch_size": 4, "budget": "steps=6", "lr": 0.02, "cpu_threads": 1}
 
@@ -23,7 +26,10 @@ def test_only_norms_without_batch_statistics_are_proved_unchanged():
 
 def test_a_norm_batch_sweep_trains_a_batch_free_norm_once_and_records_the_copy(tmp_path):
     cfg = resolve({"norms": "bn,gn", "seeds": "0,1", "sweep": ["norm_batch=2,4"], **SMALL})
-    run_compare(cfg, create_store(cfg, tmp_path / "sweep"))
+    printed = io.StringIO()
+    run_compare(cfg, create_store(cfg, tmp_path / "sweep"), progress=PlainProgress(printed))
+    assert "gn seed 1 [norm_batch=4]: ok, final val acc" in printed.getvalue()
+    assert printed.getvalue().count("(the run trained in norm_batch=2, recorded here too)") == 2
     rows = ResultsDir.open(tmp_path / "sweep").rows()
     last = {(r["norm"], r["seed"], r["cell"]["norm_batch"]): r for r in rows}  # each run's last row
     for seed in (0, 1):

@@ -25,6 +25,8 @@ from normkit_lab.errors import one_line
 from normkit_lab.spec import TrainConfig
 
 PHASES = ("tune", "compare")
+# extras key of a run recorded as the same run as one trained in another norm_batch cell (study/twins.py)
+SAME_RUN = "same_run"
 SELECTIONS = ("final", "best-val")
 
 # Config keys that change where or how fast runs execute, not what they compute: they may change on

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
-from normkit_lab.records import EpochRecord, RunId, RunResult
+from normkit_lab.records import SAME_RUN, EpochRecord, RunId, RunResult
 
 Epochs = Callable[[RunId], "int | None"]  # a run's epochs; None: the user's program's own, not known yet
 
@@ -127,6 +127,14 @@ def format_eta(seconds: float | None) -> str:
     return f"ETA {h}:{m:02d}:{s % 60:02d}" if h else f"ETA {m}:{s % 60:02d}"
 
 
+def _same_run(result: RunResult) -> str:
+    """` (the run trained in norm_batch=2)` for a run recorded as another cell's (study/twins.py), else ``."""
+    note = result.extras.get(SAME_RUN)
+    if not note:
+        return ""
+    return f" (the run trained in {', '.join(f'{k}={v}' for k, v in note['trained_in'].items())}, recorded here too)"
+
+
 def _acc(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.2f}%"
 
@@ -173,7 +181,8 @@ class PlainProgress(Progress):
             self._say(f"{where}: {result.status}, final {final}, {format_eta(self.eta_seconds())}")
         else:
             final = _acc(result.epochs[-1].val_acc) if result.epochs else "-"
-            self._say(f"{where}: {result.status}, final val acc {final}, {format_eta(self.eta_seconds())}")
+            self._say(f"{where}: {result.status}, final val acc {final}{_same_run(result)}, "
+                      f"{format_eta(self.eta_seconds())}")
         return unused
 
     def run_skipped(self, run_id: RunId) -> int:
@@ -234,7 +243,7 @@ class RichProgress(Progress):
         if task is not None:  # finished runs leave the display (the table follows); one line says how it ended
             self.bars.remove_task(task)
         final = f"{'' if own else 'val acc '}{final}"
-        ending = result.error if result.status == "failed" else f"{result.status}, final {final}"
+        ending = result.error if result.status == "failed" else f"{result.status}, final {final}{_same_run(result)}"
         self.bars.console.print(f"{run_id.label()}: {ending}", highlight=False, soft_wrap=True)
         self.bars.update(self.overall, advance=unused, status=self._overall_status())
         return unused

@@ -17,12 +17,11 @@ from typing import Any
 
 from normkit_lab.analysis.looks import LOOKS_FILE, STOP_BUDGET, STOP_DECIDED, STOP_MAX_SEEDS, read_looks
 from normkit_lab.analysis.summary import Summary, cell_key
-from normkit_lab.records import RunId
+from normkit_lab.records import SAME_RUN, RunId
 from normkit_lab.sequential import CONTINUE, INCONCLUSIVE, Design
 from normkit_lab.spec import CompareConfig, grid
 from normkit_lab.store.results import ResultsDir, atomic_write_text, group_runs, json_text
 from normkit_lab.study.plan import compare_plan
-from normkit_lab.study.twins import SAME_RUN
 
 Chosen = dict[tuple[Any, str], dict[str, Any]] | None
 

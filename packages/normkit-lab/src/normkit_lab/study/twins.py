@@ -12,12 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from normkit_lab.records import RunId
+from normkit_lab.records import SAME_RUN, RunId
 from normkit_lab.runs.checks import norm_batch_changes
 from normkit_lab.spec import CompareConfig
 from normkit_lab.store.results import ResultsDir, group_runs
-
-SAME_RUN = "same_run"
 
 Key = tuple[Any, ...]
 
