@@ -19,7 +19,7 @@ from normkit_lab.analysis.caption import plural
 from normkit_lab.analysis.metric_family import family_caption
 from normkit_lab.analysis.summary import NormSummary, Summary, cell_key, cell_label, interval_text
 from normkit_lab.analysis.tuning import score_label, tuned_norms
-from normkit_lab.analysis.verdicts import BASELINE, reading
+from normkit_lab.analysis.verdicts import BASELINE, LOOK_P, Verdict, p_column, reading
 
 # Shared by every normkit page (report.html, the random-net reproduction page).
 PAGE_STYLE = """
@@ -85,8 +85,11 @@ def _table(summary: Summary, many: bool) -> str:
     keys = _tuned_keys(summary)
     tuned_head = ([f"tuned {keys[0]} (chosen on validation)" if len(keys) == 1 else "tuned (chosen on validation)"]
                   if keys else [])
+    sequential = p_column(s.verdict for s in summary.rows) == LOOK_P
+    p_heads = ([LOOK_P, "TOST look p (α spent) (equivalence)"] if sequential
+               else ["Holm p", "TOST Holm p (equivalence)"])
     heads = ["norm", *tuned_head, "seeds (n)", f"{summary.label} ({unit}) ± s.e.", f"Δ vs {summary.baseline}",
-             "adjusted CI of Δ (Holm, looks)", "p", "Holm p", "TOST Holm p (equivalence)", "verdict",
+             "adjusted CI of Δ (Holm, looks)", "p", *p_heads, "verdict",
              f"MDE ({unit}): smallest Δ these seeds detect", f"seeds to detect a Δ of the margin ({m})",
              f"seeds to show equivalence within {m}", "steps", "s/epoch", "CPU s/epoch", "samples/s", "peak MB",
              "params", "diverged", "failed"]
@@ -100,8 +103,8 @@ def _table(summary: Summary, many: bool) -> str:
         needed = "" if v is None else (str(v.seeds_needed) if v.seeds_needed is not None else v.seeds_note)
         cells = [_name(s, many), *([_tuned_text(s.tuned, keys)] if keys else []), str(s.primary.n), mean,
                  "baseline" if d is None else _num(d.mean, ".2f", True),
-                 ci, _p(d.p_value if d else None), _p(v.p_holm if v else None),
-                 _p(v.p_tost_holm if v else None), verdict, _num(v.mde if v else None, ".3g"), needed,
+                 ci, _p(d.p_value if d else None), *_decision_ps(v, sequential), verdict,
+                 _num(v.mde if v else None, ".3g"), needed,
                  "" if v is None or v.seeds_equivalence is None else str(v.seeds_equivalence),
                  _num(s.steps, ","), _num(s.time_per_epoch_s, ".2f"), _num(s.cpu_time_per_epoch_s, ".2f"),
                  _num(s.throughput, ",.0f"), _num(s.peak_mem_mb, ",.0f"),
@@ -115,6 +118,18 @@ def _table(summary: Summary, many: bool) -> str:
         out.append("<tr>" + "".join(tds) + "</tr>")
     out.append("</table></div>")
     return "\n".join(out)
+
+
+def _decision_ps(v: Verdict | None, sequential: bool) -> list[str]:
+    """The difference and equivalence tests' p the verdicts are decided on: Holm p-values of fixed seeds; the
+    look's p and the alpha it spent, in brackets, with sequential seeds (the CLI table's p column, see
+    normkit_lab.analysis.verdicts.decision_p, shows the one the verdict rests on)."""
+    if v is None:
+        return ["", ""]
+    if not sequential:
+        return [_p(v.p_holm), _p(v.p_tost_holm)]
+    pairs = ((v.look_p, v.look_alpha), (v.look_tost_p, v.look_tost_alpha))
+    return ["" if p is None or a is None else f"{p:.3g} ({a:.3g})" for p, a in pairs]
 
 
 def _tuning(table: Sequence[Mapping[str, Any]]) -> str:
