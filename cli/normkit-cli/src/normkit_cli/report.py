@@ -217,13 +217,14 @@ def diagnostics_table(summary: Summary) -> Table:
     from normkit_lab.analysis.summary import cell_label, interval_text
 
     many = len({cell_label(d.cell) for d in summary.diagnostics}) > 1
-    names = ["norm", *(["cell"] if many else []), "measure", "n", summary.baseline, "norm value", "Δ", "95% CI",
+    names = ["norm", *(["cell"] if many else []), "measure", "n", summary.baseline, "norm value", "Δ", ADJUSTED,
              "Holm p", "verdict"]
     table = _verdict_table(f"representation measures vs {summary.baseline}, paired by seed (Holm within each "
-                           f"family: {'; '.join(f'{k}: {v}' for k, v in MEANING.items())})",
+                           f"family: {'; '.join(f'{k}: {v}' for k, v in MEANING.items())}; {ADJUSTED}: the "
+                           f"interval at the Holm level each was tested at, excluding 0 exactly when higher/lower)",
                            names, ("norm", "cell", "measure", "verdict"))
     for d in summary.diagnostics:
-        interval = interval_text(d.low, d.high, ".3g")
+        interval = interval_text(d.adj_low, d.adj_high, ".3g")
         values = [d.norm, *([cell_label(d.cell) or "-"] if many else []), d.measure, str(d.n),
                   _num(d.baseline_mean, ".4g"), _num(d.norm_mean, ".4g"), _num(d.diff, "+.3g"), interval,
                   "" if d.p_holm is None else f"{d.p_holm:.3g}", d.verdict]
