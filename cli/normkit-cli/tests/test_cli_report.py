@@ -368,3 +368,39 @@ def test_compare_says_when_a_budget_drops_the_default_designs_cells(tmp_path):
     assert ("note: --budget replaces the default design of digits (batch_size=2,16 at steps=500 each), so every "
             "run trains at batch_size=2; to keep its cells, add --sweep batch_size=2,16") in " ".join(
         result.output.split())
+
+
+def _sequential_train(norm: str, seed: int, *, cell: dict[str, Any], report: Any) -> None:
+    """bn at 0.90; gn 40 points below (shown at the first look); ln about bn's level with a point of seed noise."""
+    import random
+
+    rng = random.Random(f"{norm}/{seed}")
+    acc = {"bn": 0.9, "gn": 0.5}.get(norm, 0.9) + rng.gauss(0, 0.0005 if norm == "gn" else 0.01)
+    report(epoch=0, val_acc=acc, test_acc=acc)
+
+
+def test_sequential_verdicts_show_the_look_p_they_were_decided_on_in_the_table_and_the_page(tmp_path):
+    """With sequential seeds the Holm p column was empty beside every verdict: now each verdict shows the look's
+    p and the alpha that look spent, the same text in `normkit report`, report.html and summary.csv."""
+    from normkit_lab.api import compare_norms
+    from normkit_lab.study.progress import Progress
+
+    out = tmp_path / "seq"
+    result = compare_norms("bn,gn,ln", train=_sequential_train, seeds="auto", max_seeds=5, out=out,
+                           progress=Progress())
+    rows = {r["norm"]: r for r in result.summary}
+    gn = rows["gn"]
+    assert gn["verdict"] == "worse" and gn["look_p"] <= gn["look_alpha"] < 0.05
+    shown = invoke("report", out, "--out", tmp_path / "page", columns=240)
+    assert shown.exit_code == 0, shown.output
+    assert "look p (α spent)" in shown.output and "Holm p" not in shown.output
+    cells = {line.split()[0]: line for line in table_lines(shown.output) + [
+        line for line in shown.output.splitlines() if line.startswith(" gn ")]}
+    gn_text = f"{gn['look_p']:.3g} ({gn['look_alpha']:.3g})"
+    assert gn_text in cells["gn"]
+    ln = rows["ln"]
+    ln_text = (f"TOST {ln['look_tost_p']:.3g} ({ln['look_tost_alpha']:.3g})" if ln["verdict"] == "equivalent"
+               else f"{ln['look_p']:.3g} ({ln['look_alpha']:.3g})")
+    assert ln_text in cells["ln"]
+    page = (tmp_path / "page" / "report.html").read_text()
+    assert f">{gn_text}<" in page and "look p (α spent)" in page

@@ -129,3 +129,35 @@ def test_a_compared_norm_that_is_an_arm_gives_the_attribution_without_ablate_and
     assert (compression.ablation.stage, compression.ablation.arm) == ("compression", "ln")
     assert compression.without is None and compression.without_test is None
     assert compression.effect_test.p_holm == pytest.approx(compression.effect_test.p)  # a family of one
+
+
+@pytest.mark.parametrize("field", ["test_acc", "test_loss"])
+def test_the_ablation_intervals_are_adjusted_for_their_family(field):
+    """The ablation table printed the unadjusted 95% interval of the change beside a Holm verdict. Shown now: the
+    t interval at the Holm level each test was last tested at, in the metric's own direction (arm - norm; arm -
+    baseline for the gap left), excluding 0 exactly when the stage is shown to help or hurt."""
+    from scipy import stats as sps
+
+    from normkit_lab.analysis.ablations import attribution
+
+    values = {"bn": [95.0, 96.0, 95.5, 94.8, 95.9], "bnn": [92.6, 93.9, 93.1, 92.4, 93.5],
+              "bn+nn(noise=0.0)": [94.9, 96.1, 95.3, 94.9, 95.7],
+              "bn+nn(lambda_min=1.0,lambda_max=1.0)": [92.9, 93.8, 93.4, 92.2, 93.6]}
+    runs = [Run(norm, seed, "ok", 1, epochs=[{"epoch": 0, "val_acc": 0.5, "val_loss": 1.0, field: v / 100}])
+            for norm, row in values.items() for seed, v in enumerate(row)]
+    summary = summarize(runs, ["bn", "bnn"], "bn", metric_named(field))
+    scale = 100.0 if field == "test_acc" else 1.0
+    for t in summary.ablations:
+        low, high = t.change_adjusted
+        assert (low > 0 or high < 0) == (t.role in ("helps", "hurts")), t
+        change = [(a - n) / 100 * scale for a, n in zip(values[t.ablation.arm], values["bnn"], strict=True)]
+        ci = sps.ttest_1samp(change, 0.0).confidence_interval(1 - t.effect_test.level)
+        assert (low, high) == (pytest.approx(ci.low), pytest.approx(ci.high))
+        assert t.effect_test.level < 0.05  # a family of 4: the interval is wider than the 95% one
+        assert low < -t.effect.high or high > -t.effect.low
+        gap = [(a - b) / 100 * scale for a, b in zip(values[t.ablation.arm], values["bn"], strict=True)]
+        ci = sps.ttest_1samp(gap, 0.0).confidence_interval(1 - t.without_test.level)
+        assert t.without_adjusted == (pytest.approx(ci.low), pytest.approx(ci.high))
+        assert f"[{low:+.2f}, {high:+.2f}] (Holm-adjusted)" in attribution(t, summary.rows[1].verdict, "bn", "%")
+        row = t.as_dict()
+        assert (row["effect_adj_low"], row["effect_adj_high"]) == (pytest.approx(-high), pytest.approx(-low))

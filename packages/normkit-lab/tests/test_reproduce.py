@@ -400,3 +400,21 @@ def test_a_budget_preset_plans_the_same_steps_in_every_cell() -> None:
 def test_unknown_scale_is_named() -> None:
     with pytest.raises(ConfigError, match="has no --scale paper; it has: cpu"):
         runner.plan(load_preset("proxynorm-small-batch"), "paper")
+
+
+
+def test_a_hypothesis_line_shows_the_interval_its_verdict_was_decided_on() -> None:
+    """The line of a difference hypothesis printed the unadjusted 95% interval beside its Holm verdict: with two
+    compared norms it excluded 0 for ln while the Holm verdict was inconclusive. Shown now: the adjusted one."""
+    from scipy import stats as sps
+
+    gaps = [0.02, 0.015, 0.03, 0.001, 0.012]  # p 0.031 alone; Holm over 2 comparisons: 0.062, not shown
+    runs = _runs({"bn": BASE, "ln": [v + g for v, g in zip(BASE, gaps, strict=True)],
+                  "gn": [v + e for v, e in zip(BASE, [0.001, -0.002, 0.0005, 0.003, -0.001], strict=True)]})
+    out = judge_compare([_hyp(norm="ln")], runs, ["bn", "ln", "gn"])[0]
+    assert out.status == INCONCLUSIVE and "verdict inconclusive" in out.observed
+    raw = sps.ttest_1samp([100 * g for g in gaps], 0.0)
+    assert raw.confidence_interval(0.95).low > 0  # what the line used to show beside "inconclusive"
+    adjusted = raw.confidence_interval(1 - 0.05 / 2)  # ln has the smaller p: the first Holm step, 0.05 / 2
+    assert f"[{adjusted.low:+.3f}, {adjusted.high:+.3f}] adj., Holm p" in out.observed, out.observed
+    assert adjusted.low < 0 < adjusted.high

@@ -172,6 +172,26 @@ def test_intervals_agree_with_the_decisions() -> None:
                 assert -0.5 < s.eq_low and s.eq_high < 0.5
 
 
+def test_every_decided_step_carries_the_p_it_was_decided_on() -> None:
+    """The look's p and the alpha it spent (what tables print in place of a Holm p): a difference is shown
+    exactly when p <= alpha at its look, equivalence when the TOST p <= its alpha; constant differences (the
+    exact sign test) included."""
+    rng = np.random.default_rng(29)
+    design = Design(LOOKS)
+    for _ in range(300):
+        draws = rng.standard_normal((3, 12)) * rng.uniform(0.1, 2.0) + rng.choice([0.0, 0.5, 1.5], size=(3, 1))
+        for s in analyze(design, [*draws, [0.7] * 12], [0.5] * 4, final=True):
+            assert None not in (s.p, s.alpha, s.eq_p, s.eq_alpha), s
+            assert (s.p <= s.alpha) == s.verdict.startswith(("better", "worse")), s
+            if s.verdict == EQUIVALENT:
+                assert s.eq_p <= s.eq_alpha, s
+            if s.verdict == INCONCLUSIVE:
+                assert s.eq_p > s.eq_alpha, s
+    [one] = analyze(Design((5,)), [[0.4, 0.6, 0.5, 0.7, 0.3]], [0.1], final=True)  # one look: the fixed design
+    assert one.p == pytest.approx(sps.ttest_1samp([0.4, 0.6, 0.5, 0.7, 0.3], 0.0).pvalue)
+    assert one.alpha == pytest.approx(ALPHA)
+
+
 def test_constant_and_tiny_differences_give_finite_decisions() -> None:
     design = Design(LOOKS)
     same = analyze(design, [[0.3] * 12, [0.0] * 12, [0.3, 0.3]], [0.5] * 3, final=True)

@@ -72,3 +72,21 @@ def test_a_choice_at_an_end_of_the_grid_is_flagged() -> None:
     tune = {"lr": [0.01, 0.02, 0.05], "weight_decay": [0.0005]}
     assert at_edge({"lr": 0.01, "weight_decay": 0.0005}, tune) == ["lr"]
     assert at_edge({"lr": 0.05}, tune) == ["lr"] and at_edge({"lr": 0.02}, tune) == []
+
+
+def test_the_scorecard_page_shows_the_adjusted_interval_beside_the_verdict() -> None:
+    """The workload table printed the unadjusted 95% interval beside the Holm verdict (here [+0.10, +1.90], which
+    excludes 0 beside `inconclusive`); it shows the interval the verdict was decided on."""
+    from normkit_lab.suite import page
+
+    norm = {"norm": "ln", "excluded": "", "verdict": "inconclusive", "diff_mean": 1.0, "diff_ci95_low": 0.1,
+            "diff_ci95_high": 1.9, "diff_adj_low": -0.3, "diff_adj_high": 2.3, "mde": 1.5, "tuned": {},
+            "tuned_at_edge": [], "metric_mean": 90.0, "metric_sem": 0.5, "reached": 3, "runs": 3, "failed": 0,
+            "tuning_failed": 0, "error": None, "steps_to_target": None, "cpu_s_to_target": None}
+    workload = {"norms": [norm], "higher_is_better": True, "task": "demo", "held_out": False, "complete": True,
+                "dir": "demo", "question": "q", "recipe": "r", "budget": "b", "tune_seeds": [3], "seeds": [0, 1, 2],
+                "metric_label": "test accuracy", "unit": "%", "baseline": "bn", "target_field": "val_acc",
+                "target": 0.5, "metric": "test_acc"}
+    html = page._workload(workload)
+    assert "+1.00 [-0.30, +2.30]" in html and "[adj. CI]" in html
+    assert "+0.10" not in html and "95% CI" not in html

@@ -30,16 +30,17 @@ def ablation_table(summary: Summary) -> Table:
     many = len({cell_label(t.cell) for t in tests}) > 1
     table = Table(title=Text(f"stage ablations: what switching each stage off changes (arm - norm, paired by seed; "
                              f"Holm over the ablations' {plural(family_size(tests), 'test')}, apart from the "
-                             f"verdicts above; margin ±{summary.margin:g})"),
+                             f"verdicts above; adj. CI: the change's interval at its Holm level, excluding 0 "
+                             f"exactly when the stage is shown to help or hurt; margin ±{summary.margin:g})"),
                   box=box.SIMPLE_HEAD, title_justify="left", collapse_padding=True, pad_edge=False)
-    columns = ["norm", *(["cell"] if many else []), "stage off", "n", "change", "95% CI", "Holm p", "the stage",
+    columns = ["norm", *(["cell"] if many else []), "stage off", "n", "change", "adj. CI", "Holm p", "the stage",
                f"arm vs {summary.baseline}", "verdict"]
     for name in columns:
         table.add_column(name, justify="left" if name in ("norm", "cell", "stage off", "the stage", "verdict")
                          else "right")
     for t in tests:
         e, w = t.effect, t.without
-        interval = "" if e.low is None or e.high is None else interval_text(0.0 - e.high, 0.0 - e.low)
+        interval = "" if t.change_adjusted is None else interval_text(*t.change_adjusted)
         values = [t.ablation.norm, *([cell_label(t.cell) or "-"] if many else []),
                   f"{t.ablation.stage}: {t.ablation.arm}", str(e.n),
                   _num(None if e.mean is None else 0.0 - e.mean, "+.2f"), interval,

@@ -47,9 +47,10 @@ def tuned_text(tuned: dict[str, Any], keys: list[str]) -> str:
         f"{k}={v}" for k, v in tuned.items())
 
 
-def _cells(s: NormSummary, many: bool, any_failed: bool, tuned_keys: list[str]) -> dict[str, str]:
+def _cells(s: NormSummary, many: bool, any_failed: bool, tuned_keys: list[str], p_name: str) -> dict[str, str]:
     """Every column's text for one row (keys are the column ids)."""
     from normkit_lab.analysis.summary import interval_text
+    from normkit_lab.analysis.verdicts import decision_p
 
     d, v = s.vs_baseline, s.verdict
     if d is None:
@@ -67,7 +68,7 @@ def _cells(s: NormSummary, many: bool, any_failed: bool, tuned_keys: list[str]) 
     if tuned_keys:
         row["tuned"] = tuned_text(s.tuned, tuned_keys)
     row |= {"n": str(s.primary.n), "metric": _mean(s.primary), "Δ": diff, ADJUSTED: interval,
-            "Holm p": "" if v is None or v.p_holm is None else f"{v.p_holm:.3g}",
+            p_name: decision_p(v),
             "verdict": "baseline" if v is None else v.verdict,
             "MDE": "" if v is None or v.mde is None else f"{v.mde:.2f}",
             "s/epoch": _num(s.time_per_epoch_s, ".2f"), "CPU s/epoch": _num(s.cpu_time_per_epoch_s, ".2f"),
@@ -91,6 +92,7 @@ def summary_table(results: Results, summary: Summary, drop: tuple[str, ...] = ()
     """The final table: primary metric, paired difference, Holm p, verdict, MDE, speed, size, failures."""
     from normkit_lab.analysis.caption import training_length
     from normkit_lab.analysis.summary import cell_key
+    from normkit_lab.analysis.verdicts import p_column
 
     cfg, metric = results.config, summary.metric
     what = f"{cfg.get('model')} on {cfg.get('dataset')}, {training_length(cfg)}"
@@ -103,7 +105,7 @@ def summary_table(results: Results, summary: Summary, drop: tuple[str, ...] = ()
     many = len({cell_key(s.cell) for s in summary.rows}) > 1
     any_failed = any(s.failed for s in summary.rows)
     tuned_keys = list(dict.fromkeys(k for s in summary.rows for k in s.tuned))
-    rows = [_cells(s, many, any_failed, tuned_keys) for s in summary.rows]
+    rows = [_cells(s, many, any_failed, tuned_keys, p_column(s.verdict for s in summary.rows)) for s in summary.rows]
     fold = FOLD in drop
     if fold:
         for row in rows:
@@ -215,13 +217,14 @@ def diagnostics_table(summary: Summary) -> Table:
     from normkit_lab.analysis.summary import cell_label, interval_text
 
     many = len({cell_label(d.cell) for d in summary.diagnostics}) > 1
-    names = ["norm", *(["cell"] if many else []), "measure", "n", summary.baseline, "norm value", "Δ", "95% CI",
+    names = ["norm", *(["cell"] if many else []), "measure", "n", summary.baseline, "norm value", "Δ", ADJUSTED,
              "Holm p", "verdict"]
     table = _verdict_table(f"representation measures vs {summary.baseline}, paired by seed (Holm within each "
-                           f"family: {'; '.join(f'{k}: {v}' for k, v in MEANING.items())})",
+                           f"family: {'; '.join(f'{k}: {v}' for k, v in MEANING.items())}; {ADJUSTED}: the "
+                           f"interval at the Holm level each was tested at, excluding 0 exactly when higher/lower)",
                            names, ("norm", "cell", "measure", "verdict"))
     for d in summary.diagnostics:
-        interval = interval_text(d.low, d.high, ".3g")
+        interval = interval_text(d.adj_low, d.adj_high, ".3g")
         values = [d.norm, *([cell_label(d.cell) or "-"] if many else []), d.measure, str(d.n),
                   _num(d.baseline_mean, ".4g"), _num(d.norm_mean, ".4g"), _num(d.diff, "+.3g"), interval,
                   "" if d.p_holm is None else f"{d.p_holm:.3g}", d.verdict]

@@ -135,7 +135,9 @@ class Step:
     that test implies (excludes 0 exactly when a difference is shown), eq_low/eq_high: the (1 - 2 level)
     interval of the equivalence test (inside the margin exactly when equivalence is shown); mde: for an
     undecided comparison, the smallest true difference its seeds detect with 80% power at the last look's
-    nominal level.
+    nominal level. p/alpha: the two-sided p of the difference test at that look and the two-sided alpha the
+    look spends at its Holm level (a difference is shown exactly when p < alpha); eq_p/eq_alpha: the same for
+    the equivalence test (TOST p, one-sided alpha spent), so a verdict always shows the p it was decided on.
     """
 
     verdict: str
@@ -150,6 +152,10 @@ class Step:
     eq_low: float | None = None
     eq_high: float | None = None
     mde: float | None = None
+    p: float | None = None
+    alpha: float | None = None
+    eq_p: float | None = None
+    eq_alpha: float | None = None
 
     @property
     def decided(self) -> bool:
@@ -201,6 +207,24 @@ def _equivalent(sums: _Sums, n: int, design: Design, look: int, level: float,
         return inside, mean, mean
     half = design.critical_t(look, level, n) * sd / math.sqrt(n)
     return -margin < mean - half and mean + half < margin, mean - half, mean + half
+
+
+def look_p(sums: _Sums, n: int) -> float:
+    """The two-sided p of the first n differences' mean, on the scale `_crosses` decides on: the paired t-test,
+    or with zero spread the exact sign test (2 * 0.5^n for n equal non-zero differences)."""
+    mean, sd = sums.moments(n)
+    if sd == 0.0:
+        return 1.0 if mean == 0.0 else min(1.0, 2.0 * 0.5 ** n)
+    return float(2.0 * sps.t.sf(abs(mean) / (sd / math.sqrt(n)), n - 1))
+
+
+def look_tost_p(sums: _Sums, n: int, margin: float) -> float:
+    """The TOST p of the first n differences (the larger one-sided p), on the scale `_equivalent` decides on."""
+    mean, sd = sums.moments(n)
+    if sd == 0.0:
+        return 0.5 ** n if abs(mean) < margin else 1.0
+    se = sd / math.sqrt(n)
+    return float(max(sps.t.sf((mean + margin) / se, n - 1), sps.t.sf((margin - mean) / se, n - 1)))
 
 
 def looks_reached(design: Design, positions: Sequence[int]) -> int:
@@ -280,25 +304,33 @@ def analyze(design: Design, differences: Sequence[Sequence[float]], margins: Seq
             out.append(Step(undecided, int(d.size), 0, why, level))
             continue
         k, n = last[i]
+
+        def tested(diff_level: float, tost_level: float, i: int = i, k: int = k, n: int = n) -> dict[str, float]:
+            """The p-values of look k and the alpha it spends at these Holm levels (see Step)."""
+            return {"p": look_p(sums[i], n), "alpha": 2.0 * design.nominal(diff_level / 2)[k],
+                    "eq_p": look_tost_p(sums[i], n, margins[i]), "eq_alpha": design.nominal(tost_level)[k]}
+
         if i in rejected:
             step = rejected[i]
             _, eq_low, eq_high = _equivalent(sums[i], n, design, k, eq_level, margins[i])
             within = -margins[i] < step.low and step.high < margins[i]  # type: ignore[operator]
             out.append(Step(step.verdict + (WITHIN_MARGIN if within else ""), step.n, step.look, step.stop,
-                            step.level, step.mean, step.low, step.high, eq_level, eq_low, eq_high))
+                            step.level, step.mean, step.low, step.high, eq_level, eq_low, eq_high,
+                            **tested(step.level, eq_level)))
             continue
         _, low, high = _crosses(sums[i], n, design, k, level / 2)
         if i in equivalent:
             step = equivalent[i]
             out.append(Step(EQUIVALENT, step.n, step.look, step.stop, level, step.mean, low, high, step.eq_level,
-                            step.eq_low, step.eq_high))
+                            step.eq_low, step.eq_high, **tested(level, step.eq_level)))  # type: ignore[arg-type]
             continue
         _, eq_low, eq_high = _equivalent(sums[i], n, design, k, eq_level, margins[i])
         at_max = k + 1 == len(design.looks)
         more = not final and not at_max
         out.append(Step(CONTINUE if more else INCONCLUSIVE, n, k + 1, OPEN if more else AT_MAX_SEEDS if at_max
                         else AT_BUDGET, level, (low + high) / 2, low, high, eq_level, eq_low, eq_high,
-                        None if more else budget_mde(design, sums[i].moments(n)[1], level)))
+                        None if more else budget_mde(design, sums[i].moments(n)[1], level),
+                        **tested(level, eq_level)))
     return out
 
 

@@ -20,8 +20,15 @@ as usual (a layer without them, `track_running_stats=False`, also normalizes gho
 
 A batch that ghost does not divide ends with a smaller ghost batch of the N mod ghost samples left
 (as `torch.split`), and the buffers are then averaged weighted by each ghost batch's samples.
-`normkit.convert_sync` refuses ghost layers for now: averaging the buffers over every process's ghost
-batches did not match one process on the concatenated batch in the two-process test.
+
+Under `normkit.convert_sync` (DDP) a ghost batch never straddles processes: each process normalizes
+its own ghost batches with their own statistics (no communication on the forward path), and the
+running buffers are then averaged over the processes weighted by their samples (integer buffers:
+the largest count), on every path, so every process holds the buffers one process would have after
+the concatenated batch. The updates are affine in the statistics (EMA or cumulative mean), so that
+average is exactly one process's mean over all ghost batches. Outputs equal one process's when each
+process's batch is a multiple of ghost (the ghost batches are then the same); otherwise each process
+ends with its own smaller ghost batch.
 """
 
 from __future__ import annotations
@@ -42,13 +49,13 @@ def applies(layer: NormLayer) -> bool:
 def forward_in_ghost_batches(layer: NormLayer, x: Tensor) -> Tensor:
     """The layer's output on `x` computed ghost batch by ghost batch (see the module docstring)."""
     size, n = layer.partition.ghost, x.shape[0]
-    if n <= size:
-        return _forward(layer, x)
-    if n % size == 0 and _groups_only(layer):
-        return _forward(layer, x, grouped=True)
-    chunks = x.split(size)
-    # Each ghost batch updates its own copy of the buffers (torch's batch_norm saves the running
-    # statistics it updates for its backward, so the layer's own ones are written once, at the end).
+    whole = n <= size or (n % size == 0 and _groups_only(layer))  # one call: a single or grouped ghost batches
+    synced = _synced(layer)
+    if whole and not synced:
+        return _forward(layer, x, grouped=n > size)
+    chunks = [x] if whole else list(x.split(size))
+    # Each call updates its own copy of the buffers (torch's batch_norm saves the running statistics it
+    # updates for its backward, so the layer's own ones are written once, at the end, and synced then).
     names = [name for name, b in layer._buffers.items() if b is not None]
     own = {name: layer._buffers[name] for name in names}
     outs, ends = [], []
@@ -56,22 +63,29 @@ def forward_in_ghost_batches(layer: NormLayer, x: Tensor) -> Tensor:
         for chunk in chunks:
             for name in names:
                 layer._buffers[name] = own[name].detach().clone()
-            outs.append(_forward(layer, chunk))
+            outs.append(_forward(layer, chunk, grouped=whole and n > size))
             ends.append({name: layer._buffers[name] for name in names})
     finally:
         layer._buffers.update(own)
-    weights = torch.tensor([float(c.shape[0]) for c in chunks], dtype=torch.float64)
+    weights = torch.tensor([float(max(1, c.shape[0])) for c in chunks], dtype=torch.float64)
     with torch.no_grad():
         for name, buffer in own.items():
             if buffer.is_floating_point():
                 stacked = torch.stack([end[name] for end in ends])
-                buffer.copy_(_mean_over_ghost_batches(layer, stacked, weights))
+                buffer.copy_(_mean_over_ghost_batches(stacked, weights))
             else:
                 buffer.copy_(ends[-1][name])
-    out = torch.cat(outs)
+    if synced:
+        _sync_buffers(layer, n)
+    out = outs[0] if whole else torch.cat(outs)
     if x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
         return out.contiguous(memory_format=torch.channels_last)
     return out
+
+
+def _synced(layer: NormLayer) -> bool:
+    """True when the layer trains under convert_sync with several processes (buffers are then averaged)."""
+    return layer.sync is not None and layer.training and layer.sync.active()
 
 
 def _groups_only(layer: NormLayer) -> bool:
@@ -98,15 +112,31 @@ def _forward(layer: NormLayer, x: Tensor, grouped: bool = False) -> Tensor:
     return out.contiguous()
 
 
-def _mean_over_ghost_batches(layer: NormLayer, ends: Tensor, samples: Tensor) -> Tensor:
-    """Mean over dim 0 (this process's ghost batches) weighted by their samples, over every
-    process's ghost batches when synced."""
+def _mean_over_ghost_batches(ends: Tensor, samples: Tensor) -> Tensor:
+    """Mean over dim 0 (this process's ghost batches) weighted by their samples."""
     w = samples.to(ends).view(-1, *([1] * (ends.dim() - 1)))
-    total, count = (ends * w).sum(dim=0), samples.sum().to(ends).reshape(1)
-    sync = layer.sync
-    if sync is not None and sync.active():
-        import torch.distributed as dist
+    return (ends * w).sum(dim=0) / samples.sum().to(ends)
 
-        dist.all_reduce(total, group=sync.process_group)
-        dist.all_reduce(count, group=sync.process_group)
-    return total / count
+
+def _sync_buffers(layer: NormLayer, samples: int) -> None:
+    """Every process's running buffers become their mean over the processes weighted by each one's samples
+    (a process with an empty batch, whose buffers did not move, weighs 0); integer buffers take the largest
+    count. Every process calls it once per synced training call, so the collectives match."""
+    import torch.distributed as dist
+
+    group = layer.sync.process_group
+    names = [name for name, b in layer._buffers.items() if b is not None]
+    floats = [layer._buffers[name] for name in names if layer._buffers[name].is_floating_point()]
+    with torch.no_grad():
+        if floats:
+            flat = torch.cat([b.detach().reshape(-1).double() * samples for b in floats]
+                             + [torch.tensor([float(samples)], dtype=torch.float64, device=floats[0].device)])
+            dist.all_reduce(flat, group=group)
+            if flat[-1] > 0:
+                start = 0
+                for b in floats:
+                    b.copy_((flat[start:start + b.numel()] / flat[-1]).view_as(b))
+                    start += b.numel()
+        for name in names:
+            if not layer._buffers[name].is_floating_point():
+                dist.all_reduce(layer._buffers[name], op=dist.ReduceOp.MAX, group=group)

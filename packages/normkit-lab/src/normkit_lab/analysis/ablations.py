@@ -8,9 +8,12 @@ compression is ln), in every cell, two paired-by-seed contrasts:
     without  arm - baseline   the gap left without the stage (not for the baseline's own stages, nor
                               when the arm is the baseline)
 
-Each is tested like any comparison (verdicts.py: 95% t interval, paired t p or the exact sign test,
-TOST against the margin), all of them Holm-adjusted together as one family of their own, apart from
-the comparison's verdicts, so asking about mechanisms never weakens the headline. A stage carries a
+Each is tested like any comparison (verdicts.py: paired t p or the exact sign test, TOST against the
+margin), all of them Holm-adjusted together as one family of their own, apart from the comparison's
+verdicts, so asking about mechanisms never weakens the headline. The intervals shown beside the
+verdicts are adjusted for that family like the comparison's (the t interval at the Holm level each
+test was last tested at), so they exclude 0 exactly when a test shows a difference; the unadjusted
+95% intervals stay in summary.json (*_ci95_*). A stage carries a
 norm's difference to the baseline when the norm differs from the baseline and switching the stage
 off moves it significantly back towards the baseline (its effect has the difference's sign).
 """
@@ -22,7 +25,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from normkit_lab.ablations import Ablation, ablations_of
-from normkit_lab.analysis.verdicts import BETTER, EQUIVALENT, NO_VERDICT, WORSE, Verdict, decide, is_difference
+from normkit_lab.analysis.verdicts import (
+    BETTER,
+    EQUIVALENT,
+    NO_VERDICT,
+    WORSE,
+    Verdict,
+    decide,
+    is_difference,
+    oriented_to_metric,
+)
 from normkit_lab.stats import PairedDifference, paired_difference
 
 Values = Mapping[str, Mapping[int, float]]  # spec -> seed -> primary value, in one cell
@@ -38,6 +50,8 @@ class StageTest:
     effect_test: Verdict  # oriented: better = the stage helps
     without: PairedDifference | None  # arm - baseline; None for the baseline's own stages
     without_test: Verdict | None
+    change_adjusted: tuple[float, float] | None = None  # arm - norm (what the table shows), adjusted for the family
+    without_adjusted: tuple[float, float] | None = None  # arm - baseline, adjusted for the family
 
     @property
     def role(self) -> str:
@@ -60,10 +74,16 @@ class StageTest:
         e, t = self.effect, self.effect_test
         out = {**self.ablation.as_dict(), "cell": self.cell, "n": e.n, "effect": e.mean, "effect_ci95_low": e.low,
                "effect_ci95_high": e.high, "effect_p_value": e.p_value, "effect_p_holm": t.p_holm,
-               "effect_verdict": t.verdict, "role": self.role, "mde": t.mde}
+               "effect_verdict": t.verdict, "role": self.role, "mde": t.mde,
+               # the adjusted interval of the effect (norm - arm, like `effect`), the one its verdict implies
+               "effect_adj_low": None if self.change_adjusted is None else 0.0 - self.change_adjusted[1],
+               "effect_adj_high": None if self.change_adjusted is None else 0.0 - self.change_adjusted[0]}
         w, wt = self.without, self.without_test
         out.update({"without_diff": w.mean if w else None, "without_ci95_low": w.low if w else None,
-                    "without_ci95_high": w.high if w else None, "without_p_holm": wt.p_holm if wt else None,
+                    "without_ci95_high": w.high if w else None,
+                    "without_adj_low": self.without_adjusted[0] if self.without_adjusted else None,
+                    "without_adj_high": self.without_adjusted[1] if self.without_adjusted else None,
+                    "without_p_holm": wt.p_holm if wt else None,
                     "without_verdict": wt.verdict if wt else None})
         return out
 
@@ -99,8 +119,14 @@ def stage_tests(per_cell: Sequence[tuple[dict[str, Any], Values]], ablations: Se
     family = [p[3] for p in planned] + [p[5] for p in planned if p[5] is not None]
     tests = iter(decide(family, margin))
     effects = [next(tests) for _ in planned]
-    return [StageTest(a, cell, effect, test, without, None if d is None else next(tests))
-            for (a, cell, effect, _, without, d), test in zip(planned, effects, strict=True)]
+    out = []
+    for (a, cell, effect, _, without, d), test in zip(planned, effects, strict=True):
+        gap = None if d is None else next(tests)
+        norm_minus_arm = oriented_to_metric(test.low, test.high, sign)
+        out.append(StageTest(a, cell, effect, test, without, gap,
+                             None if norm_minus_arm is None else (0.0 - norm_minus_arm[1], 0.0 - norm_minus_arm[0]),
+                             None if gap is None else oriented_to_metric(gap.low, gap.high, sign)))
+    return out
 
 
 def family_size(tests: Sequence[StageTest]) -> int:
@@ -123,8 +149,10 @@ def attribution(test: StageTest, gap: Verdict | None, baseline: str, unit: str) 
     a, e = test.ablation, test.effect
     if e.mean is None or test.effect_test.verdict == NO_VERDICT:
         return f"{a.norm}: {a.stage} not decided (fewer than 3 seeds with both {a.norm} and {a.arm})"
-    change = (f"switching off {a.stage} ({a.arm}) changes {a.norm} by {0.0 - e.mean:+.2f} {unit} "
-              f"[{0.0 - e.high:+.2f}, {0.0 - e.low:+.2f}], Holm p {_p(test.effect_test.p_holm)}")
+    shown = test.change_adjusted
+    interval = "" if shown is None else f" [{shown[0]:+.2f}, {shown[1]:+.2f}]"
+    change = (f"switching off {a.stage} ({a.arm}) changes {a.norm} by {0.0 - e.mean:+.2f} {unit}{interval} "
+              f"(Holm-adjusted), Holm p {_p(test.effect_test.p_holm)}")
     if gap is None or not is_difference(gap.verdict):
         state = "no difference to baseline to attribute" if gap is not None else f"{a.norm} is the baseline"
         return f"{a.norm} ({state}): {change}: {test.reading}."

@@ -8,11 +8,14 @@ Each run with diagnostics gives one value per measure (see `measures_of`):
     lambda          the power-transform lambda after the last epoch, mean over layers (only norms
                     that have one; compared only where the baseline has one too)
 
-Per (cell, norm, measure) the per-seed difference norm - baseline gets a 95% t interval and a
-paired t-test p (the exact sign test with zero spread), Holm-adjusted within its family (all
-depths of qq_r2 are one family, zeta one, lambda one, over every norm and cell). Verdict: "higher"
-or "lower" when the Holm p < 0.05, "no evidence of a difference" otherwise, and "no verdict (n<3)"
-with fewer than three paired seeds. There is no equivalence test: these measures have no margin.
+Per (cell, norm, measure) the per-seed difference norm - baseline gets a paired t-test p (the exact
+sign test with zero spread), Holm-adjusted within its family (all depths of qq_r2 are one family,
+zeta one, lambda one, over every norm and cell). Verdict: "higher" or "lower" when the Holm p <
+0.05, "no evidence of a difference" otherwise, and "no verdict (n<3)" with fewer than three paired
+seeds. There is no equivalence test: these measures have no margin. The interval shown beside the
+verdict is adjusted for the family like the comparison's (verdicts.py): the t interval at the Holm
+level the measure was last tested at, so it excludes 0 exactly when the verdict is higher or lower;
+the unadjusted 95% interval stays in summary.json (ci95_low/ci95_high).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from normkit_lab.analysis.verdicts import MIN_PAIRS, NO_VERDICT, interval95
+from normkit_lab.analysis.verdicts import BETTER, MIN_PAIRS, NO_VERDICT, WORSE, interval95
+from normkit_lab.sequential import Design, Step, analyze
 from normkit_lab.stats import ALPHA, holm, paired_p
 
 HIGHER, LOWER, NO_EVIDENCE = "higher", "lower", "no evidence of a difference"
@@ -44,16 +48,19 @@ class DiagnosticVerdict:
     baseline_mean: float | None
     norm_mean: float | None
     diff: float | None
-    low: float | None
+    low: float | None  # the unadjusted 95% t interval
     high: float | None
     p: float | None
     p_holm: float | None
     verdict: str
+    adj_low: float | None = None  # the interval adjusted for the family (Holm), the one the verdict implies
+    adj_high: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"measure": self.measure, "family": self.family, "n": self.n, "baseline_mean": self.baseline_mean,
                 "norm_mean": self.norm_mean, "diff": self.diff, "ci95_low": self.low, "ci95_high": self.high,
-                "p_value": self.p, "p_holm": self.p_holm, "verdict": self.verdict}
+                "adj_low": self.adj_low, "adj_high": self.adj_high, "p_value": self.p, "p_holm": self.p_holm,
+                "verdict": self.verdict}
 
 
 def _finite(value: Any) -> bool:
@@ -101,20 +108,36 @@ def diagnostic_verdicts(per_seed: Mapping[tuple[int, str], Mapping[int, Mapping[
                 found.append((norm, dict(cell), measure, mine[seeds[0]][measure][0], a, b))
     raw = [paired_p(a - b) if a.size >= MIN_PAIRS else None for *_, a, b in found]
     adjusted: list[float | None] = [None] * len(found)
+    tested: list[Step | None] = [None] * len(found)
     for family in FAMILIES:
         idx = [k for k, f in enumerate(found) if f[3] == family]
         for k, p in zip(idx, holm([raw[k] for k in idx]), strict=True):
             adjusted[k] = p
+        for k, step in zip(idx, _holm_steps([found[k][4] - found[k][5] for k in idx], alpha), strict=True):
+            tested[k] = step
     out = []
-    for (norm, cell, measure, family, a, b), p, ph in zip(found, raw, adjusted, strict=True):
+    for (norm, cell, measure, family, a, b), p, ph, step in zip(found, raw, adjusted, tested, strict=True):
         d = a - b
         low, high = interval95(d)
-        if a.size < MIN_PAIRS:
+        if a.size < MIN_PAIRS or step is None:
             verdict = NO_VERDICT
-        elif ph is not None and ph < alpha:
+        elif step.verdict.startswith((BETTER, WORSE)):  # the Holm-adjusted paired t-test (or sign test) rejected
             verdict = HIGHER if float(d.mean()) > 0 else LOWER
         else:
             verdict = NO_EVIDENCE
+        shown = verdict != NO_VERDICT and step is not None
         out.append(DiagnosticVerdict(norm, cell, measure, family, int(a.size), float(b.mean()), float(a.mean()),
-                                     float(d.mean()), low, high, p, ph, verdict))
+                                     float(d.mean()), low, high, p, ph, verdict,
+                                     step.low if shown else None, step.high if shown else None))
     return out
+
+
+def _holm_steps(differences: Sequence[np.ndarray], alpha: float) -> list[Step]:
+    """One family's Holm-adjusted paired tests as one fixed look (normkit_lab.sequential.analyze, which the
+    comparison's verdicts use too): each step's interval is the t interval at the Holm level it was last
+    tested at. No margin: a zero margin never shows equivalence."""
+    if not differences:
+        return []
+    design = Design((max(d.size for d in differences),), alpha)
+    return analyze(design, differences, [0.0] * len(differences), reached=[1] * len(differences), final=True,
+                   min_pairs=MIN_PAIRS)

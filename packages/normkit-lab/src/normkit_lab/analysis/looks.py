@@ -12,6 +12,7 @@ from typing import Any
 
 from normkit_lab.analysis.caption import plural
 from normkit_lab.analysis.summary import Summary, cell_label
+from normkit_lab.analysis.verdicts import LOOK_P
 from normkit_lab.errors import ConfigError
 from normkit_lab.sequential import INCONCLUSIVE, Design
 
@@ -58,6 +59,9 @@ def interval_lines(summary: Summary, design: Design | None, record: dict[str, An
         stopped = (record or {}).get("stopped") or "not yet: more looks to come (resume to continue)"
         lines.append(f"sequential seeds: looks after {', '.join(map(str, design.looks))} seeds, "
                      f"{design.spending} alpha spending, Holm across comparisons at each look; stopped: {stopped}")
+        lines.append(f"{LOOK_P}: the paired t-test's p at the comparison's last look and, in brackets, the alpha "
+                     f"that look spends at its Holm level; a difference is shown when p <= alpha (TOST: the "
+                     f"equivalence test's, for an equivalent verdict)")
         for s in summary.rows:
             v = s.verdict
             if v is None or v.look is None:

@@ -140,8 +140,8 @@ def _diagnostic_panel(ax: Any, summary: Summary, family: str) -> None:
     for y, d in enumerate(reversed(rows)):
         if d.diff is None:
             continue
-        if d.low is not None and d.high is not None:
-            ax.errorbar([d.diff], [y], xerr=[[d.diff - d.low], [d.high - d.diff]], fmt="o", capsize=4,
+        if d.adj_low is not None and d.adj_high is not None:
+            ax.errorbar([d.diff], [y], xerr=[[d.diff - d.adj_low], [d.adj_high - d.diff]], fmt="o", capsize=4,
                         color="tab:blue" if d.verdict in ("higher", "lower") else "grey")
         else:
             ax.plot([d.diff], [y], "o", color="grey")
@@ -151,7 +151,8 @@ def _diagnostic_panel(ax: Any, summary: Summary, family: str) -> None:
     ax.set_yticks(range(len(rows)), labels, fontsize=8)
     ax.set_ylim(-0.7, len(rows) - 0.3)
     ax.set(xlabel=f"{family}: norm - {summary.baseline}  ({MEANING[family]}; Holm p within {family})",
-           title=f"{family} vs {summary.baseline}: paired difference, 95% t interval")
+           title=f"{family} vs {summary.baseline}: paired difference, interval adjusted for "
+                 f"{plural(len(rows), 'measure')} (Holm)")
     ax.grid(axis="x", alpha=0.3)
 
 

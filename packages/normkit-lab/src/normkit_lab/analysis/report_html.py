@@ -19,7 +19,7 @@ from normkit_lab.analysis.caption import plural
 from normkit_lab.analysis.metric_family import family_caption
 from normkit_lab.analysis.summary import NormSummary, Summary, cell_key, cell_label, interval_text
 from normkit_lab.analysis.tuning import score_label, tuned_norms
-from normkit_lab.analysis.verdicts import BASELINE, reading
+from normkit_lab.analysis.verdicts import BASELINE, LOOK_P, Verdict, p_column, reading
 
 # Shared by every normkit page (report.html, the random-net reproduction page).
 PAGE_STYLE = """
@@ -85,8 +85,11 @@ def _table(summary: Summary, many: bool) -> str:
     keys = _tuned_keys(summary)
     tuned_head = ([f"tuned {keys[0]} (chosen on validation)" if len(keys) == 1 else "tuned (chosen on validation)"]
                   if keys else [])
+    sequential = p_column(s.verdict for s in summary.rows) == LOOK_P
+    p_heads = ([LOOK_P, "TOST look p (α spent) (equivalence)"] if sequential
+               else ["Holm p", "TOST Holm p (equivalence)"])
     heads = ["norm", *tuned_head, "seeds (n)", f"{summary.label} ({unit}) ± s.e.", f"Δ vs {summary.baseline}",
-             "adjusted CI of Δ (Holm, looks)", "p", "Holm p", "TOST Holm p (equivalence)", "verdict",
+             "adjusted CI of Δ (Holm, looks)", "p", *p_heads, "verdict",
              f"MDE ({unit}): smallest Δ these seeds detect", f"seeds to detect a Δ of the margin ({m})",
              f"seeds to show equivalence within {m}", "steps", "s/epoch", "CPU s/epoch", "samples/s", "peak MB",
              "params", "diverged", "failed"]
@@ -100,8 +103,8 @@ def _table(summary: Summary, many: bool) -> str:
         needed = "" if v is None else (str(v.seeds_needed) if v.seeds_needed is not None else v.seeds_note)
         cells = [_name(s, many), *([_tuned_text(s.tuned, keys)] if keys else []), str(s.primary.n), mean,
                  "baseline" if d is None else _num(d.mean, ".2f", True),
-                 ci, _p(d.p_value if d else None), _p(v.p_holm if v else None),
-                 _p(v.p_tost_holm if v else None), verdict, _num(v.mde if v else None, ".3g"), needed,
+                 ci, _p(d.p_value if d else None), *_decision_ps(v, sequential), verdict,
+                 _num(v.mde if v else None, ".3g"), needed,
                  "" if v is None or v.seeds_equivalence is None else str(v.seeds_equivalence),
                  _num(s.steps, ","), _num(s.time_per_epoch_s, ".2f"), _num(s.cpu_time_per_epoch_s, ".2f"),
                  _num(s.throughput, ",.0f"), _num(s.peak_mem_mb, ",.0f"),
@@ -115,6 +118,18 @@ def _table(summary: Summary, many: bool) -> str:
         out.append("<tr>" + "".join(tds) + "</tr>")
     out.append("</table></div>")
     return "\n".join(out)
+
+
+def _decision_ps(v: Verdict | None, sequential: bool) -> list[str]:
+    """The difference and equivalence tests' p the verdicts are decided on: Holm p-values of fixed seeds; the
+    look's p and the alpha it spent, in brackets, with sequential seeds (the CLI table's p column, see
+    normkit_lab.analysis.verdicts.decision_p, shows the one the verdict rests on)."""
+    if v is None:
+        return ["", ""]
+    if not sequential:
+        return [_p(v.p_holm), _p(v.p_tost_holm)]
+    pairs = ((v.look_p, v.look_alpha), (v.look_tost_p, v.look_tost_alpha))
+    return ["" if p is None or a is None else f"{p:.3g} ({a:.3g})" for p, a in pairs]
 
 
 def _tuning(table: Sequence[Mapping[str, Any]]) -> str:
@@ -253,19 +268,20 @@ def _diagnostics(summary: Summary) -> str:
     if not summary.diagnostics:
         return ""
     many = len({cell_key(d.cell) for d in summary.diagnostics}) > 1
-    heads = ["norm", "measure", "n", summary.baseline, "norm value", "Δ (norm − baseline)", "95% CI", "p", "Holm p",
-             "verdict"]
+    heads = ["norm", "measure", "n", summary.baseline, "norm value", "Δ (norm − baseline)", "Holm-adjusted CI", "p",
+             "Holm p", "verdict"]
     meaning = "; ".join(f"{k}: {v}" for k, v in MEANING.items())
     out = ["<h2>Representation measures</h2>",
            f"<p>Each measure of each norm minus the same measure of {_e(summary.baseline)} on the same seed, "
-           f"with a 95% t interval and paired t-test (exact sign test when every seed gives the same "
-           f"difference), Holm-adjusted within its family (every depth of qq_r2 is one family; zeta one; "
-           f"lambda one). <i>higher</i>/<i>lower</i>: Holm p &lt; 0.05. ({_e(meaning)}.) The per-norm means "
+           f"with a paired t-test (exact sign test when every seed gives the same difference), Holm-adjusted "
+           f"within its family (every depth of qq_r2 is one family; zeta one; lambda one), and the t interval "
+           f"at the Holm level it was tested at, which excludes 0 exactly when the verdict is higher or lower. "
+           f"<i>higher</i>/<i>lower</i>: Holm p &lt; 0.05. ({_e(meaning)}.) The per-norm means "
            f"and figures are in diagnostics.md.</p>",
            '<div class="wide"><table>' + _head(heads, ("norm", "measure", "verdict"))]
     for d in summary.diagnostics:
         name = f"{d.norm} [{cell_label(d.cell)}]" if many and d.cell else d.norm
-        ci = interval_text(d.low, d.high, ".3g")
+        ci = interval_text(d.adj_low, d.adj_high, ".3g")
         cells = [name, d.measure, d.n, _num(d.baseline_mean, ".4g"), _num(d.norm_mean, ".4g"),
                  _num(d.diff, ".3g", True), ci, _p(d.p), _p(d.p_holm)]
         tds = [f'<td class="{"l" if k in (0, 1) else ""}">{_e(c)}</td>' for k, c in enumerate(cells)]
@@ -329,20 +345,22 @@ def _ablations(summary: Summary) -> str:
         return ""
     many = len({cell_key(t.cell) for t in tests}) > 1
     unit = summary.metric.unit
-    heads = ["norm", *(["cell"] if many else []), "stage off", "n", f"change ({unit})", "95% CI", "Holm p",
+    heads = ["norm", *(["cell"] if many else []), "stage off", "n", f"change ({unit})", "Holm-adjusted CI", "Holm p",
              "the stage", f"arm vs {summary.baseline}", "verdict"]
     out = ["<h2>Stage ablations</h2>",
            f"<p>For every norm and every stage its plugin declared, the arm that switches the stage off, paired by "
            f"seed: <i>change</i> is arm minus norm (what switching the stage off changes), <i>arm vs "
            f"{_e(summary.baseline)}</i> the gap left without the stage. Both are tested like the comparison, "
            f"Holm-adjusted over the ablations' {plural(family_size(tests), 'test')} as a family of their own, "
-           f"apart from the verdicts above. A stage carries a norm's difference when the norm differs from "
+           f"apart from the verdicts above; the interval shown is the change's at its Holm level, so it "
+           f"excludes 0 exactly when the stage is shown to help or hurt. A stage carries a norm's difference "
+           f"when the norm differs from "
            f"{_e(summary.baseline)} and switching the stage off moves it significantly back.</p>",
            '<div class="wide"><table>' + _head(heads, ("norm", "cell", "stage off", "the stage", "verdict"))]
     for t in tests:
         e, w = t.effect, t.without  # effect is norm - arm: the table shows arm - norm, as normkit report does
         change = None if e.mean is None else 0.0 - e.mean
-        interval = "" if e.low is None or e.high is None else interval_text(0.0 - e.high, 0.0 - e.low)
+        interval = "" if t.change_adjusted is None else interval_text(*t.change_adjusted)
         cells = [t.ablation.norm, *([cell_label(t.cell) or "-"] if many else []),
                  f"{t.ablation.stage}: {t.ablation.arm}", e.n, _num(change, ".2f", True), interval,
                  _p(t.effect_test.p_holm), t.role, _num(w.mean if w else None, ".2f", True)]

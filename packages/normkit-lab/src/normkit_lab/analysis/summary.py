@@ -166,6 +166,8 @@ class Summary:
             "adj_level": v.level if v else None, "look": v.look if v else None, "stop": v.stop if v else "",
             "verdict": v.verdict if v else BASELINE, "p_holm": v.p_holm if v else None,
             "p_tost": v.p_tost if v else None, "p_tost_holm": v.p_tost_holm if v else None,
+            "look_p": v.look_p if v else None, "look_alpha": v.look_alpha if v else None,
+            "look_tost_p": v.look_tost_p if v else None, "look_tost_alpha": v.look_tost_alpha if v else None,
             "margin": self.margin, "mde": v.mde if v else None,
             "seeds_needed": v.seeds_needed if v else None, "seeds_note": v.seeds_note if v else "",
             "seeds_equivalence": v.seeds_equivalence if v else None,

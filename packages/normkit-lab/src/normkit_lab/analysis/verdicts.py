@@ -30,7 +30,7 @@ the other Holm steps the level is larger, so these numbers are conservative.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -96,10 +96,18 @@ class Verdict:
     # sequential seeds only (see normkit_lab.sequential): the look it was last analyzed at and why it stopped
     look: int | None = None
     stop: str = ""
+    # sequential seeds only: at that look, the difference test's two-sided p and the two-sided alpha the look
+    # spends at its Holm level (shown exactly when p <= alpha), and the same for the equivalence test (TOST p,
+    # one-sided alpha): the p-values such a verdict is decided on (Holm p-values belong to one fixed look)
+    look_p: float | None = None
+    look_alpha: float | None = None
+    look_tost_p: float | None = None
+    look_tost_alpha: float | None = None
 
 
 __all__ = ["BASELINE", "BETTER", "CONTINUE", "EQUIVALENT", "INCONCLUSIVE", "NO_VERDICT", "WITHIN_MARGIN", "WORSE",
-           "Verdict", "decide", "interval95", "is_difference", "oriented_to_metric", "reading"]
+           "LOOK_P", "Verdict", "decide", "decision_p", "interval95", "is_difference", "oriented_to_metric",
+           "p_column", "reading"]
 
 
 def interval95(d: np.ndarray) -> tuple[float | None, float | None]:
@@ -151,8 +159,32 @@ def decide(differences: Sequence[Sequence[float]], margin: float | Sequence[floa
         out.append(Verdict(verdict, n, raw[i], None if sequential else p_holm[i], tost[i],
                            None if sequential else tost_holm[i], margin, mde, needed, note, equivalence, level,
                            step.low, step.high, step.level, step.eq_low, step.eq_high,
-                           step.look if sequential else None, step.stop if sequential else ""))
+                           step.look if sequential else None, step.stop if sequential else "",
+                           *((step.p, step.alpha, step.eq_p, step.eq_alpha) if sequential else ())))
     return out
+
+
+LOOK_P = "look p (α spent)"  # the column of sequential verdicts that takes the place of "Holm p"
+
+
+def p_column(verdicts: Iterable[Verdict | None]) -> str:
+    """The p column's name: "Holm p" for fixed seeds, LOOK_P when the verdicts come from sequential seeds."""
+    return LOOK_P if any(v is not None and v.look is not None for v in verdicts) else "Holm p"
+
+
+def decision_p(verdict: Verdict | None) -> str:
+    """The p a verdict was decided on, as tables print it: the Holm p of a fixed design; with sequential seeds
+    the look's p and, in brackets, the alpha that look spent ("TOST" before it when equivalence decided).
+    Empty only where no test ran (the baseline, fewer than three pairs)."""
+    if verdict is None:
+        return ""
+    if verdict.look is None:
+        return "" if verdict.p_holm is None else f"{verdict.p_holm:.3g}"
+    if verdict.verdict == EQUIVALENT and verdict.look_tost_p is not None and verdict.look_tost_alpha is not None:
+        return f"TOST {verdict.look_tost_p:.3g} ({verdict.look_tost_alpha:.3g})"
+    if verdict.look_p is None or verdict.look_alpha is None:
+        return ""
+    return f"{verdict.look_p:.3g} ({verdict.look_alpha:.3g})"
 
 
 def oriented_to_metric(low: float | None, high: float | None, sign: float) -> tuple[float, float] | None:

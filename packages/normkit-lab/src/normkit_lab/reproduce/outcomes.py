@@ -40,7 +40,17 @@ import numpy as np
 import normkit
 from normkit_lab.analysis.diagnostic_verdicts import measures_of
 from normkit_lab.analysis.summary import Run, Summary, cell_key, summarize
-from normkit_lab.analysis.verdicts import BETTER, EQUIVALENT, NO_VERDICT, WITHIN_MARGIN, WORSE, Verdict, decide
+from normkit_lab.analysis.verdicts import (
+    BETTER,
+    EQUIVALENT,
+    NO_VERDICT,
+    WITHIN_MARGIN,
+    WORSE,
+    Verdict,
+    decide,
+    decision_p,
+    p_column,
+)
 from normkit_lab.metrics import metric_named
 from normkit_lab.reproduce.preset import REPRODUCTION, Hypothesis
 
@@ -163,9 +173,11 @@ def _paired(summary: Summary, h: Hypothesis) -> Outcome:
     if row is None or row.verdict is None or row.vs_baseline is None:
         return Outcome(h, INCONCLUSIVE, f"no paired runs of {h.norm} and {h.baseline}", unit=unit)
     v, d = row.verdict, row.vs_baseline
+    low, high = row.interval or (None, None)  # adjusted for the family (and looks): the one the verdict implies
+    tost = "" if v.look is not None else f"TOST Holm p {_num(v.p_tost_holm, '.3g')}, "
     observed = (f"{h.norm} - {h.baseline} = {_num(d.mean)}{_unit(unit)} "
-                f"[{_num(d.low)}, {_num(d.high)}], Holm p {_num(v.p_holm, '.3g')}, "
-                f"TOST Holm p {_num(v.p_tost_holm, '.3g')}, n {v.n}; verdict {v.verdict}")
+                f"[{_num(low)}, {_num(high)}] adj., {p_column([v])} {decision_p(v) or '-'}, "
+                f"{tost}n {v.n}; verdict {v.verdict}")
     if v.verdict == NO_VERDICT:
         return _outcome(h, INCONCLUSIVE, observed, v, unit)
     better = None if d.mean is None else d.mean * (1 if summary.metric.higher_is_better else -1)
@@ -207,7 +219,7 @@ def _interaction(summary: Summary, h: Hypothesis) -> Outcome:
         low, high = (t.low, t.high) if not flip else (None if t.high is None else -t.high,
                                                       None if t.low is None else -t.low)
         observed = (f"change of the gap {h.norm} - {h.baseline} (+ = in {h.norm}'s favour) from {h.key}="
-                    f"{h.from_value} to {h.to_value}: {_num(mean)}{_unit(unit)} [{_num(low)}, {_num(high)}], "
+                    f"{h.from_value} to {h.to_value}: {_num(mean)}{_unit(unit)} [{_num(low)}, {_num(high)}] adj., "
                     f"Holm p {_num(t.p_holm, '.3g')}, n {t.n}; verdict {i.verdict}")
         if t.verdict == NO_VERDICT:
             return _outcome(h, INCONCLUSIVE, observed, t, unit)
@@ -290,7 +302,7 @@ def _judge_diagnostics(hypotheses: Sequence[Hypothesis], runs: Sequence[Run]) ->
                                                    + (" at initialization" if h.since else "")
                                                    + " (run with diagnostics: true)"))
             continue
-        parts = [f"{m}: {float(np.mean(d)):+.3f} [{_num(_raw(v, h)[0])}, {_num(_raw(v, h)[1])}], "
+        parts = [f"{m}: {float(np.mean(d)):+.3f} [{_num(_raw(v, h)[0])}, {_num(_raw(v, h)[1])}] adj., "
                  f"Holm p {_num(v.p_holm, '.3g')}{note.replace('; ', ' (', 1) + ')' if note else ''}"
                  for m, (_, v, d, note) in mine]
         since = " (change from initialization)" if h.since else ""
@@ -308,7 +320,8 @@ def _judge_diagnostics(hypotheses: Sequence[Hypothesis], runs: Sequence[Run]) ->
 
 
 def _raw(v: Verdict, h: Hypothesis) -> tuple[float | None, float | None]:
-    """The 95% interval of an oriented, margin-scaled verdict back in the measure's units (norm - baseline)."""
+    """The adjusted interval of an oriented, margin-scaled verdict (the one it implies: Holm over the preset's
+    measures) back in the measure's units (norm - baseline)."""
     if v.low is None or v.high is None:
         return None, None
     if h.direction == "higher":
@@ -355,7 +368,7 @@ def judge_random_net(hypotheses: Sequence[Hypothesis],
         mean_b = float(np.mean([net[h.depth - 1]["dataset"] for net in runs[_canon_key(runs, h.baseline)]]))
         low, high = _raw(v, h)
         observed = (f"dataset share at depth {h.depth}: {h.norm} {mean_a:.3f}, {h.baseline} {mean_b:.3f}, "
-                    f"difference {float(np.mean(d)):+.3f} [{_num(low)}, {_num(high)}], Holm p "
+                    f"difference {float(np.mean(d)):+.3f} [{_num(low)}, {_num(high)}] adj., Holm p "
                     f"{_num(v.p_holm, '.3g')}, {v.n} nets{note}")
         if status != INCONCLUSIVE:
             out.append(Outcome(h, status, observed + _margin_note(status, h.margin, "")))

@@ -130,8 +130,8 @@ def _workload(w: dict[str, Any]) -> str:
                         f'{_e(n["excluded"])}</td></tr>')
             continue
         verdict = n["verdict"] or "-"
-        ci = (f"[{n['diff_ci95_low']:+.2f}, {n['diff_ci95_high']:+.2f}]" if n["diff_ci95_low"] is not None
-              and n["diff_ci95_high"] is not None else "")
+        low, high = n.get("diff_adj_low"), n.get("diff_adj_high")  # adjusted: the interval the verdict implies
+        ci = f"[{low:+.2f}, {high:+.2f}]" if low is not None and high is not None else ""
         tuned = _tuned(n)
         steps = _num(n["steps_to_target"], ",.0f")
         cpu = _num(n["cpu_s_to_target"], ".1f")
@@ -152,7 +152,7 @@ def _workload(w: dict[str, Any]) -> str:
             f"({_e(w['unit'])}, {direction} is better), paired against {_e(w['baseline'])}; target "
             f"{_e(w['target_field'])} {op} {w['target']:g}.{link}</p>"
             f"<div class='wide'><table><tr><th class='l'>norm</th><th>tuned</th><th>{_e(w['metric'])}</th>"
-            f"<th>vs {_e(w['baseline'])} [95% CI]</th><th class='l'>verdict (Holm)</th><th>MDE</th>"
+            f"<th>vs {_e(w['baseline'])} [adj. CI]</th><th class='l'>verdict (Holm)</th><th>MDE</th>"
             f"<th>reached</th><th>steps to target</th><th>CPU s to target</th></tr>{''.join(rows)}</table></div>"
             + ("<p class='scope'>(edge): tuning chose the smallest or largest candidate, so the best value may lie "
                "beyond the workload's grid.</p>" if any(n["tuned_at_edge"] for n in w["norms"]) else ""))

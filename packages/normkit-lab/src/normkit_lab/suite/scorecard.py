@@ -53,7 +53,9 @@ def at_edge(tuned: dict[str, Any], tune: dict[str, list[Any]]) -> list[str]:
                                                                                               max(tune[key]))]
 
 
-_INFERENCE = ("verdict", "diff_mean", "diff_ci95_low", "diff_ci95_high", "p_holm", "mde", "seeds_needed")
+# diff_adj_*: the interval the verdict was decided on (Holm, and the looks of sequential seeds), shown beside it
+_INFERENCE = ("verdict", "diff_mean", "diff_ci95_low", "diff_ci95_high", "diff_adj_low", "diff_adj_high", "p_holm",
+              "mde", "seeds_needed")
 SMOKE_TEST = ("a smoke test (--quick), not a result: tiny forms of the workloads check that the suite runs, so it "
               "gives no verdicts, ranks or profile scores")
 

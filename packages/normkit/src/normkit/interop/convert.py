@@ -450,16 +450,13 @@ def convert_sync(model: nn.Module, process_group: Any = None) -> nn.Module:
     """Make every batch-statistics normkit layer in `model` reduce its statistics across processes.
 
     In place, returns `model`. Layers whose partition does not pool over the batch (ln, gn, in,
-    rms, ...) need no communication and are left alone. torch's own BatchNorm layers are torch's
-    to convert (`nn.SyncBatchNorm.convert_sync_batchnorm`).
+    rms, ...) need no communication and are left alone. Ghost batches (`bn(ghost=2)`) stay within a
+    process and only their running buffers are averaged across processes (normkit.ghost). torch's
+    own BatchNorm layers are torch's to convert (`nn.SyncBatchNorm.convert_sync_batchnorm`).
     """
     _require_module(model, "convert_sync")
     layers = [m for m in model.modules() if isinstance(m, NormLayer) and m.partition is not None
               and m.partition.uses_batch]
-    ghost = next((m for m in layers if m.partition.ghost is not None), None)
-    if ghost is not None:  # their running buffers do not yet match one process's (tests/test_convert_sync.py)
-        raise SpecError(f"convert_sync: {ghost.spec or 'a norm'} normalizes over ghost batches, whose running "
-                        f"statistics are not synced across processes yet; drop ghost= or train on one process")
     for module in layers:
         module.sync = ProcessSync(process_group)
     return model
