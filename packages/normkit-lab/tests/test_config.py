@@ -118,6 +118,19 @@ def test_a_model_brings_its_training_defaults_and_typed_values_win(tmp_path):
     assert (mine.batch_size, mine.epochs) == (16, 1)
 
 
+def test_a_recipes_length_stays_under_a_sweep_or_a_batch_and_gives_way_to_the_users_length():
+    """gpt-tiny registers a length (4,000 steps) and no cells: `--sweep optimizer=adamw,muon` used to drop
+    it for the global 5 epochs, which on its streamed corpus is 5 passes over 25 MB per run."""
+    swept = config.resolve({"norms": "rms", "model": "gpt-tiny", "sweep": ["optimizer=adamw,muon"]})
+    assert (swept.train.budget, swept.sweep) == ("steps=4000", {"optimizer": ["adamw", "muon"]})
+    assert config.resolve({"norms": "rms", "model": "gpt-tiny", "batch-size": 8}).train.budget == "steps=4000"
+    mine = config.resolve({"norms": "rms", "model": "gpt-tiny", "epochs": 2}).train
+    assert (mine.budget, mine.epochs) == (None, 2)
+    assert config.resolve({"norms": "rms", "model": "gpt-tiny", "budget": "steps=10"}).train.budget == "steps=10"
+    designed = config.resolve({"norms": "bn", "sweep": ["lr=0.1"]})  # digits' cells and length go together
+    assert (designed.train.budget, designed.sweep) == (None, {"lr": [0.1]})
+
+
 def test_an_unknown_model_gets_no_defaults_and_is_named_by_the_check():
     assert spec.registered_train_defaults("model", "gpt-tiniest") == {}
     assert spec.registered_train_defaults("model", 3) == {}

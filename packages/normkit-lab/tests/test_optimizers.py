@@ -1,5 +1,6 @@
 """`optimizer: muon`: Muon on the hidden matrices, AdamW on the rest, as one optimizer that the schedule,
-checkpoints and resume treat like any other; each part computes exactly what torch's own optimizer does."""
+checkpoints and resume treat like any other; each part computes what torch's own optimizer does (on CPU
+the Muon part's Newton-Schulz iteration in float32 instead of bfloat16)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from torch import nn
 import normkit
 from normkit_lab.records import RunId
 from normkit_lab.runs.execute import Job, RunOptions, run_job
-from normkit_lab.runs.optimizers import MuonAdamW, build_optimizer, hidden_matrices
+from normkit_lab.runs.optimizers import Float32Muon, MuonAdamW, build_optimizer, hidden_matrices
 from normkit_lab.spec import TrainConfig
 from normkit_lab.study import compare, config
 
@@ -38,14 +39,14 @@ def test_muon_takes_the_hidden_linear_weights_only():
     assert hidden_matrices(nn.Conv2d(1, 2, 3)) == set()
 
 
-def test_each_part_steps_exactly_as_torchs_own_optimizer():
+def test_each_part_steps_exactly_as_torchs_own_optimizer_with_a_float32_newton_schulz_on_cpu():
     model, twin = _gpt(), _gpt()
     groups = normkit.param_groups(model, 0.05)
     opt = build_optimizer("muon", groups, model, 3e-3, 0.9)
-    assert isinstance(opt, MuonAdamW)
+    assert isinstance(opt, MuonAdamW) and type(opt._parts[0]) is Float32Muon
     hidden = hidden_matrices(twin)
     twin_groups = normkit.param_groups(twin, 0.05)
-    muon = torch.optim.Muon([{**g, "params": [p for p in g["params"] if id(p) in hidden]} for g in twin_groups
+    muon = Float32Muon([{**g, "params": [p for p in g["params"] if id(p) in hidden]} for g in twin_groups
                              if any(id(p) in hidden for p in g["params"])], lr=3e-3, adjust_lr_fn="match_rms_adamw")
     adamw = torch.optim.AdamW([{**g, "params": [p for p in g["params"] if id(p) not in hidden]}
                                for g in twin_groups], lr=3e-3)
@@ -60,6 +61,35 @@ def test_each_part_steps_exactly_as_torchs_own_optimizer():
                 o.step()
     for (name, a), b in zip(model.named_parameters(), twin.parameters(), strict=True):
         assert torch.equal(a, b), name
+
+
+def _newton_schulz_float64(g: torch.Tensor, steps: int = 5) -> torch.Tensor:
+    """The quintic iteration of torch.optim.Muon, in float64: the value both precisions approximate."""
+    a, b, c = 3.4445, -4.7750, 2.0315
+    x = g.double().T if g.shape[0] > g.shape[1] else g.double()
+    x = x / x.norm().clamp(min=1e-7)
+    for _ in range(steps):
+        gram = x @ x.T
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return x.T if g.shape[0] > g.shape[1] else x
+
+
+def test_float32_muon_is_torchs_update_with_an_exact_newton_schulz():
+    """One step from the same weight and gradient: Float32Muon's update is the float64 iteration's to float32
+    rounding; torch's own (bfloat16) is the same update to bfloat16 rounding, hundreds of times coarser."""
+    torch.manual_seed(0)
+    updates = {}
+    for cls in (Float32Muon, torch.optim.Muon):
+        for shape in ((48, 16), (16, 48)):  # tall and wide matrices
+            w = nn.Parameter(torch.zeros(shape))
+            w.grad = torch.randn(shape, generator=torch.Generator().manual_seed(shape[0]))
+            cls([w], lr=0.1, momentum=0.0, nesterov=False, weight_decay=0.0, adjust_lr_fn="match_rms_adamw").step()
+            updates[cls, shape] = -w.detach() / (0.1 * 0.2 * max(shape) ** 0.5)
+    for shape in ((48, 16), (16, 48)):
+        exact = _newton_schulz_float64(torch.randn(shape, generator=torch.Generator().manual_seed(shape[0])))
+        err32 = (updates[Float32Muon, shape].double() - exact).abs().max().item()
+        err16 = (updates[torch.optim.Muon, shape].double() - exact).abs().max().item()
+        assert err32 < 1e-5 and err16 > 100 * err32, (shape, err32, err16)
 
 
 def test_the_schedule_moves_both_parts_and_the_state_dict_has_torchs_layout():

@@ -245,7 +245,8 @@ def registered_train_defaults(kind: str, name: Any) -> dict[str, Any]:
     the default design, which varies only the normalization batch (a batch of 16 for 300 steps, normalizing
     over ghost batches of 2 or the whole batch), and the bundled digits one batch 2 and 16 at 500 steps
     each, docs/experiments.md; a registered sweep and budget stand only while the user gives
-    no length or batch of their own, see `study.config.DESIGN_KEYS`. An
+    no length or batch of their own, see `study.config.DESIGN_KEYS` (a budget registered without a sweep,
+    a recipe's length, stays until the user gives a length). An
     unknown name has none (check() names it).
     """
     if not isinstance(name, str):

@@ -303,7 +303,9 @@ def load_yaml(path: str | Path, saved: bool = False) -> dict[str, Any]:
 # A model's or dataset's registered `sweep` and `budget` are a default design (digits: batch 2 and 16 at
 # equal steps; digit-blends: normalization batch 2 and 16 at a gradient batch of 16 and equal steps): it
 # stands only while the user gives none of these keys, which choose a design of their own (`design_note`
-# says so when that drops the design's cells).
+# says so when that drops the design's cells). A registered budget without a sweep is a recipe's length
+# (gpt-tiny: 4,000 steps): it stays when the user sweeps or changes the batch, and gives way to a length
+# of the user's (epochs or budget).
 DESIGN_KEYS = ("epochs", "budget", "batch_size", "norm_batch", "sweep")
 
 
@@ -394,8 +396,10 @@ def build_config(values: dict[str, Any]) -> CompareConfig:
     base, of_dataset, of_model = _registered(values)
     merged = {**base, **of_dataset, **of_model, **values}
     own_code = values.get("command") is not None or values.get("train_function") is not None
-    if own_code or any(key in values for key in DESIGN_KEYS):
+    if own_code or (any(key in values for key in DESIGN_KEYS) and {**of_dataset, **of_model}.get("sweep")):
         merged.update({key: values.get(key, base[key]) for key in ("sweep", "budget")})
+    elif "epochs" in values:  # a recipe's length without cells (gpt-tiny's steps) gives way to the user's
+        merged["budget"] = values.get("budget", base["budget"])
     _resolve_budget(merged, values)
     if merged.get("norms") is None:
         raise ConfigError("no norms to compare; pass --norms, e.g. --norms bn,bnn,gn+pn")
