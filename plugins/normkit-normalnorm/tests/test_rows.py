@@ -397,3 +397,24 @@ def test_grouped_layout_covers_dense_layouts_only():
     assert rows.grouped_layout(x3.transpose(1, 2).contiguous().transpose(1, 2), "layer", 1, True) == (10, 1, 6, 6, 0)
     assert rows.grouped_layout(x3.transpose(1, 2).contiguous().transpose(1, 2), "batch", 1, True) is None
     assert rows.grouped_layout(x3[:, :, ::2], "batch", 1, False) is None
+
+
+@pytest.mark.parametrize("affine", ["weight and bias", "weight", "bias", "none"])
+def test_inference_fuses_each_affine_into_the_transform_pass(affine, monkeypatch):
+    """rows.c writes the output in the transform's last pass, with 1s and 0s standing in for a missing weight
+    or bias (its scratch's first 2 n floats): each combination, with an outlier and a constant row, is the
+    Inductor path's math without noise (float64) to float32 rounding."""
+    monkeypatch.setattr(rows, "MIN_ELEMENTS", 1)
+    x3 = tokens(2, 9, 40)
+    x3[0, :, 0] = 3.0  # a constant token row
+    x3[1, 5, 2] = 1e4  # an outlier
+    g = torch.Generator().manual_seed(2)
+    weight = torch.rand(40, generator=g) + 0.5 if "weight" in affine else None
+    bias = torch.randn(40, generator=g) if "bias" in affine else None
+    got = rows.inference(x3, weight, bias, partition="layer", tokens=True, training=False, eps=1e-5, alpha=1.0,
+                         noise=0.0, lambda_min=None, lambda_max=None, running_mean=None, running_var=None,
+                         running_lambda=None)
+    cast = [None if t is None else t.double() for t in (x3, weight, bias)]
+    want = compiled.forward_math(*cast, torch.tensor([0], dtype=torch.int32), cfg=config(training=False))[0]
+    assert got is not None and torch.isfinite(got).all()
+    torch.testing.assert_close(got.double(), want, rtol=2e-5, atol=5e-5)

@@ -101,9 +101,11 @@ static inline float hash_normal(uint32_t i, uint32_t half, int32_t seed) {
 }
 
 /* One row's standardization, lambda and transform (forward_math up to the noise): L, P and the
- * noise-free y of the row, its stats; returns noise * mean|y - mean y| (0 without noise). */
+ * noise-free y of the row, its stats; returns noise * mean|y - mean y| (0 without noise). Without noise and
+ * with `outr`, also the row's output y * weight + bias (neither NULL: affine_defaults), in the same pass. */
 static float transform_row(const float *xr, float *Lr, float *Pr, float *yr, float *st, float *h, int64_t n,
-                           float eps, float alpha, float noise, float lambda_min, float lambda_max) {
+                           float eps, float alpha, float noise, float lambda_min, float lambda_max,
+                           const float *weight, const float *bias, float *outr) {
     const float inv_n = 1.0f / (float)n;
     float s = 0;
 #pragma omp simd reduction(+ : s)
@@ -139,11 +141,22 @@ static float transform_row(const float *xr, float *Lr, float *Pr, float *yr, flo
     const float raw = 1 - alpha * g1 / den;
     const float lam = raw < lambda_min ? lambda_min : (raw > lambda_max ? lambda_max : raw);
     const float inv_pos = 1 / (lam == 0 ? 1e-20f : lam), inv_neg = -1 / (lam == 2 ? 1e-20f : 2 - lam);
+    if (outr && noise == 0) { /* the affine in the same pass: out written while the row is in registers */
 #pragma omp simd
-    for (int64_t j = 0; j < n; j++) {
-        float hv = h[j], mu = hv >= 0 ? lam : 2 - lam, pw = fast_expm1(mu * Lr[j]);
-        Pr[j] = pw;
-        yr[j] = pw * (hv > 0 ? inv_pos : (hv < 0 ? inv_neg : 0.0f));
+        for (int64_t j = 0; j < n; j++) {
+            float hv = h[j], mu = hv >= 0 ? lam : 2 - lam, pw = fast_expm1(mu * Lr[j]);
+            float yv = pw * (hv > 0 ? inv_pos : (hv < 0 ? inv_neg : 0.0f));
+            Pr[j] = pw;
+            yr[j] = yv;
+            outr[j] = yv * weight[j] + bias[j];
+        }
+    } else {
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) {
+            float hv = h[j], mu = hv >= 0 ? lam : 2 - lam, pw = fast_expm1(mu * Lr[j]);
+            Pr[j] = pw;
+            yr[j] = pw * (hv > 0 ? inv_pos : (hv < 0 ? inv_neg : 0.0f));
+        }
     }
     st[0] = mean; st[1] = var; st[2] = rstd; st[3] = lam; st[4] = lam == raw ? 1.0f : 0.0f;
     st[5] = g1; st[6] = den; st[7] = dvar; st[8] = mean_d;
@@ -158,18 +171,16 @@ static float transform_row(const float *xr, float *Lr, float *Pr, float *yr, flo
     return noise * (s_abs * inv_n);
 }
 
-static void affine_row(const float *yr, const float *weight, const float *bias, float *outr, int64_t n) {
-    if (weight && bias) {
-#pragma omp simd
-        for (int64_t j = 0; j < n; j++) outr[j] = yr[j] * weight[j] + bias[j];
-    } else if (weight) {
-#pragma omp simd
-        for (int64_t j = 0; j < n; j++) outr[j] = yr[j] * weight[j];
-    } else if (bias) {
-#pragma omp simd
-        for (int64_t j = 0; j < n; j++) outr[j] = yr[j] + bias[j];
-    } else {
-        memcpy(outr, yr, (size_t)n * sizeof(float));
+/* weight/bias for the fused loops, which read both: NULL ones replaced by 1s and 0s written into `defaults`
+ * (2 n floats), so y * 1 + 0 gives y (a -0 becomes +0, which compares equal). */
+static void affine_defaults(const float **weight, const float **bias, float *defaults, int64_t n) {
+    if (!*weight) {
+        for (int64_t j = 0; j < n; j++) defaults[j] = 1.0f;
+        *weight = defaults;
+    }
+    if (!*bias) {
+        for (int64_t j = 0; j < n; j++) defaults[n + j] = 0.0f;
+        *bias = defaults + n;
     }
 }
 
@@ -185,7 +196,7 @@ static int thread_id(void) {
  * own pool: the process has torch's libgomp loaded, and this library links libgomp by soname):
  * out, y (noisy pre-affine values), L = log1p|h|, P = expm1(mu L), stats[row * NSTATS + k].
  * weight/bias may be NULL; noise 0 draws nothing; lambda_min/max: -inf/inf when unclamped.
- * scratch: threads * n floats. Work is handed out in `chunks` chunks of rows, dynamically (a
+ * scratch: (2 + threads) * n floats. Work is handed out in `chunks` chunks of rows, dynamically (a
  * thread that a busy core delays leaves its next chunks to the others). With an even number of rows, the pair (i, i + numel / 2) of the
  * hash normal falls on rows r and r + rows / 2 at the same column, so they are done together and
  * each pair's hash, log and sqrt serve two values. */
@@ -197,6 +208,8 @@ void nn_rows_forward(const float *x, const float *weight, const float *bias, flo
     const int64_t tasks = paired ? half_rows : rows;
     const uint32_t half = (uint32_t)((numel + 1) / 2);
     if (chunks > tasks) chunks = tasks;
+    affine_defaults(&weight, &bias, scratch, n);
+    scratch += 2 * n;
 #pragma omp parallel num_threads(threads)
     {
         float *h = scratch + (int64_t)thread_id() * n;
@@ -205,29 +218,33 @@ void nn_rows_forward(const float *x, const float *weight, const float *bias, flo
         for (int64_t task = tasks * chunk / chunks; task < tasks * (chunk + 1) / chunks; task++) {
             const int64_t row = task, off = row * n;
             const float amount = transform_row(x + off, L + off, P + off, y + off, stats + row * NSTATS, h, n, eps,
-                                               alpha, noise, lambda_min, lambda_max);
+                                               alpha, noise, lambda_min, lambda_max, weight, bias, out + off);
+            float *y1 = y + off, *out1 = out + off;
+            const uint32_t base = (uint32_t)off;
             if (paired) {
                 const int64_t off2 = (row + half_rows) * n;
                 const float amount2 = transform_row(x + off2, L + off2, P + off2, y + off2,
                                                     stats + (row + half_rows) * NSTATS, h, n, eps, alpha, noise,
-                                                    lambda_min, lambda_max);
-                float *y1 = y + off, *y2 = y + off2;
-                const uint32_t base = (uint32_t)off;
+                                                    lambda_min, lambda_max, weight, bias, out + off2);
+                float *y2 = y + off2, *out2 = out + off2;
 #pragma omp simd
-                for (int32_t j = 0; j < (int32_t)n; j++) {
+                for (int32_t j = 0; j < (int32_t)n; j++) {  /* noise and affine in one pass */
                     float z1, z2;
                     hash_normal_pair(base + (uint32_t)j, seed, &z1, &z2);
-                    y1[j] = y1[j] + amount * z1;
-                    y2[j] = y2[j] + amount2 * z2;
+                    const float v1 = y1[j] + amount * z1, v2 = y2[j] + amount2 * z2;
+                    y1[j] = v1;
+                    y2[j] = v2;
+                    out1[j] = v1 * weight[j] + bias[j];
+                    out2[j] = v2 * weight[j] + bias[j];
                 }
-                affine_row(y2, weight, bias, out + off2, n);
             } else if (noise != 0) {
-                float *yr = y + off;
-                const uint32_t base = (uint32_t)off;
 #pragma omp simd
-                for (int32_t j = 0; j < (int32_t)n; j++) yr[j] = yr[j] + amount * hash_normal(base + (uint32_t)j, half, seed);
-            }
-            affine_row(y + off, weight, bias, out + off, n);
+                for (int32_t j = 0; j < (int32_t)n; j++) {
+                    const float v = y1[j] + amount * hash_normal(base + (uint32_t)j, half, seed);
+                    y1[j] = v;
+                    out1[j] = v * weight[j] + bias[j];
+                }
+            }  /* without noise, transform_row wrote out */
         }
     }
 }
@@ -339,7 +356,7 @@ void nn_groups_forward(const float *x, const float *z, float *y, float *L, float
         for (int64_t g = 0; g < groups; g++) {
             gather(x, xg, g, segments, length, step, stride);
             const float amount = transform_row(xg, L + g * n, P + g * n, yg, stats + g * NSTATS, h, n, eps, alpha,
-                                               z ? noise : 0.0f, lambda_min, lambda_max);
+                                               z ? noise : 0.0f, lambda_min, lambda_max, NULL, NULL, NULL);
             if (z) {
                 gather(z, zg, g, segments, length, step, stride);
 #pragma omp simd
@@ -371,23 +388,25 @@ void nn_groups_backward(const float *gx, const float *x, const float *L, const f
 }
 
 /* Inference (no noise, nothing saved for backward) of per-token layer statistics: out only, each row's
- * L, P and y in the thread's scratch (threads * 4 n floats). lnn under torch.no_grad() or in eval:
+ * L, P and y in the thread's scratch ((2 + 4 threads) n floats, the first 2 n for affine_defaults).
+ * lnn under torch.no_grad() or in eval:
  * the same values as nn_rows_forward with noise 0. */
 void nn_rows_infer(const float *x, const float *weight, const float *bias, float *out, float *scratch,
                    int64_t numel, int64_t n, float eps, float alpha, float lambda_min, float lambda_max,
                    int threads, int64_t chunks) {
     const int64_t rows = numel / n;
     if (chunks > rows) chunks = rows;
+    affine_defaults(&weight, &bias, scratch, n);
+    scratch += 2 * n;
 #pragma omp parallel num_threads(threads)
     {
         float *h = scratch + (int64_t)thread_id() * 4 * n, *Lr = h + n, *Pr = h + 2 * n, *yr = h + 3 * n;
         float st[NSTATS];
 #pragma omp for schedule(dynamic, 1)
         for (int64_t chunk = 0; chunk < chunks; chunk++)
-        for (int64_t row = rows * chunk / chunks; row < rows * (chunk + 1) / chunks; row++) {
-            transform_row(x + row * n, Lr, Pr, yr, st, h, n, eps, alpha, 0.0f, lambda_min, lambda_max);
-            affine_row(yr, weight, bias, out + row * n, n);
-        }
+        for (int64_t row = rows * chunk / chunks; row < rows * (chunk + 1) / chunks; row++)
+            transform_row(x + row * n, Lr, Pr, yr, st, h, n, eps, alpha, 0.0f, lambda_min, lambda_max, weight, bias,
+                          out + row * n);
     }
 }
 

@@ -203,7 +203,7 @@ def inference(x3: Tensor, weight: Tensor | None, bias: Tensor | None, *, partiti
         rows_x = x3.transpose(1, 2)
         n = rows_x.shape[-1]
         out = torch.empty_like(rows_x)
-        scratch = torch.empty(threads, 4 * n)  # bound to a name: it must outlive the call
+        scratch = torch.empty(2 + 4 * threads, n)  # bound to a name: it must outlive the call
         library().nn_rows_infer(rows_x.data_ptr(), _ptr(weight), _ptr(bias), out.data_ptr(), scratch.data_ptr(),
                                 rows_x.numel(), n, eps, alpha, lo, hi, threads, CHUNKS)
         return out.transpose(1, 2)
@@ -242,7 +242,7 @@ class RowsFunction(torch.autograd.Function):
         out = torch.empty_like(rows_x)
         y, log1p_a, power = (borrow(rows_x) for _ in range(3))  # saved only: recycled (workspace.py)
         stats = torch.empty(rows_x.numel() // n, NSTATS)
-        scratch = torch.empty(threads, n)
+        scratch = torch.empty(2 + threads, n)  # affine defaults (2 n), then n per thread
         lo = -math.inf if cfg.lambda_min is None else cfg.lambda_min
         hi = math.inf if cfg.lambda_max is None else cfg.lambda_max
         library().nn_rows_forward(rows_x.data_ptr(), _ptr(weight), _ptr(bias), out.data_ptr(), y.data_ptr(),
