@@ -286,8 +286,7 @@ def test_a_language_model_comparison_shows_the_ngram_note_in_compare_and_in_repo
               "--model-param", "heads=2", "--model-param", "context=16", "--dataset-param", "seq_len=16",
               "--dataset-param", "max_files=40", "--dataset-param", "train_windows=64",
               "--dataset-param", "eval_windows=16", "--dataset-param", "test_windows=16"]
-    compared = invoke("compare", "--dataset", "digits", "--norms", "ln,rms", "--seeds", "2", "--epochs", "1", *params,
-                      "--out", out)
+    compared = invoke("compare", "--norms", "ln,rms", "--seeds", "2", "--epochs", "1", *params, "--out", out)
     assert compared.exit_code == 0, compared.output
     reported = invoke("report", out)
     assert reported.exit_code == 0, reported.output
