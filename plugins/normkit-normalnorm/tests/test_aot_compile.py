@@ -66,3 +66,15 @@ def test_representative_matrix_is_green(arch):
     out = io.StringIO()
     results = aot.run([arch], full=False, out=out)
     assert all(r.ok for r in results), out.getvalue()
+
+
+def test_issue_budget_counts_the_split_forwards_workspace():
+    """With noise the split forward writes x to a float32 workspace once and reads it twice; the
+    kernel-cost model's activation bytes say so (bf16 input: 2-byte x and y, 4-byte workspace)."""
+    noisy = {item.name: item.activation_bytes() for item in aot._record("batch", False, (8, 2, 1024), ALL_ON, "bf16")}
+    assert noisy["split_transform"] == (2, 4)
+    assert noisy["split_spread"] == (4, 0)
+    assert noisy["split_output"] == (6, 2)
+    quiet = {item.name: item.activation_bytes()
+             for item in aot._record("batch", False, (8, 2, 1024), {"affine": True}, "bf16")}
+    assert "split_transform" not in quiet and quiet["split_output"] == (2, 2)

@@ -97,7 +97,7 @@ def aot_kernels(fn, *args) -> list[str]:
     return kernels_in(graph_module)
 
 
-SPLIT_FORWARD = ["split_moments", "split_newton", "split_spread", "split_spread", "split_output"]
+SPLIT_FORWARD = ["split_moments", "split_newton", "split_transform", "split_spread", "split_output"]
 
 
 @pytest.mark.parametrize(("spec", "shape", "training", "expected"), [

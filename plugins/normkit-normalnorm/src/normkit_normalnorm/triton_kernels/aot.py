@@ -26,7 +26,7 @@ from normkit_normalnorm.triton_kernels.compile_cost import Launch
 DTYPES = ("fp32", "bf16", "fp16")
 # Label of a launch: the constexprs that select its code (the rest are the same in every launch).
 _LABEL_KEYS = ("PART", "T", "M", "BLOCK", "BR", "BT", "HAS_W", "HAS_B", "NOISE", "CLAMP_MIN", "CLAMP_MAX", "DETACH",
-               "UPDATE", "USE_RUNNING", "LAMBDA_GRAD", "FIRST", "CHANNELS_LAST")
+               "UPDATE", "USE_RUNNING", "LAMBDA_GRAD", "CHANNELS_LAST")
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def _kernels() -> dict:
 
     return {name: getattr(mod, name) for mod, names in (
         (row_kernels, ("row_forward", "row_backward")),
-        (split_kernels, ("split_moments", "split_newton", "split_spread", "split_output",
+        (split_kernels, ("split_moments", "split_newton", "split_transform", "split_spread", "split_output",
                          "split_backward_reduce", "split_backward_input")),
         (pointwise_kernels, ("eval_pointwise",))) for name in names}
 

@@ -86,10 +86,16 @@ class Launch:
         return int(self.kwargs.get("num_warps", 4))
 
     def activation_bytes(self) -> tuple[int, int]:
-        """(bytes read, bytes written) of activations per element."""
+        """(bytes read, bytes written) of activations per element; the split forward's float32
+        workspace `xt_ptr` (noise only) is written by split_transform and read by the passes after it."""
         def size(names: tuple[str, ...]) -> int:
             return sum(self.argument(n).element_size() for n in names if n in self.kernel.arg_names)
-        return size(_READ_PTRS), size(_WRITE_PTRS)
+        name = self.kernel.fn.__name__
+        if name == "split_transform":
+            return size(_READ_PTRS), size(_WRITE_PTRS + ("xt_ptr",))
+        if name == "split_output" and not self.kwargs.get("NOISE"):  # the workspace is not read
+            return size(_READ_PTRS), size(_WRITE_PTRS)
+        return size(_READ_PTRS + ("xt_ptr",)), size(_WRITE_PTRS)
 
 
 @contextmanager

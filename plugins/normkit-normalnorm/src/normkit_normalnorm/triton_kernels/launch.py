@@ -23,6 +23,7 @@ from normkit_normalnorm.triton_kernels.split_kernels import (
     split_newton,
     split_output,
     split_spread,
+    split_transform,
 )
 
 
@@ -125,17 +126,18 @@ def forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, geo: Geometr
     _k(split_moments, traced)[grid](x3, moments, num_warps=warps, **tiles)
     _k(split_newton, traced)[grid](x3, moments, newton, M=geo.size, eps=opts.eps, BLOCK_CH=block_ch,
                        num_warps=warps, **tiles)
-    spread = moments  # unused unless noise
+    spread = xt = moments  # unused unless noise
     if noise:
+        xt = torch.empty(geo.n_groups * geo.size, dtype=torch.float32, device=x3.device)
         sum_x = torch.empty(geo.n_groups, n_ch, dtype=torch.float32, device=x3.device)
         spread = torch.empty_like(sum_x)
-        for first, out in ((True, sum_x), (False, spread)):
-            _k(split_spread, traced)[grid](x3, moments, newton, sum_x, out, M=geo.size, BLOCK_CH=block_ch,
-                               FIRST=first, num_warps=warps, **tiles, **scalars,
-                               **opts.clamp_flags)
-    _k(split_output, traced)[grid](x3, y, w, b, stats, moments, newton, spread, **running, M=geo.size, noise=opts.noise,
-                       seed_ptr=seed, BLOCK_CH=block_ch, NOISE=noise, DETACH=opts.detach_lambda,
-                       num_warps=warps, **tiles, **scalars, **opts.clamp_flags, **flags)
+        _k(split_transform, traced)[grid](x3, moments, newton, xt, sum_x, M=geo.size, BLOCK_CH=block_ch,
+                                          num_warps=warps, **tiles, **scalars, **opts.clamp_flags)
+        _k(split_spread, traced)[grid](xt, sum_x, spread, M=geo.size, BLOCK_CH=block_ch, num_warps=warps, **tiles)
+    _k(split_output, traced)[grid](x3, y, w, b, stats, moments, newton, spread, xt, **running, M=geo.size,
+                                   noise=opts.noise, seed_ptr=seed, BLOCK_CH=block_ch, NOISE=noise,
+                                   DETACH=opts.detach_lambda, num_warps=warps, **tiles, **scalars,
+                                   **opts.clamp_flags, **flags)
     return y, stats
 
 

@@ -4,8 +4,9 @@ Each group is cut into tiles of `BR` rows x `BT` columns of its `R x T` values (
 one compile per row width); a launch has one program per (group, tile). A pass writes one small partial row per tile; the next pass combines the partials of its
 group itself (every program of a group combines them in the same order, so all agree bit for bit)
 instead of launching a separate combine kernel. The forward needs one pass per dependent
-reduction: moments -> Newton sums -> mean(x) -> mean|x - mean x| -> output (the last two only
-with noise). The backward needs two: one reduction pass (lambda gradient, weight/bias partials
+reduction: moments -> Newton sums -> mean(x) -> mean|x - mean x| -> output (the middle two only
+with noise; the mean(x) pass writes x to a float32 workspace, so the last two read it instead of
+recomputing the transform). The backward needs two: one reduction pass (lambda gradient, weight/bias partials
 and the four sums that make dx's mean terms linear in the lambda gradient) and one dx pass.
 """
 
@@ -146,33 +147,62 @@ def split_newton(x_ptr, moments_ptr, newton_ptr, R, M, C, S, G, CG, sn, sc, ss, 
 
 
 @triton.jit
-def split_spread(x_ptr, moments_ptr, newton_ptr, sum_x_ptr, part_ptr, R, M, C, S, G, CG,
-                 sn, sc, ss, eps, sqrt_eps, alpha, lmin, lmax,
-                 T: tl.constexpr, PART: tl.constexpr, BR: tl.constexpr, BT: tl.constexpr, BLOCK_CH: tl.constexpr,
-                 CLAMP_MIN: tl.constexpr, CLAMP_MAX: tl.constexpr, FIRST: tl.constexpr):
-    """Passes 3 and 4 (noise only): per tile sum(x) (FIRST), then sum|x - mean x|."""
-    gid = tl.program_id(0)
-    ch = tl.program_id(1)
-    n_ch = tl.num_programs(1)
-    mean, _var, rstd = _moments(moments_ptr, gid, n_ch, M, eps, BLOCK_CH)
+def _group(x_ptr, moments_ptr, newton_ptr, gid, n_ch, M, C, S, G, CG, sn, sc, ss, eps, sqrt_eps, alpha, lmin, lmax,
+           PART: tl.constexpr, BLOCK_CH: tl.constexpr, CLAMP_MIN: tl.constexpr, CLAMP_MAX: tl.constexpr,
+           DETACH: tl.constexpr):
+    """A group's statistics from the partials of passes 1 and 2: (shift, mean of u - shift, var, rstd,
+    lambda and the lambda-gradient coefficients)."""
+    mean, var, rstd = _moments(moments_ptr, gid, n_ch, M, eps, BLOCK_CH)
     shift = _shift(x_ptr, gid, C, S, G, CG, sn, sc, ss, PART)
-    lam, _, _, _, _ = _lambda(moments_ptr, newton_ptr, gid, n_ch, M, alpha, sqrt_eps, lmin, lmax,
-                              BLOCK_CH, CLAMP_MIN, CLAMP_MAX, True)
-    offset, _c, _j, mask, _r = _tile(gid, ch, R, C, S, G, CG, sn, sc, ss, T, PART, BR, BT)
+    lam, mean_d, coef_d, coef_e, coef_s = _lambda(moments_ptr, newton_ptr, gid, n_ch, M, alpha, sqrt_eps,
+                                                  lmin, lmax, BLOCK_CH, CLAMP_MIN, CLAMP_MAX, DETACH)
+    return shift, mean, var, rstd, lam, mean_d, coef_d, coef_e, coef_s
+
+
+@triton.jit
+def _transformed(x_ptr, offset, mask, shift, mean, rstd, lam):
+    """psi(h; lambda) of a tile (0 outside the mask)."""
     u = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
     h = tl.where(mask, (u - shift - mean) * rstd, 0.0)
     inv_pos, inv_neg = group_inverses(lam)
     x, _t, _em1, _inv_mu = transform(h, log1p_pos(tl.abs(h)), lam, inv_pos, inv_neg)
-    if FIRST:
-        value = tl.where(mask, x, 0.0)
-    else:
-        x_mean = _total(sum_x_ptr, gid, 0, 1, n_ch, BLOCK_CH) * (1.0 / M)
-        value = tl.where(mask, tl.abs(x - x_mean), 0.0)
-    tl.store(part_ptr + gid * n_ch + ch, tl.sum(tl.sum(value, axis=1), axis=0))
+    return tl.where(mask, x, 0.0)
 
 
 @triton.jit
-def split_output(x_ptr, y_ptr, w_ptr, b_ptr, stats_ptr, moments_ptr, newton_ptr, spread_ptr,
+def split_transform(x_ptr, moments_ptr, newton_ptr, xt_ptr, sum_x_ptr, R, M, C, S, G, CG,
+                    sn, sc, ss, eps, sqrt_eps, alpha, lmin, lmax,
+                    T: tl.constexpr, PART: tl.constexpr, BR: tl.constexpr, BT: tl.constexpr, BLOCK_CH: tl.constexpr,
+                    CLAMP_MIN: tl.constexpr, CLAMP_MAX: tl.constexpr):
+    """Pass 3 (noise only): x = psi(h; lambda) into the float32 workspace `xt` (group-major, index
+    gid * M + j) and per tile sum(x); the next two passes read x there instead of recomputing it."""
+    gid = tl.program_id(0)
+    ch = tl.program_id(1)
+    n_ch = tl.num_programs(1)
+    shift, mean, _var, rstd, lam, _, _, _, _ = _group(x_ptr, moments_ptr, newton_ptr, gid, n_ch, M, C, S, G, CG,
+                                                      sn, sc, ss, eps, sqrt_eps, alpha, lmin, lmax, PART, BLOCK_CH,
+                                                      CLAMP_MIN, CLAMP_MAX, True)
+    offset, _c, j, mask, _r = _tile(gid, ch, R, C, S, G, CG, sn, sc, ss, T, PART, BR, BT)
+    x = _transformed(x_ptr, offset, mask, shift, mean, rstd, lam)
+    tl.store(xt_ptr + gid * M + j, x, mask=mask)
+    tl.store(sum_x_ptr + gid * n_ch + ch, tl.sum(tl.sum(x, axis=1), axis=0))
+
+
+@triton.jit
+def split_spread(xt_ptr, sum_x_ptr, spread_ptr, R, M, C, S, G, CG, sn, sc, ss,
+                 T: tl.constexpr, PART: tl.constexpr, BR: tl.constexpr, BT: tl.constexpr, BLOCK_CH: tl.constexpr):
+    """Pass 4 (noise only): per tile sum|x - mean x| of the workspace's x."""
+    gid = tl.program_id(0)
+    ch = tl.program_id(1)
+    n_ch = tl.num_programs(1)
+    _offset, _c, j, mask, _r = _tile(gid, ch, R, C, S, G, CG, sn, sc, ss, T, PART, BR, BT)
+    x = tl.load(xt_ptr + gid * M + j, mask=mask, other=0.0)
+    x_mean = _total(sum_x_ptr, gid, 0, 1, n_ch, BLOCK_CH) * (1.0 / M)
+    tl.store(spread_ptr + gid * n_ch + ch, tl.sum(tl.sum(tl.where(mask, tl.abs(x - x_mean), 0.0), axis=1), axis=0))
+
+
+@triton.jit
+def split_output(x_ptr, y_ptr, w_ptr, b_ptr, stats_ptr, moments_ptr, newton_ptr, spread_ptr, xt_ptr,
                  run_mean_ptr, run_var_ptr, run_lam_ptr,
                  R, M, C, S, G, CG, sn, sc, ss, eps, sqrt_eps, alpha, noise, lmin, lmax,
                  momentum, unbias, seed_ptr,
@@ -180,26 +210,29 @@ def split_output(x_ptr, y_ptr, w_ptr, b_ptr, stats_ptr, moments_ptr, newton_ptr,
                  NSTAT: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, NOISE: tl.constexpr,
                  CLAMP_MIN: tl.constexpr, CLAMP_MAX: tl.constexpr, DETACH: tl.constexpr,
                  UPDATE: tl.constexpr):
-    """Last forward pass: transform, noise, affine, store; tile 0 stores the group's statistics
-    (and, with UPDATE, moves the channel's running buffers)."""
+    """Last forward pass: x (with noise: read from the workspace pass 3 wrote, plus noise; without:
+    the transform), affine, store; tile 0 stores the group's statistics (and, with UPDATE, moves the
+    channel's running buffers)."""
     gid = tl.program_id(0)
     ch = tl.program_id(1)
     n_ch = tl.num_programs(1)
-    mean, var, rstd = _moments(moments_ptr, gid, n_ch, M, eps, BLOCK_CH)
-    shift = _shift(x_ptr, gid, C, S, G, CG, sn, sc, ss, PART)
-    lam, mean_d, coef_d, coef_e, coef_s = _lambda(moments_ptr, newton_ptr, gid, n_ch, M, alpha, sqrt_eps,
-                                                  lmin, lmax, BLOCK_CH, CLAMP_MIN, CLAMP_MAX, DETACH)
     offset, c, j, mask, _r = _tile(gid, ch, R, C, S, G, CG, sn, sc, ss, T, PART, BR, BT)
-    u = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
-    h = tl.where(mask, (u - shift - mean) * rstd, 0.0)
-    inv_pos, inv_neg = group_inverses(lam)
-    x, _t, _em1, _inv_mu = transform(h, log1p_pos(tl.abs(h)), lam, inv_pos, inv_neg)
-    scale = 0.0
     if NOISE:
         scale = _total(spread_ptr, gid, 0, 1, n_ch, BLOCK_CH) * (1.0 / M)
+        x = tl.load(xt_ptr + gid * M + j, mask=mask, other=0.0)
         x = x + (noise * scale) * noise_at(tl.load(seed_ptr), gid, M, j)
+    else:
+        scale = 0.0
+        shift, mean, var, rstd, lam, mean_d, coef_d, coef_e, coef_s = _group(
+            x_ptr, moments_ptr, newton_ptr, gid, n_ch, M, C, S, G, CG, sn, sc, ss, eps, sqrt_eps, alpha, lmin, lmax,
+            PART, BLOCK_CH, CLAMP_MIN, CLAMP_MAX, DETACH)
+        x = _transformed(x_ptr, offset, mask, shift, mean, rstd, lam)
     affine_store(y_ptr, offset, x, w_ptr, b_ptr, c, mask, HAS_W, HAS_B, PART)
     if ch == 0:
+        if NOISE:  # only tile 0 needs the statistics: the other tiles skip combining them
+            shift, mean, var, rstd, lam, mean_d, coef_d, coef_e, coef_s = _group(
+                x_ptr, moments_ptr, newton_ptr, gid, n_ch, M, C, S, G, CG, sn, sc, ss, eps, sqrt_eps, alpha, lmin,
+                lmax, PART, BLOCK_CH, CLAMP_MIN, CLAMP_MAX, DETACH)
         store_stats(stats_ptr + gid * NSTAT, shift + mean, rstd, lam, scale, mean_d, coef_d, coef_e, coef_s,
                     var)
         if UPDATE:
