@@ -22,7 +22,8 @@ def test_list_shows_every_workload_on_one_line_with_what_it_asks() -> None:
     for name in ("small-batch", "cnn", "deep-resnet", "vit", "lm"):
         line = next(line for line in lines if line.startswith(name + " "))
         assert re.search(r"tune [3-7] trials \(lr=", line) and "target val_" in line
-    assert "batch 16 (norm batch 2), budget steps=300" in result.output and "batch 16, budget steps=300" in result.output
+    assert "batch 16 (norm batch 2), budget steps=300" in result.output  # small-batch: ghost batches of 2
+    assert "batch 16, budget steps=300" in result.output  # cnn: the same steps, normalizing over the whole batch
     assert result.output.count("asks: ") == len([line for line in lines if not line.startswith(" ")])
     paper = runner.invoke(app, ["suite", "--list", "--scale", "paper"])
     assert "on cifar10" in paper.output and "budget steps=20000" in paper.output

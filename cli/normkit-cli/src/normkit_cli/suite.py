@@ -60,7 +60,8 @@ def suite_cmd(
                                                    "normkit compare; each workload adds seeds in rounds, looks "
                                                    "at 3, 5, 8, 12, only to its comparisons still undecided), "
                                                    "or fixed: a count N, a list 0,1,5 or a range 0-4 (tuning "
-                                                   "uses the seed after them; --quick: 3).", show_default=False)] = None,
+                                                   "uses the seed after them; --quick: 3).",
+                                              show_default=False)] = None,
     max_seeds: Annotated[int | None, typer.Option(parser=ascii_int(), help="With --seeds auto: the most seeds a "
                                                   "comparison may get (default 12).", show_default=False)] = None,
     max_cpu_minutes: Annotated[float | None, typer.Option(help="With --seeds auto: each workload starts no further "
@@ -130,9 +131,9 @@ def suite_cmd(
             raise fail("give the norms to compare, e.g. --norms bn,gn+pn (or --list to see the workloads)")
         names = [w.strip() for w in workloads.split(",") if w.strip()] if workloads is not None else None
         default_seeds = "3" if quick else "auto"  # a smoke test gives no verdicts, so no rounds to decide them
-        plan = SuitePlan.make(norms, default_seeds if seeds is None else seeds, names, "quick" if quick else scale or "cpu",
-                              holdout, runtime=_runtime(data_dir, device), max_seeds=max_seeds,
-                              max_cpu_minutes=max_cpu_minutes)
+        plan = SuitePlan.make(norms, default_seeds if seeds is None else seeds, names,
+                              "quick" if quick else scale or "cpu", holdout, runtime=_runtime(data_dir, device),
+                              max_seeds=max_seeds, max_cpu_minutes=max_cpu_minutes)
         run_executor = make_executor(options)  # a missing engine: before any directory is made
         suite = create_suite(plan, out, options.parallel_runs)  # every task checked before its directory
     _run(suite, run_executor, options.parallel_runs)
@@ -208,8 +209,19 @@ def _progress() -> Any:
     return RunLines() if isinstance(chosen, PlainProgress) else chosen
 
 
+def _stopped(n: dict[str, Any]) -> str:
+    """` (look 2, 5 seeds)`; an undecided cell says why it stopped and the difference the budget could show."""
+    if not n.get("look"):
+        return ""
+    if str(n["verdict"]).split(" (")[0] in ("better", "worse", "equivalent"):
+        return f" (look {n['look']}, {n['diff_n']} seeds)"
+    mde = "" if n.get("mde") is None else f", MDE {n['mde']:.2g}"
+    return f" ({n['stop']} after {n['diff_n']} seeds{mde})"
+
+
 def _print(card: dict[str, Any]) -> None:
-    """Per workload the verdicts; then the aggregate: mean rank [bootstrap], profile score (a smoke test:
+    """Per workload the verdicts (with sequential seeds, each one's look or why it stopped undecided), how many
+    non-baseline cells are decided; then the aggregate: mean rank [bootstrap], profile score (a smoke test:
     the metric means only, and a line saying it is one)."""
     if card["smoke_test"]:
         typer.echo(f"this is {card['note']}")
@@ -227,10 +239,16 @@ def _print(card: dict[str, Any]) -> None:
                              else f"{n['norm']} -")
             else:
                 mean = "-" if n["metric_mean"] is None else f"{n['metric_mean']:.2f}"
-                cells.append(f"{n['norm']} {mean} {n['verdict'] or '-'}")
+                cells.append(f"{n['norm']} {mean} {n['verdict'] or '-'}{_stopped(n)}")
             if n["tuned_at_edge"]:
                 cells[-1] += f" [{', '.join(n['tuned_at_edge'])} at grid edge]"
         typer.echo(f"{w['task']:<18} {w['metric']}: " + "; ".join(cells))
+        if w.get("sequential"):
+            typer.echo(f"{'':<18} rounds stopped: {w['sequential']['stopped'] or 'not yet (resume to continue)'}")
+    if card.get("decided"):
+        from normkit_lab.suite.page import decided_text
+
+        typer.echo(decided_text(card))
     for key, title in (("visible", "visible workloads"), ("held_out", "held-out variants")):
         agg = card.get(key)
         if not agg:

@@ -198,7 +198,8 @@ def scorecard(suite: Suite, environment: dict[str, Any] | None = None, command: 
     held = [c for c in cards if c["held_out"]]
     return {"format": 1, "norms": norms, "seeds": suite.plan.seeds, "looks": suite.plan.looks,
             "max_cpu_minutes": suite.plan.max_cpu_minutes, "scale": suite.plan.scale, "holdout": suite.plan.holdout,
-            "decided": None if smoke else decided(cards), "smoke_test": smoke, **({"note": SMOKE_TEST} if smoke else {}),
+            "decided": None if smoke else decided(cards),
+            "smoke_test": smoke, **({"note": SMOKE_TEST} if smoke else {}),
             "command": command, "environment": environment or {}, "complete": not missing,
             "missing": missing, "failed_runs": failed_runs(cards), "workloads": cards,
             "visible": aggregate(visible, norms) if visible and not smoke else None,
