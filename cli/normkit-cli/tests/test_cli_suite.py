@@ -22,7 +22,8 @@ def test_list_shows_every_workload_on_one_line_with_what_it_asks() -> None:
     for name in ("small-batch", "cnn", "deep-resnet", "vit", "lm"):
         line = next(line for line in lines if line.startswith(name + " "))
         assert re.search(r"tune [3-7] trials \(lr=", line) and "target val_" in line
-    assert "batch 2, budget steps=560" in result.output and "batch 32, budget steps=560" in result.output
+    assert "batch 16 (norm batch 2), budget steps=300" in result.output  # small-batch: ghost batches of 2
+    assert "batch 16, budget steps=300" in result.output  # cnn: the same steps, normalizing over the whole batch
     assert result.output.count("asks: ") == len([line for line in lines if not line.startswith(" ")])
     paper = runner.invoke(app, ["suite", "--list", "--scale", "paper"])
     assert "on cifar10" in paper.output and "budget steps=20000" in paper.output
@@ -36,6 +37,9 @@ def test_list_shows_every_workload_on_one_line_with_what_it_asks() -> None:
     (["suite", "--norms", "bn", "--scale", "huge"], "--scale must be one of cpu, quick, paper"),
     (["suite", "--norms", "bn", "--quick", "--scale", "paper"], "drop --scale with it"),
     (["suite", "--norms", "bn", "--seeds", "0,0"], "repeat a seed"),
+    (["suite", "--norms", "bn", "--seeds", "3", "--max-seeds", "5"], "apply to --seeds auto"),
+    (["suite", "--norms", "bn", "--max-seeds", "2"], "max_seeds must be between 3"),
+    (["suite", "--norms", "bn", "--max-cpu-minutes", "-1"], "max_cpu_minutes must be a number of minutes > 0"),
     (["suite", "--norms", "bn", "--allow-version-change"], "give it with --resume"),
     (["suite", "--norms", "bn", "--workloads", "cnn", "--device", "bogus"], "unknown device 'bogus'"),
     (["suite", "--norms", "bn", "--workloads", ""], "--workloads names no workload"),
@@ -58,3 +62,5 @@ def test_resume_needs_a_suite_directory_and_takes_no_new_plan(tmp_path: Path) ->
     assert result.exit_code == 2 and "is not a suite plan written by `normkit suite`" in result.output
     result = runner.invoke(app, ["suite", "--resume", str(tmp_path), "--norms", "bn"])
     assert result.exit_code == 2 and "continues a suite with its saved plan" in result.output
+    result = runner.invoke(app, ["suite", "--resume", str(tmp_path), "--max-seeds", "5"])
+    assert result.exit_code == 2 and "drop --max-seeds" in result.output

@@ -41,7 +41,9 @@ def test_builtin_workloads_differ_and_each_has_every_form() -> None:
     assert workloads["lm"].metric.field == "test_bpb"  # the model's registered default, lower is better
     assert workloads["lm"].target_text() == "val_bpb <= 3.6 bits/byte"
     small, cnn = workloads["small-batch"].full_config(), workloads["cnn"].full_config()
-    assert (small["batch_size"], cnn["batch_size"]) == (2, 32) and small["model"] == cnn["model"]
+    # small-batch and cnn differ only in the batch the norms normalize over: ghost batches of 2, or all 16
+    assert (small["norm_batch"], cnn["norm_batch"]) == (2, None) and small["dataset"] == "digit-blends"
+    assert {k: v for k, v in small.items() if k != "norm_batch"} == {k: v for k, v in cnn.items() if k != "norm_batch"}
 
 
 def test_variants_merge_model_params_and_quick_replaces_the_budget() -> None:

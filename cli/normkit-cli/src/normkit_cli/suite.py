@@ -56,9 +56,18 @@ def suite_cmd(
     norms: Annotated[str | None, typer.Option(help="Norm specs, comma-separated; the first is every workload's "
                                                    "baseline, e.g. bn,gn+pn,mynorm.", show_default=False)] = None,
     list_: Annotated[bool, typer.Option("--list", help="List the workloads and exit.")] = False,
-    seeds: Annotated[str | None, typer.Option(help="Comparison seeds: a count N, a list 0,1,5 or a range 0-4 "
-                                                   "(tuning uses the seed after them; default 3).",
+    seeds: Annotated[str | None, typer.Option(help="Comparison seeds: auto (the default: sequential seeds, as in "
+                                                   "normkit compare; each workload adds seeds in rounds, looks "
+                                                   "at 3, 5, 8, 12, only to its comparisons still undecided), "
+                                                   "or fixed: a count N, a list 0,1,5 or a range 0-4 (tuning "
+                                                   "uses the seed after them; --quick: 3).",
                                               show_default=False)] = None,
+    max_seeds: Annotated[int | None, typer.Option(parser=ascii_int(), help="With --seeds auto: the most seeds a "
+                                                  "comparison may get (default 12).", show_default=False)] = None,
+    max_cpu_minutes: Annotated[float | None, typer.Option(help="With --seeds auto: each workload starts no further "
+                                                          "round once its runs' training CPU minutes plus the "
+                                                          "next round's estimate would exceed this.",
+                                                          show_default=False)] = None,
     workloads: Annotated[str | None, typer.Option(help="Only these workloads, comma-separated (default: all).",
                                                   show_default=False)] = None,
     holdout: Annotated[bool, typer.Option(help="Also run every workload's held-out variants; the scorecard shows "
@@ -106,7 +115,8 @@ def suite_cmd(
     if allow_version_change and resume is None:
         raise fail("--allow-version-change lets --resume continue under other versions; give it with --resume")
     if resume is not None:
-        given = [flag for flag, value in (("--norms", norms), ("--seeds", seeds), ("--workloads", workloads),
+        given = [flag for flag, value in (("--norms", norms), ("--seeds", seeds), ("--max-seeds", max_seeds),
+                                          ("--max-cpu-minutes", max_cpu_minutes), ("--workloads", workloads),
                                           ("--holdout", holdout or None), ("--quick", quick or None),
                                           ("--scale", scale), ("--out", out)) if value is not None]
         if given:
@@ -120,8 +130,10 @@ def suite_cmd(
         if norms is None:
             raise fail("give the norms to compare, e.g. --norms bn,gn+pn (or --list to see the workloads)")
         names = [w.strip() for w in workloads.split(",") if w.strip()] if workloads is not None else None
-        plan = SuitePlan.make(norms, "3" if seeds is None else seeds, names, "quick" if quick else scale or "cpu",
-                              holdout, runtime=_runtime(data_dir, device))
+        default_seeds = "3" if quick else "auto"  # a smoke test gives no verdicts, so no rounds to decide them
+        plan = SuitePlan.make(norms, default_seeds if seeds is None else seeds, names,
+                              "quick" if quick else scale or "cpu", holdout, runtime=_runtime(data_dir, device),
+                              max_seeds=max_seeds, max_cpu_minutes=max_cpu_minutes)
         run_executor = make_executor(options)  # a missing engine: before any directory is made
         suite = create_suite(plan, out, options.parallel_runs)  # every task checked before its directory
     _run(suite, run_executor, options.parallel_runs)
@@ -135,8 +147,11 @@ def _run(suite: Any, run_executor: Any, parallel: int) -> None:
     from normkit_lab.suite.scorecard import write_scorecard
 
     plan = suite.plan
+    seeds = (f"seeds auto, looks after {', '.join(map(str, plan.looks))} seeds"
+             + (f", at most {plan.max_cpu_minutes:g} CPU minutes a workload" if plan.max_cpu_minutes else "")
+             if plan.looks else f"seeds {','.join(map(str, plan.seeds))}")
     typer.echo(f"suite {', '.join(plan.norms)} on {plural(len(plan.tasks()), 'workload')} "
-               f"(scale {plan.scale}, seeds {','.join(map(str, plan.seeds))}): at most "
+               f"(scale {plan.scale}, {seeds}): at most "
                f"{plural(planned_runs(plan), 'run')} -> {suite.path}")
 
     def on_task(task: Any, cfg: Any, excluded: dict[str, str]) -> None:
@@ -194,8 +209,19 @@ def _progress() -> Any:
     return RunLines() if isinstance(chosen, PlainProgress) else chosen
 
 
+def _stopped(n: dict[str, Any]) -> str:
+    """` (look 2, 5 seeds)`; an undecided cell says why it stopped and the difference the budget could show."""
+    if not n.get("look"):
+        return ""
+    if str(n["verdict"]).split(" (")[0] in ("better", "worse", "equivalent"):
+        return f" (look {n['look']}, {n['diff_n']} seeds)"
+    mde = "" if n.get("mde") is None else f", MDE {n['mde']:.2g}"
+    return f" ({n['stop']} after {n['diff_n']} seeds{mde})"
+
+
 def _print(card: dict[str, Any]) -> None:
-    """Per workload the verdicts; then the aggregate: mean rank [bootstrap], profile score (a smoke test:
+    """Per workload the verdicts (with sequential seeds, each one's look or why it stopped undecided), how many
+    non-baseline cells are decided; then the aggregate: mean rank [bootstrap], profile score (a smoke test:
     the metric means only, and a line saying it is one)."""
     if card["smoke_test"]:
         typer.echo(f"this is {card['note']}")
@@ -213,10 +239,16 @@ def _print(card: dict[str, Any]) -> None:
                              else f"{n['norm']} -")
             else:
                 mean = "-" if n["metric_mean"] is None else f"{n['metric_mean']:.2f}"
-                cells.append(f"{n['norm']} {mean} {n['verdict'] or '-'}")
+                cells.append(f"{n['norm']} {mean} {n['verdict'] or '-'}{_stopped(n)}")
             if n["tuned_at_edge"]:
                 cells[-1] += f" [{', '.join(n['tuned_at_edge'])} at grid edge]"
         typer.echo(f"{w['task']:<18} {w['metric']}: " + "; ".join(cells))
+        if w.get("sequential"):
+            typer.echo(f"{'':<18} rounds stopped: {w['sequential']['stopped'] or 'not yet (resume to continue)'}")
+    if card.get("decided"):
+        from normkit_lab.suite.page import decided_text
+
+        typer.echo(decided_text(card))
     for key, title in (("visible", "visible workloads"), ("held_out", "held-out variants")):
         agg = card.get(key)
         if not agg:

@@ -122,6 +122,14 @@ def _failures(n: dict[str, Any]) -> str:
     return f' <span class="fail" title="{_e(n["error"] or "")}">({count} failed)</span>'
 
 
+def _stopped(n: dict[str, Any]) -> str:
+    """` (look 2, 5 seeds)` for a verdict of sequential seeds; an undecided one also says why it stopped."""
+    if not n.get("look"):
+        return ""
+    why = "" if str(n["verdict"]).split(" (")[0] in ("better", "worse", "equivalent") else f"; {n['stop']}"
+    return f" (look {n['look']}, {n['diff_n']} seeds{why})"
+
+
 def _workload(w: dict[str, Any]) -> str:
     rows = []
     for n in w["norms"]:
@@ -129,9 +137,10 @@ def _workload(w: dict[str, Any]) -> str:
             rows.append(f'<tr><td class="l">{_e(n["norm"])}</td><td class="ex wrap" colspan="8">cannot run here: '
                         f'{_e(n["excluded"])}</td></tr>')
             continue
-        verdict = n["verdict"] or "-"
-        low, high = n.get("diff_adj_low"), n.get("diff_adj_high")  # adjusted: the interval the verdict implies
-        ci = f"[{low:+.2f}, {high:+.2f}]" if low is not None and high is not None else ""
+        verdict = (n["verdict"] or "-") + _stopped(n)
+        low, high = ("diff_adj_low", "diff_adj_high") if n.get("diff_adj_low") is not None else ("diff_ci95_low",
+                                                                                                  "diff_ci95_high")
+        ci = f"[{n[low]:+.2f}, {n[high]:+.2f}]" if n.get(low) is not None and n.get(high) is not None else ""
         tuned = _tuned(n)
         steps = _num(n["steps_to_target"], ",.0f")
         cpu = _num(n["cpu_s_to_target"], ".1f")
@@ -156,6 +165,29 @@ def _workload(w: dict[str, Any]) -> str:
             f"<th>reached</th><th>steps to target</th><th>CPU s to target</th></tr>{''.join(rows)}</table></div>"
             + ("<p class='scope'>(edge): tuning chose the smallest or largest candidate, so the best value may lie "
                "beyond the workload's grid.</p>" if any(n["tuned_at_edge"] for n in w["norms"]) else ""))
+
+
+def _seeds_text(card: dict[str, Any]) -> str:
+    if not card.get("looks"):
+        return f"comparison seeds {card['seeds']}"
+    budget = f", at most {card['max_cpu_minutes']:g} CPU minutes a workload" if card.get("max_cpu_minutes") else ""
+    return (f"sequential seeds (looks after {', '.join(map(str, card['looks']))} seeds{budget}: each workload adds "
+            f"seeds only to its comparisons still undecided, with alpha spent across the looks; times and ranks use "
+            f"the first look's seeds, which every norm has)")
+
+
+def decided_text(card: dict[str, Any]) -> str:
+    """`8 of 9 non-baseline cells decided (better, worse or equivalent); 1 left out (...)`, or ''."""
+    d = card.get("decided")
+    if not d:
+        return ""
+    left = f"; {plural(d['left_out'], 'cell')} left out (a norm the workload cannot host)" if d["left_out"] else ""
+    return f"{d['decided']} of {plural(d['cells'], 'non-baseline cell')} decided (better, worse or equivalent){left}"
+
+
+def _decided_text(card: dict[str, Any]) -> str:
+    text = decided_text(card)
+    return f" {text}." if text else ""
 
 
 def render(card: dict[str, Any], figure: bytes | None) -> str:
@@ -188,11 +220,12 @@ def render(card: dict[str, Any], figure: bytes | None) -> str:
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_e(title)}</title><style>{_STYLE}</style></head>"
         f"<body><h1>{_e(title)}</h1>", missing,
         f"<p class='caption'>{scope}, "
-        f"scale {_e(card['scale'])}, comparison seeds {_e(card['seeds'])}. Every norm got the same tuning budget on "
+        f"scale {_e(card['scale'])}, {_e(_seeds_text(card))}. Every norm got the same tuning budget on "
         f"every workload (the same learning-rate candidates on separate tuning seeds, chosen on validation), then "
         f"ran the comparison seeds; verdicts are paired by seed against the first norm that runs there, "
-        f"Holm-adjusted within each workload. Time to target is counted at the end of each pass over the data, "
-        f"where validation runs; a miss counts as infinite.</p>",
+        f"Holm-adjusted within each workload (the intervals too: adj. CI excludes 0 exactly when a difference is "
+        f"shown). Time to target is counted at the end of each pass over the data, where validation runs; a miss "
+        f"counts as infinite.{_e(_decided_text(card))}</p>",
         img,
         _aggregate_table(card, "visible", "Across the visible workloads"),
         _aggregate_table(card, "held_out", "Across the held-out variants"),

@@ -1,13 +1,15 @@
 """Run the suite: every workload (and with `holdout` each held-out variant) as an ordinary comparison.
 
-    plan = SuitePlan.make(["bn", "gn+pn"], seeds=3, workloads=None, scale="cpu", holdout=False)
+    plan = SuitePlan.make(["bn", "gn+pn"], seeds="auto", workloads=None, scale="cpu", holdout=False)
     suite = create_suite(plan, out=None)        # checks every task, then runs/<timestamp>-suite
     run_suite(suite, executor=...)              # one results directory per task inside it
     suite = open_suite("runs/...-suite")        # --resume: the saved plan, checked; finished runs are skipped
 
 Each task is `normkit compare`'s own path (config -> check -> store -> run_compare) with the
 workload's recipe, the norms it can host, the suite's seeds and the workload's tuning budget on
-tuning seeds after them, so `normkit report DIR/<task>` reads it and a resume continues it. A norm a
+tuning seeds after them, so `normkit report DIR/<task>` reads it and a resume continues it. With
+`seeds="auto"` each task is a comparison with sequential seeds (compare's `study/rounds.py`): its own
+looks.json, its own rounds for the comparisons still undecided, and `max_cpu_minutes` as its budget. A norm a
 workload cannot host (a batch norm in a causal language model) is left out of that task with its
 one-line reason, recorded in suite.json; it counts as a miss in the scores. When no norm given can
 run a task, each is marked so there and the suite goes on.
@@ -46,10 +48,11 @@ from normkit_lab.suite.workloads import SCALES, Workload, available, load_worklo
 
 SUITE_JSON = "suite.json"
 LOCK_FILE = "suite.lock"  # held while the plan is checked and task directories are opened or created
-FORMAT = 2  # 2: suite.json records its identity (format 1 did not; such suites are checked by their tasks)
+FORMAT = 3  # 3: sequential seeds (looks); 2: suite.json records its identity (format 1 did not)
 DEFAULT_SEEDS = 3  # the fewest pairs that get a verdict; the scorecard's MDE says when more are needed
 TUNE_SEEDS = 1  # tuning seeds per candidate: the budget is the workload's candidates x this, alike for every norm
 IDENTITY_KEYS = ("norms", "seeds", "workloads", "scale", "holdout")  # what the suite's runs are
+SEQUENTIAL_KEYS = ("looks", "max_cpu_minutes")  # part of the identity of a suite with sequential seeds
 RUNTIME = ("data_dir", "device")  # where, not what, runs compute: a resume may change them
 PROBE_NORM = "none"  # a norm every model hosts: tells a workload's own problem from its norms'
 # config.yaml keys that do not decide which runs a task holds or what they compute
@@ -80,13 +83,18 @@ class SuitePlan:
     workloads: list[str]
     scale: str = "cpu"
     holdout: bool = False
+    looks: list[int] | None = None  # sequential seeds: the cumulative seeds at each look of every task
+    max_cpu_minutes: float | None = None  # sequential seeds: each task starts no round past this CPU time
     runtime: dict[str, Any] = field(default_factory=dict)  # data_dir, device: where, not what, runs compute
     excluded: dict[str, dict[str, str]] = field(default_factory=dict)  # task -> norm -> why it cannot run
 
     @classmethod
     def make(cls, norms: str | list[str], seeds: Any = DEFAULT_SEEDS, workloads: list[str] | None = None,
-             scale: str = "cpu", holdout: bool = False, runtime: dict[str, Any] | None = None) -> SuitePlan:
-        """A checked plan: norms and seeds as `normkit compare` reads them, workloads by name (None: all)."""
+             scale: str = "cpu", holdout: bool = False, runtime: dict[str, Any] | None = None, *,
+             max_seeds: int | None = None, looks: list[int] | None = None,
+             max_cpu_minutes: float | None = None) -> SuitePlan:
+        """A checked plan: norms and seeds as `normkit compare` reads them (`"auto"` with max_seeds and
+        max_cpu_minutes: sequential seeds, planned as compare plans them), workloads by name (None: all)."""
         if scale not in SCALES:
             raise ConfigError(f"--scale must be one of {', '.join(SCALES)}, not {short_repr(scale)}")
         if holdout and scale == "paper":
@@ -100,12 +108,17 @@ class SuitePlan:
             raise ConfigError("no workloads are registered (plugins register them; see docs/suite.md)")
         if len(set(names)) != len(names):
             raise ConfigError("a workload is listed twice in --workloads; list each once")
-        return cls(norms=parsed, seeds=lab_config.parse_seeds(seeds), workloads=names, scale=scale, holdout=holdout,
-                   runtime=dict(runtime or {}))
+        sequential = {key: value for key, value in (("max_seeds", max_seeds), ("looks", looks),
+                                                    ("max_cpu_minutes", max_cpu_minutes)) if value is not None}
+        planned = lab_config.build_config({"norms": PROBE_NORM, "seeds": seeds, **sequential})  # compare's rules
+        return cls(norms=parsed, seeds=planned.seeds, workloads=names, scale=scale, holdout=holdout,
+                   looks=planned.looks, max_cpu_minutes=planned.max_cpu_minutes, runtime=dict(runtime or {}))
 
     def identity(self) -> dict[str, Any]:
-        """What the suite's runs are (not where they run, nor what was found out while checking)."""
-        return {key: getattr(self, key) for key in IDENTITY_KEYS}
+        """What the suite's runs are (not where they run, nor what was found out while checking); the looks
+        and budget only with sequential seeds, so a fixed-seed suite keeps the identity it was created with."""
+        keys = IDENTITY_KEYS + (SEQUENTIAL_KEYS if self.looks is not None else ())
+        return {key: getattr(self, key) for key in keys}
 
     def tasks(self) -> list[Task]:
         """The visible workloads, then (with holdout) every held-out variant of each."""
@@ -116,7 +129,8 @@ class SuitePlan:
     def task_values(self, task: Task, norms: list[str]) -> dict[str, Any]:
         """The comparison keys of `task` for `norms`: the workload's recipe, the suite's seeds, the tuning budget."""
         config, tune, _ = task.workload.resolved(self.scale, task.variant)
-        return {**config, **self.runtime, "norms": norms, "seeds": list(self.seeds), "tune": tune,
+        sequential = {"looks": list(self.looks), "max_cpu_minutes": self.max_cpu_minutes} if self.looks else {}
+        return {**config, **self.runtime, "norms": norms, "seeds": list(self.seeds), **sequential, "tune": tune,
                 "tune_seeds": TUNE_SEEDS}
 
     def hosted_norms(self, task: Task) -> list[str]:
@@ -197,14 +211,14 @@ def _plan_of(data: Any, path: Path) -> tuple[SuitePlan, str | None]:
     and its identity against the one recorded at creation (None for a format-1 suite, which had none)."""
     if not isinstance(data, dict):
         raise _damaged(path, f"holds a JSON {type(data).__name__}, not an object")
-    known = {"format", "identity", *IDENTITY_KEYS, "runtime", "excluded"}
+    known = {"format", "identity", *IDENTITY_KEYS, *SEQUENTIAL_KEYS, "runtime", "excluded"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise _damaged(path, f"has unknown key {unknown[0]!r}")
     missing = [key for key in IDENTITY_KEYS if key not in data]
     if missing:
         raise _damaged(path, f"lacks {', '.join(missing)}")
-    if data.get("format") not in (1, FORMAT):
+    if data.get("format") not in (1, 2, FORMAT):
         raise _damaged(path, f"has format {short_repr(data.get('format'))}, not one this normkit writes")
     norms, seeds, workloads = data["norms"], data["seeds"], data["workloads"]
     if not (isinstance(norms, list) and norms and all(isinstance(n, str) for n in norms)):
@@ -225,22 +239,27 @@ def _plan_of(data: Any, path: Path) -> tuple[SuitePlan, str | None]:
             isinstance(n, str) and isinstance(why, str) for n, why in by.items()) for by in excluded.values())):
         raise _damaged(path, f"has excluded {short_repr(excluded, 40)}; it must map each workload to the norms "
                              f"that cannot run there and why")
+    looks, budget = data.get("looks"), data.get("max_cpu_minutes")
+    if data["format"] < FORMAT and (looks is not None or budget is not None):
+        raise _damaged(path, f"has format {data['format']} with looks, which only format {FORMAT} has")
     try:
-        plan = SuitePlan.make(norms, seeds, workloads, data["scale"], data["holdout"], runtime)
+        plan = SuitePlan.make(norms, seeds, workloads, data["scale"], data["holdout"], runtime, looks=looks,
+                              max_cpu_minutes=budget)
     except normkit.NormkitError as exc:  # a plugin uninstalled since, or an edit
         raise ConfigError(f"{str(path)!r} holds a plan this installation cannot run ({one_line(str(exc), 200)}); "
                           f"install the plugin it needs, or restore the file if it was edited") from None
-    if plan.identity() != {key: data[key] for key in IDENTITY_KEYS}:
+    keys = list(plan.identity())
+    if plan.identity() != {key: data.get(key) for key in keys}:
         raise _damaged(path, "holds a plan in another spelling than the one it was created with")
     plan.excluded = {task: dict(by) for task, by in excluded.items()}
     identity = data.get("identity")
     if data["format"] == 1:
         return plan, None  # older suites: their tasks' config.yaml files still check what ran
     if not (isinstance(identity, dict) and isinstance(identity.get("hash"), str)
-            and set(identity) == {"hash", *IDENTITY_KEYS} and _hash({k: identity[k] for k in IDENTITY_KEYS})
+            and set(identity) == {"hash", *keys} and _hash({k: identity[k] for k in keys})
             == identity["hash"]):
         raise _damaged(path, "has a missing or damaged identity (the record of what the suite runs)")
-    changed = [f"{key}: {short_repr(identity[key], 40)} -> {short_repr(data[key], 40)}" for key in IDENTITY_KEYS
+    changed = [f"{key}: {short_repr(identity[key], 40)} -> {short_repr(data[key], 40)}" for key in keys
                if identity[key] != data[key]]
     if changed:
         raise ConfigError(f"{str(path)!r} was edited after the suite was created ({'; '.join(changed)}); its "

@@ -7,7 +7,10 @@ workload hosts), the tuned values, and its time to the workload's target (median
 seeds of the optimizer steps and training CPU seconds at the first epoch whose validation value meets
 it). Across workloads, separately for the visible workloads and the held-out variants: the
 performance profile of the steps to target, its score, and each norm's mean rank with a bootstrap
-interval over seeds.
+interval over seeds. With sequential seeds a workload's norms end with different seeds (a decided
+comparison gets no more), so times and ranks use the first look's seeds, which every norm has; each
+verdict records its look and why it stopped (the workload's looks.json), and `decided` counts the
+non-baseline cells whose verdict is decided.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from normkit_lab.analysis.looks import read_looks
 from normkit_lab.analysis.summary import runs_from_rows
+from normkit_lab.analysis.verdicts import BETTER, EQUIVALENT, WORSE
 from normkit_lab.metrics import metric_named, run_value
 from normkit_lab.store.results import SUMMARY_JSON, TUNING_FILE, ResultsDir, atomic_write_text, json_text
 from normkit_lab.study.config import load_yaml
@@ -53,9 +58,9 @@ def at_edge(tuned: dict[str, Any], tune: dict[str, list[Any]]) -> list[str]:
                                                                                               max(tune[key]))]
 
 
-# diff_adj_*: the interval the verdict was decided on (Holm, and the looks of sequential seeds), shown beside it
 _INFERENCE = ("verdict", "diff_mean", "diff_ci95_low", "diff_ci95_high", "diff_adj_low", "diff_adj_high", "p_holm",
-              "mde", "seeds_needed")
+              "mde", "seeds_needed", "diff_n", "look", "stop")
+DECIDED = (BETTER, WORSE, EQUIVALENT)
 SMOKE_TEST = ("a smoke test (--quick), not a result: tiny forms of the workloads check that the suite runs, so it "
               "gives no verdicts, ranks or profile scores")
 
@@ -77,12 +82,16 @@ def task_card(suite: Suite, task: Task) -> dict[str, Any] | None:
     metric = metric_named(config["metric"]) if config else task.workload.metric
     _, tune, target = task.workload.resolved(suite.plan.scale, task.variant)
     seeds = config.get("seeds", suite.plan.seeds)
+    looks = config.get("looks")
+    record = read_looks(where) if config and looks else None
+    rank_seeds = seeds[:looks[0]] if looks else seeds  # the first look's: every norm has them
     smoke = suite.plan.scale == "quick"
     norms = []
     for norm in suite.plan.norms:
         mine = [r for r in runs if r.norm == norm and r.phase == "compare"]
         done = [r for r in mine if r.status != "failed"]
-        reached = [time_to_target(r.epochs, metric, target) if r.status == "ok" else None for r in done]
+        reached = [time_to_target(r.epochs, metric, target) if r.status == "ok" else None for r in done
+                   if r.seed in rank_seeds]
         values = {r.seed: v for r in done if r.status == "ok"
                   and (v := run_value(r.epochs, metric, config.get("select", "final"))) is not None}
         row = summary.get(norm, {})
@@ -109,9 +118,14 @@ def task_card(suite: Suite, task: Task) -> dict[str, Any] | None:
             "budget": task.workload.budget_text(suite.plan.scale, task.variant), "metric": metric.field,
             "metric_label": metric.label, "unit": metric.unit, "higher_is_better": metric.higher_is_better,
             "target_field": metric.select_by, "target": target, "baseline": config.get("baseline"),
-            "seeds": seeds, "tune_seeds": config.get("tune_seeds"), "dir": task.name if config else None,
-            "complete": all(n["runs"] == len(seeds) and not n["failed"] and not n["tuning_failed"]
-                            for n in norms if n["excluded"] is None),
+            "seeds": seeds, "rank_seeds": rank_seeds, "tune_seeds": config.get("tune_seeds"),
+            "dir": task.name if config else None,
+            "sequential": None if not looks else {"looks": looks, "max_cpu_minutes": config.get("max_cpu_minutes"),
+                                                  "looks_run": len((record or {}).get("looks", [])),
+                                                  "stopped": (record or {}).get("stopped")},
+            "complete": all((n["runs"] >= len(rank_seeds) if looks else n["runs"] == len(seeds)) and not n["failed"]
+                            and not n["tuning_failed"] for n in norms if n["excluded"] is None)
+            and (not looks or bool((record or {}).get("stopped"))),
             "norms": norms}
 
 
@@ -125,8 +139,8 @@ def _unranked(cards: list[dict[str, Any]], norms: list[str]) -> dict[str, str]:
                 continue
             if n["failed"] or n["tuning_failed"]:
                 out[n["norm"]] = f"{n['failed'] + n['tuning_failed']} failed runs on {card['task']}"
-            elif n["runs"] < len(card["seeds"]):
-                out[n["norm"]] = f"{len(card['seeds']) - n['runs']} runs missing on {card['task']}"
+            elif n["runs"] < len(card["rank_seeds"]):
+                out[n["norm"]] = f"{len(card['rank_seeds']) - n['runs']} runs missing on {card['task']}"
     return {norm: out[norm] for norm in norms if norm in out}
 
 
@@ -139,8 +153,9 @@ def aggregate(cards: list[dict[str, Any]], norms: list[str]) -> dict[str, Any]:
     times = {c["task"]: {n["norm"]: n["steps_to_target"] if n["steps_to_target"] is not None else math.inf
                          for n in c["norms"] if n["norm"] in ranked} for c in cards}
     ratios = performance_ratios(times)
-    values = {c["task"]: ({n["norm"]: {int(s): v for s, v in n["values"].items()} for n in c["norms"]
-                           if n["norm"] in ranked}, 1.0 if c["higher_is_better"] else -1.0) for c in cards}
+    values = {c["task"]: ({n["norm"]: {int(s): v for s, v in n["values"].items() if int(s) in c["rank_seeds"]}
+                           for n in c["norms"] if n["norm"] in ranked}, 1.0 if c["higher_is_better"] else -1.0)
+              for c in cards}
     ranks = mean_ranks(values, ranked) if ranked else {}
     return {"workloads": [c["task"] for c in cards], "norms": ranked, "unranked": unranked, "taus": TAUS,
             "profile": profile(ratios, TAUS), "profile_score": profile_score(ratios), "r_max": R_MAX,
@@ -158,6 +173,15 @@ def failed_runs(cards: list[dict[str, Any]]) -> dict[str, int]:
     return out
 
 
+def decided(cards: list[dict[str, Any]]) -> dict[str, int]:
+    """How many non-baseline cells (a norm on a workload it can run, against that workload's baseline) have a
+    decided verdict (better, worse or equivalent), of how many; `left_out`: the cells of norms a workload
+    cannot host, which have no verdict to decide."""
+    cells = [n for c in cards for n in c["norms"] if n["norm"] != c["baseline"] and n["excluded"] is None]
+    return {"decided": sum(str(n["verdict"] or "").split(" (")[0] in DECIDED for n in cells), "cells": len(cells),
+            "left_out": sum(n["excluded"] is not None for c in cards for n in c["norms"])}
+
+
 def scorecard(suite: Suite, environment: dict[str, Any] | None = None, command: str = "") -> dict[str, Any]:
     """The whole scorecard of `suite`. `missing`: tasks not complete (not started, runs missing or failed);
     `failed_runs`: failed runs per norm. A quick suite is a smoke test: no verdicts, ranks or profiles."""
@@ -172,8 +196,10 @@ def scorecard(suite: Suite, environment: dict[str, Any] | None = None, command: 
     smoke = suite.plan.scale == "quick"
     visible = [c for c in cards if not c["held_out"]]
     held = [c for c in cards if c["held_out"]]
-    return {"format": 1, "norms": norms, "seeds": suite.plan.seeds, "scale": suite.plan.scale,
-            "holdout": suite.plan.holdout, "smoke_test": smoke, **({"note": SMOKE_TEST} if smoke else {}),
+    return {"format": 1, "norms": norms, "seeds": suite.plan.seeds, "looks": suite.plan.looks,
+            "max_cpu_minutes": suite.plan.max_cpu_minutes, "scale": suite.plan.scale, "holdout": suite.plan.holdout,
+            "decided": None if smoke else decided(cards),
+            "smoke_test": smoke, **({"note": SMOKE_TEST} if smoke else {}),
             "command": command, "environment": environment or {}, "complete": not missing,
             "missing": missing, "failed_runs": failed_runs(cards), "workloads": cards,
             "visible": aggregate(visible, norms) if visible and not smoke else None,

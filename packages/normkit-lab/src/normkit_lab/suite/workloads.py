@@ -34,7 +34,7 @@ _KEYS = ("question", "config", "tune", "target", "variants", "quick", "paper")
 _OVERRIDE_EXTRA = ("tune", "target")
 _PAPER_EXTRA = ("needs",)
 # what the suite itself decides for every workload alike
-SUITE_KEYS = ("norms", "seeds", "baseline", "tune", "tune_seeds", "sweep")
+SUITE_KEYS = ("norms", "seeds", "baseline", "tune", "tune_seeds", "sweep", "looks", "max_seeds", "max_cpu_minutes")
 _MERGED = ("model_params", "dataset_params")
 
 
@@ -87,12 +87,13 @@ class Workload:
         return config, tune, target
 
     def recipe(self, scale: str = "cpu", variant: str | None = None) -> str:
-        """`small-cnn on digits, sgd, batch 2, 1 epoch` for --list and the scorecard."""
+        """`small-cnn on digit-blends, sgd, batch 16 (norm batch 2), budget steps=300` for --list and the scorecard."""
         c = self.full_config(scale, variant)
         params = ", ".join(f"{k}={v}" for k, v in c["model_params"].items())
         model = c["model"] + (f"({params})" if params else "")
         length = f"budget {c['budget']}" if c.get("budget") else f"{c['epochs']} epoch{'s' if c['epochs'] != 1 else ''}"
-        return f"{model} on {c['dataset']}, {c['optimizer']}, batch {c['batch_size']}, {length}"
+        ghost = f" (norm batch {c['norm_batch']})" if c.get("norm_batch") else ""
+        return f"{model} on {c['dataset']}, {c['optimizer']}, batch {c['batch_size']}{ghost}, {length}"
 
     def budget_text(self, scale: str = "cpu", variant: str | None = None) -> str:
         """`3 trials (lr=0.01,0.02,0.05)`: the tuning budget each norm gets."""
