@@ -14,6 +14,7 @@ from normkit_lab.suite import available, load_workload
 from normkit_lab.suite.workloads import parse_workload
 
 DEMO = {"question": "does it train a narrow net?", "config": {"model": "small-cnn", "model_params": {"width": 4},
+                                                             "dataset": "digits",
                                                              "batch_size": 64, "epochs": 1},
         "tune": {"lr": [0.05, 0.1]}, "target": 50.0, "variants": {"wide": {"model_params": {"width": 8}}}}
 
