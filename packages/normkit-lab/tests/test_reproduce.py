@@ -418,3 +418,15 @@ def test_a_hypothesis_line_shows_the_interval_its_verdict_was_decided_on() -> No
     adjusted = raw.confidence_interval(1 - 0.05 / 2)  # ln has the smaller p: the first Holm step, 0.05 / 2
     assert f"[{adjusted.low:+.3f}, {adjusted.high:+.3f}] adj., Holm p" in out.observed, out.observed
     assert adjusted.low < 0 < adjusted.high
+
+
+@pytest.mark.parametrize(("direction", "words"), [("shrinks", "moves against derf's favour"),
+                                                  ("grows", "moves in derf's favour")])
+def test_an_interaction_hypothesis_says_which_way_the_norm_moves(direction: str, words: str) -> None:
+    """'shrinks in derf's favour' read as derf gaining when it meant derf losing ground."""
+    from normkit_lab.reproduce.preset import parse_hypothesis
+    h = parse_hypothesis({"name": "h", "test": "interaction", "norm": "derf", "baseline": "rms",
+                          "metric": "test_bpb", "key": "optimizer", "from": "adamw", "to": "muon",
+                          "direction": direction, "margin": 0.05}, "preset x", "compare")
+    assert h.describe() == (f"derf's gap to rms on test_bpb {words} from optimizer=adamw to optimizer=muon "
+                            "(margin 0.05)")

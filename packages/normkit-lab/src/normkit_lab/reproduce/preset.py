@@ -89,8 +89,9 @@ class Hypothesis:
         if self.test == "equivalence":
             return f"{self.norm} equivalent to {self.baseline} on {self.metric}{at} within ±{self.margin:g}"
         if self.test == "interaction":
-            return (f"the gap {self.norm} - {self.baseline} on {self.metric} {self.direction} in {self.norm}'s "
-                    f"favour from {self.key}={self.from_value} to {self.key}={self.to_value}{margin}")
+            moves = "in" if self.direction == "grows" else "against"  # "shrinks in X's favour" read as X gaining
+            return (f"{self.norm}'s gap to {self.baseline} on {self.metric} moves {moves} {self.norm}'s favour "
+                    f"from {self.key}={self.from_value} to {self.key}={self.to_value}{margin}")
         where = f" at depth {self.depth}" if self.depth is not None else ""
         since = " (change from initialization)" if self.since else ""
         return f"{self.norm} {self.direction} {self.measure}{where}{since} than {self.baseline}{margin}"
