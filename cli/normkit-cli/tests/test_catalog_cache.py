@@ -169,3 +169,22 @@ def test_a_misspelled_norm_is_answered_from_the_catalog_without_torch(tmp_path: 
         assert out.returncode == 2 and lines[0].startswith(f"error: {error}"), out.stderr
         assert lines[-1] == "torch imported: False" and len(lines) == 2, out.stderr
     assert not any(tmp_path.glob("runs"))  # nothing written
+
+
+def test_without_a_catalog_compare_writes_one_so_the_next_misspelling_skips_torch(tmp_path: Path) -> None:
+    """Issue 41: the fast answer needed a catalog that only `normkit list` wrote, so a new user's
+    misspellings each cost the full plugin load (8 s of CPU here). compare loads the plugins anyway:
+    with no current catalog it writes one, and the next misspelled norm is answered before torch."""
+    environ = {**os.environ, "NORMKIT_CACHE_DIR": str(tmp_path / "cache"), "NORMKIT_STRICT_PLUGINS": ""}
+    environ.pop("NORMKIT_NO_CATALOG_CACHE", None)
+    torch_seen = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", RUN, "compare", "--dataset", "digits", "--norms", "bn,gnx"],
+                             env=environ, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and lines[0].startswith("error: unknown norm or stage 'gnx'"), out.stderr
+        torch_seen.append(lines[-1])
+    assert torch_seen == ["torch imported: True", "torch imported: False"]
+    (catalog,) = (tmp_path / "cache").glob("catalog-*.json")
+    assert json.loads(catalog.read_text())["show"] == {}  # shows are added when `normkit show` asks
+    assert not any(tmp_path.glob("runs"))  # nothing written

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -89,3 +90,44 @@ def test_sigterm_inside_the_block_raises_terminated_and_the_old_handler_returns(
     assert isinstance(info.value, KeyboardInterrupt) and interrupted_code(info.value) == 143
     assert interrupted_code(KeyboardInterrupt()) == 130
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_an_interrupt_on_a_terminal_prints_its_message_on_a_line_of_its_own(tmp_path):
+    """On a terminal the live progress bar holds the line and hides the cursor: the interruption
+    message must start on a fresh line and end with a newline, so the shell prompt is not glued to it."""
+    import pty
+    import select
+
+    out = tmp_path / "cmp"
+    leader, follower = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "NO_COLOR")} | {"TERM": "xterm", "COLUMNS": "120"}
+    proc = subprocess.Popen([*NORMKIT, "compare", "--dataset", "digits", "--norms", "bn", "--epochs", "1",
+                             "--batch-size", "128", "--seeds", "200", "--model-param", "depth=2",
+                             "--model-param", "width=4", "--out", str(out)],
+                            stdin=follower, stdout=follower, stderr=follower, env=env, cwd=tmp_path)
+    os.close(follower)
+    screen = b""
+    runs = out / "runs.jsonl"
+    deadline = time.monotonic() + 120
+    signalled = False
+    while time.monotonic() < deadline:
+        if not signalled and runs.exists() and runs.read_text():
+            proc.send_signal(signal.SIGTERM)
+            signalled = True
+        ready, _, _ = select.select([leader], [], [], 0.1)
+        if ready:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the follower side closed: the program ended
+                break
+            if not chunk:
+                break
+            screen += chunk
+    proc.wait(timeout=60)
+    os.close(leader)
+    text = screen.decode(errors="replace").replace("\r\n", "\n")
+    assert proc.returncode == 143, text[-2000:]
+    message = f"interrupted: 1 of 200 runs are saved in {out}"
+    assert message in text.replace("\n", "") and text.endswith("\n"), repr(text[-600:])
+    line = text[text.rindex("\n", 0, text.index("interrupted: ")) + 1:text.index("interrupted: ")]
+    assert re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\r", "", line) == "", repr(line)  # nothing of the bar before it

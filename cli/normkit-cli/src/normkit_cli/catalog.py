@@ -41,9 +41,10 @@ def _show_key(spec: str, channels: int, tokens: bool, activation: str | None) ->
     return json.dumps([spec, channels, tokens, activation])
 
 
-def _catalog() -> dict[str, Any]:
-    """list, plugins and show (every norm at the default options), from the cache when it is
-    current, else from the plugins themselves (then cached when every plugin loaded)."""
+def _catalog(shows: bool = True) -> dict[str, Any]:
+    """list, plugins and show (every norm at the default options, unless `shows` is false: then
+    `normkit show` adds each when asked), from the cache when it is current, else from the plugins
+    themselves (then cached when every plugin loaded)."""
     use_cache = catalog_cache.enabled()  # before normkit is imported below
     cached = catalog_cache.read() if use_cache else None
     if cached is not None:
@@ -60,13 +61,20 @@ def _catalog() -> dict[str, Any]:
     }
     if any(i.error for i in infos) or not use_cache:
         return content
-    for entry in reg.of_kind("norm"):
+    for entry in reg.of_kind("norm") if shows else ():
         try:
             content["show"][_show_key(entry.name, *SHOW_DEFAULTS)] = _show_data(entry.name, *SHOW_DEFAULTS)
         except Exception:  # noqa: BLE001 - a norm that needs other options is shown live
             continue
     catalog_cache.write(json.loads(json.dumps(content, default=str)))
     return content
+
+
+def remember_catalog() -> None:
+    """Write the catalog when there is no current one, so that the next misspelled norm is answered
+    before torch is imported (compare loads the plugins anyway; the shows are added on demand)."""
+    if catalog_cache.enabled() and catalog_cache.read() is None:
+        _catalog(shows=False)
 
 
 @one_line_errors

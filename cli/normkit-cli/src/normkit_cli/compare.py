@@ -292,6 +292,10 @@ def compare_cmd(
 
     if norms is not None and (problem := unknown_norm(norms)) is not None:  # before torch: well under a second
         raise fail(problem)
+    if norms is not None:
+        from normkit_cli.catalog import remember_catalog
+
+        remember_catalog()  # no current catalog: the next misspelling is answered in well under a second
     from normkit_cli.report import console as make_console
     from normkit_cli.report import show
     from normkit_lab.executors import make_executor
