@@ -315,6 +315,11 @@ def test_compare_defaults_to_sequential_seeds_and_report_prints_the_design(tmp_p
     design = [line for line in result.output.splitlines() if line.startswith("sequential seeds:")]
     assert design and design == [line for line in invoke("report", str(out), columns=200).output.splitlines()
                                  if line.startswith("sequential seeds:")]
+    runs = (out / "runs.jsonl").read_text()
+    (out / "looks.json").write_text("[]")  # damaged: resuming would meet it again, so no resume hint
+    damaged = invoke("compare", "--resume", str(out))
+    assert damaged.exit_code == 2 and "is not a looks record" in damaged.output, damaged.output
+    assert "--resume" not in damaged.output.split("restore it")[1] and (out / "runs.jsonl").read_text() == runs
     bad = invoke("compare", "--dataset", "digits", "--norms", "bn", "--seeds", "4", "--max-seeds", "8", "--out",
                  str(tmp_path / "bad"))
     assert bad.exit_code == 2 and "apply to --seeds auto" in bad.output and not (tmp_path / "bad").exists()

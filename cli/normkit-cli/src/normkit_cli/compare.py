@@ -372,7 +372,10 @@ def compare_cmd(
         if show_tracebacks():
             raise
         if is_normkit_error(exc) or isinstance(exc, OSError):
-            raise fail(f"{exc} (finished runs are kept; {resume_hint})") from None
+            from normkit_lab.errors import DamagedStudyFile
+
+            hint = "" if isinstance(exc, DamagedStudyFile) else f"; {resume_hint}"  # a resume meets it again
+            raise fail(f"{exc} (finished runs are kept{hint})") from None
         typer.echo(f"error: compare stopped by an unexpected {type(exc).__name__}: {one_line(str(exc))}; "
                    f"finished runs are kept; {resume_hint}", err=True)
         raise typer.Exit(1) from None

@@ -21,6 +21,11 @@ class DamagedRunFile(ConfigError):
     """A run's own file (its checkpoint) is damaged or foreign: refused, kept, nothing recorded."""
 
 
+class DamagedStudyFile(ConfigError):
+    """A file the comparison needs to go on (looks.json) is damaged: a plain resume meets it again, so the
+    answer is to restore it or start again, never `--resume`."""
+
+
 class MachineFailure(NormkitError):
     """The machine failed during a run (disk full, permissions, a killed process, a signal): nothing is
     recorded as the norm's fault and the run resumes from its last good checkpoint."""

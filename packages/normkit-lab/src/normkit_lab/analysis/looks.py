@@ -13,7 +13,7 @@ from typing import Any
 from normkit_lab.analysis.caption import plural
 from normkit_lab.analysis.summary import Summary, cell_label
 from normkit_lab.analysis.verdicts import LOOK_P
-from normkit_lab.errors import ConfigError
+from normkit_lab.errors import DamagedStudyFile
 from normkit_lab.sequential import INCONCLUSIVE, Design
 
 LOOKS_FILE = "looks.json"
@@ -28,11 +28,11 @@ def read_looks(directory: str | Path) -> dict[str, Any] | None:
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{str(path)!r} cannot be read ({type(exc).__name__}); it records the looks of "
+        raise DamagedStudyFile(f"{str(path)!r} cannot be read ({type(exc).__name__}); it records the looks of "
                           f"--seeds auto, so restore it or start the comparison again") from None
     if not (isinstance(record, dict) and isinstance(record.get("looks"), list)
             and isinstance(record.get("design"), dict)):
-        raise ConfigError(f"{str(path)!r} is not a looks record written by normkit compare --seeds auto; restore it "
+        raise DamagedStudyFile(f"{str(path)!r} is not a looks record written by normkit compare --seeds auto; restore it "
                           f"or start the comparison again")
     return record
 
