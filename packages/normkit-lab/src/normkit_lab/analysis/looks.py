@@ -29,11 +29,11 @@ def read_looks(directory: str | Path) -> dict[str, Any] | None:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DamagedStudyFile(f"{str(path)!r} cannot be read ({type(exc).__name__}); it records the looks of "
-                          f"--seeds auto, so restore it or start the comparison again") from None
+                               f"--seeds auto, so restore it or start the comparison again") from None
     if not (isinstance(record, dict) and isinstance(record.get("looks"), list)
             and isinstance(record.get("design"), dict)):
-        raise DamagedStudyFile(f"{str(path)!r} is not a looks record written by normkit compare --seeds auto; restore it "
-                          f"or start the comparison again")
+        raise DamagedStudyFile(f"{str(path)!r} is not a looks record written by normkit compare --seeds auto; "
+                               f"restore it or start the comparison again")
     return record
 
 
