@@ -41,14 +41,18 @@ def _show_key(spec: str, channels: int, tokens: bool, activation: str | None) ->
     return json.dumps([spec, channels, tokens, activation])
 
 
-def _catalog(shows: bool = True) -> dict[str, Any]:
-    """list, plugins and show (every norm at the default options, unless `shows` is false: then
-    `normkit show` adds each when asked), from the cache when it is current, else from the plugins
-    themselves (then cached when every plugin loaded)."""
+def _catalog() -> dict[str, Any]:
+    """list, plugins and show, from the cache when it is current, else from the plugins themselves."""
     use_cache = catalog_cache.enabled()  # before normkit is imported below
     cached = catalog_cache.read() if use_cache else None
-    if cached is not None:
-        return cached
+    return cached if cached is not None else build_catalog(write=use_cache)
+
+
+def build_catalog(shows: bool = True, write: bool = True) -> dict[str, Any]:
+    """list, plugins and show (every norm at the default options, unless `shows` is false: then
+    `normkit show` adds each when asked) from the plugins themselves, cached when `write` and every
+    plugin loaded. compare calls it when there is no current catalog (it loads the plugins anyway), so
+    that the next misspelled norm is answered before torch is imported."""
     import normkit
     from normkit import plugins
 
@@ -59,7 +63,7 @@ def _catalog(shows: bool = True) -> dict[str, Any]:
         "plugins": [vars(i) for i in infos],
         "show": {},
     }
-    if any(i.error for i in infos) or not use_cache:
+    if any(i.error for i in infos) or not write:
         return content
     for entry in reg.of_kind("norm") if shows else ():
         try:
@@ -68,13 +72,6 @@ def _catalog(shows: bool = True) -> dict[str, Any]:
             continue
     catalog_cache.write(json.loads(json.dumps(content, default=str)))
     return content
-
-
-def remember_catalog() -> None:
-    """Write the catalog when there is no current one, so that the next misspelled norm is answered
-    before torch is imported (compare loads the plugins anyway; the shows are added on demand)."""
-    if catalog_cache.enabled() and catalog_cache.read() is None:
-        _catalog(shows=False)
 
 
 @one_line_errors

@@ -288,14 +288,17 @@ def compare_cmd(
     your own training program instead of normkit's loop, with everything else unchanged
     (docs/own-training.md).
     """
+    from normkit_cli import catalog_cache
     from normkit_cli.quick_check import unknown_norm
 
-    if norms is not None and (problem := unknown_norm(norms)) is not None:  # before torch: well under a second
-        raise fail(problem)
-    if norms is not None:
-        from normkit_cli.catalog import remember_catalog
+    if norms is not None:  # the names checked against the plugin catalog before torch: well under a second
+        catalog = catalog_cache.read()
+        if catalog is not None and (problem := unknown_norm(norms, catalog)) is not None:
+            raise fail(problem)
+        if catalog is None and catalog_cache.enabled():
+            from normkit_cli.catalog import build_catalog
 
-        remember_catalog()  # no current catalog: the next misspelling is answered in well under a second
+            build_catalog(shows=False)  # written now, so the next misspelling is answered without torch
     from normkit_cli.report import console as make_console
     from normkit_cli.report import show
     from normkit_lab.executors import make_executor

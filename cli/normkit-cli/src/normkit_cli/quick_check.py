@@ -1,6 +1,7 @@
 """A misspelled norm answered before torch and the plugins are imported (seconds; a minute on a busy
-machine): each name in `--norms` is looked up in the plugin catalog `normkit list` caches
-(`catalog_cache`, current only while the installed plugins are unchanged and all of them loaded).
+machine): each name in `--norms` is looked up in the plugin catalog that `normkit list`, or a `compare`
+that found none, caches (`catalog_cache`, current only while the installed plugins are unchanged and
+all of them loaded).
 
 Only a name that is certainly unknown is refused here, with the line the registry itself gives; every
 other spec, and every spec when there is no current catalog, goes on to the full parser.
@@ -11,8 +12,7 @@ from __future__ import annotations
 
 import difflib
 import re
-
-from normkit_cli import catalog_cache
+from typing import Any
 
 _NAME = re.compile(r"\s*([A-Za-z][A-Za-z0-9_.\-]*)\s*(\(.*\))?\s*", re.DOTALL)
 
@@ -35,12 +35,10 @@ def _canonical(name: str) -> str:
     return name.strip().lower().replace("_", "-")  # as normkit.grammar.canonical_name
 
 
-def unknown_norm(norms: str) -> str | None:
-    """The error line for the first name in `norms` (e.g. "bn,gnn2+pn") that the cached catalog does not
-    know; None when all are known, when a spec is not plain enough to read here, or without a catalog."""
-    catalog = catalog_cache.read()
-    if catalog is None:
-        return None
+def unknown_norm(norms: str, catalog: dict[str, Any]) -> str | None:
+    """The error line for the first name in `norms` (e.g. "bn,gnn2+pn") that the cached `catalog`
+    (`catalog_cache.read()`) does not know; None when all are known or a spec is not plain enough to
+    read here."""
     known: set[str] = set()
     for entry in catalog["list"]["norms"]:
         known.update(_canonical(n) for n in (entry["name"], *entry.get("aliases", ())))
