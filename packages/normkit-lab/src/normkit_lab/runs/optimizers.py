@@ -47,6 +47,14 @@ def newton_schulz_float32(update: Tensor, coefficients: tuple[float, float, floa
     return x.T if tall else x
 
 
+def _loss_of(closure: Callable[[], float] | None) -> float | None:
+    """An optimizer step's closure evaluated with gradients on (the step itself runs under no_grad)."""
+    if closure is None:
+        return None
+    with torch.enable_grad():
+        return closure()
+
+
 class Float32Muon(torch.optim.Muon):
     """`torch.optim.Muon` with the Newton-Schulz iteration in float32 (its own runs it in bfloat16, which a
     CPU without bfloat16 matrix units computes slowly). Same hyperparameters, update rule and state
@@ -54,10 +62,7 @@ class Float32Muon(torch.optim.Muon):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = _loss_of(closure)
         for group in self.param_groups:
             params: list[Tensor] = []
             grads: list[Tensor] = []
@@ -100,10 +105,7 @@ class MuonAdamW(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = _loss_of(closure)
         for part in self._parts:
             part.step()
         return loss
