@@ -110,21 +110,25 @@ def test_an_interrupt_on_a_terminal_prints_its_message_on_a_line_of_its_own(tmp_
     runs = out / "runs.jsonl"
     deadline = time.monotonic() + 120
     signalled = False
-    while time.monotonic() < deadline:
-        if not signalled and runs.exists() and runs.read_text():
-            proc.send_signal(signal.SIGTERM)
-            signalled = True
-        ready, _, _ = select.select([leader], [], [], 0.1)
-        if ready:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # the follower side closed: the program ended
-                break
-            if not chunk:
-                break
-            screen += chunk
-    proc.wait(timeout=60)
-    os.close(leader)
+    try:
+        while time.monotonic() < deadline:
+            if not signalled and runs.exists() and runs.read_text():
+                proc.send_signal(signal.SIGTERM)
+                signalled = True
+            ready, _, _ = select.select([leader], [], [], 0.1)
+            if ready:
+                try:
+                    chunk = os.read(leader, 65536)
+                except OSError:  # the follower side closed: the program ended
+                    break
+                if not chunk:
+                    break
+                screen += chunk
+        proc.wait(timeout=60)
+    finally:  # a program that never ended is not left running after the test
+        proc.kill()
+        proc.wait()
+        os.close(leader)
     text = screen.decode(errors="replace").replace("\r\n", "\n")
     assert proc.returncode == 143, text[-2000:]
     message = f"interrupted: 1 of 200 runs are saved in {out}"
