@@ -30,6 +30,7 @@ on CPU and cost more than BatchNorm's whole step at 128x64x32x32).
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -71,7 +72,11 @@ def _setting() -> str:
 def enabled() -> bool:
     """False when NORMKIT_NN_COMPILE=0 or this torch has no torch.compile. NORMKIT_NN_COMPILE=eager
     runs this path's functions without compiling them (for tests and debugging)."""
-    return _setting() not in ("0", "false", "no", "off") and hasattr(torch, "compile")
+    return _on(_setting())
+
+
+def _on(setting: str) -> bool:
+    return setting not in ("0", "false", "no", "off") and hasattr(torch, "compile")
 
 
 def normality_compiled(x3: Tensor, weight: Tensor | None, bias: Tensor | None, *, partition: str, groups: int = 1,
@@ -94,8 +99,9 @@ def normality_compiled(x3: Tensor, weight: Tensor | None, bias: Tensor | None, *
     wants_grad = torch.is_grad_enabled() and (x3.requires_grad or (weight is not None and weight.requires_grad)
                                               or (bias is not None and bias.requires_grad))
     numel = x3.numel()
-    on = numel >= 1 and _real_cpu(x3)
-    in_c = on and _setting() != "eager"  # rows.c's paths (NORMKIT_NN_COMPILE=eager runs only this file's math)
+    setting = _setting()  # read once per call (a look-up in os.environ costs about a microsecond)
+    on = numel >= 1 and _real_cpu(x3, setting)
+    in_c = on and setting != "eager"  # rows.c's paths (NORMKIT_NN_COMPILE=eager runs only this file's math)
     running_eval = tracked and not training
     if in_c and not wants_grad and numel >= rows.MIN_ELEMENTS and (numel >= MIN_ELEMENTS or running_eval):
         out = rows.inference(x3, weight, bias, partition=partition, tokens=tokens, training=training, eps=eps,
@@ -108,24 +114,25 @@ def normality_compiled(x3: Tensor, weight: Tensor | None, bias: Tensor | None, *
         return _eager(x3, weight, bias, partition, groups, tokens, training, eps, alpha, noise, running_mean,
                       running_var, running_lambda, momentum, lambda_min, lambda_max, detach_lambda,
                       num_batches_tracked)
-    Partition(partition, groups).check(x3.shape[1], "normality_norm")
+    if partition != "batch":  # a batch partition has nothing to check here (no groups; ghost batches are split before)
+        Partition(partition, groups).check(x3.shape[1], "normality_norm")
     if partition == "batch" and training and x3.shape[0] * x3.shape[2] < 2:  # its one-line error
         return _eager(x3, weight, bias, partition, groups, tokens, training, eps, alpha, noise, running_mean,
                       running_var, running_lambda, momentum, lambda_min, lambda_max, detach_lambda,
                       num_batches_tracked)
     factor = ema_factor(momentum, num_batches_tracked) if tracked and training else 0.0
-    cfg = FusedConfig(partition, groups, tokens, training, eps, alpha, noise, factor, lambda_min, lambda_max,
-                      detach_lambda, wants_grad)
+    cfg = _config(partition, groups, tokens, training, eps, alpha, noise, factor, lambda_min, lambda_max,
+                  detach_lambda, wants_grad)
     if in_c and wants_grad and numel >= rows.MIN_ELEMENTS and rows.eligible(x3, weight, bias, cfg):  # token rows
         if rows.library() is not None:
             return rows.normality_rows(x3, weight, bias, _seed(training, noise), cfg)
         # no row kernel here: the same math and hash noise on torch ops, so noise never depends on a compiler
         return CompiledFunction.apply(x3, weight, bias, _seed(training, noise), cfg, True)[0]
-    if in_c and numel < MIN_ELEMENTS:  # a small step, with or without gradients: rows.c's grouped functions
+    if in_c and numel < MIN_ELEMENTS and x3.dtype == torch.float32:  # a small step: rows.c's grouped functions
         layout = rows.grouped_layout(x3, partition, groups, tokens)
-        if (layout is not None and x3.dtype == torch.float32 and rows.enabled() and rows.library() is not None
-                and all(t is None or (t.dtype == torch.float32 and t.is_contiguous()) for t in (weight, bias))):
-            running = (running_mean, running_var, running_lambda) if tracked and training else None
+        running = (running_mean, running_var, running_lambda) if tracked and training else None
+        if (layout is not None and rows.enabled() and rows.library() is not None and _dense_float32(weight)
+                and _dense_float32(bias) and (running is None or all(map(_dense_float32, running)))):
             return rows.normality_groups(x3, weight, bias, cfg, layout, running)
     if not wants_grad or numel < MIN_ELEMENTS:
         return _eager(x3, weight, bias, partition, groups, tokens, training, eps, alpha, noise, running_mean,
@@ -136,6 +143,17 @@ def normality_compiled(x3: Tensor, weight: Tensor | None, bias: Tensor | None, *
         mean, var, lam = (stats[STATS.index(k)].reshape(-1) for k in ("mean", "var", "lam"))
         update_running(mean, var, lam, x3.shape[0] * x3.shape[2], factor, running_mean, running_var, running_lambda)
     return out
+
+
+def _dense_float32(t: Tensor | None) -> bool:
+    """None, or a contiguous float32 tensor (what rows.c reads by address)."""
+    return t is None or (t.dtype == torch.float32 and t.is_contiguous())
+
+
+@functools.lru_cache(maxsize=256)
+def _config(*fields: Any) -> FusedConfig:
+    """FusedConfig built once per distinct call (hashing its fields is cheaper than building it)."""
+    return FusedConfig(*fields)
 
 
 def _eager(x3: Tensor, weight: Tensor | None, bias: Tensor | None, partition: str, groups: int, tokens: bool,
@@ -159,17 +177,17 @@ def _seed(training: bool, noise: float) -> Tensor:
 def pays(x3: Tensor, minimum: int | None = None) -> bool:
     """A real float32/float64 CPU tensor large enough (`minimum` values, default MIN_ELEMENTS) that
     the compiled code beats the eager ops."""
-    return (MIN_ELEMENTS if minimum is None else minimum) <= x3.numel() and _real_cpu(x3)
+    return (MIN_ELEMENTS if minimum is None else minimum) <= x3.numel() and _real_cpu(x3, _setting())
 
 
 _fake_check: list[Callable[[Tensor], bool]] = []  # torch's is_fake, imported on the first call (not per call)
 
 
-def _real_cpu(x3: Tensor) -> bool:
-    """This path on (NORMKIT_NN_COMPILE), and x3 a real float32/float64 CPU tensor under 2^31 values, outside
-    torch.compile's and torch.jit's tracing (they trace the reference path)."""
+def _real_cpu(x3: Tensor, setting: str) -> bool:
+    """This path on (`setting`: NORMKIT_NN_COMPILE), and x3 a real float32/float64 CPU tensor under 2^31 values,
+    outside torch.compile's and torch.jit's tracing (they trace the reference path)."""
     if not (x3.device.type == "cpu" and x3.dtype in (torch.float32, torch.float64) and x3.numel() < 2**31
-            and enabled()):
+            and _on(setting)):
         return False
     if not _fake_check:
         from torch._subclasses.fake_tensor import is_fake

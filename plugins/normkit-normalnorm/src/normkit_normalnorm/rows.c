@@ -343,11 +343,80 @@ static void scatter(const float *src, float *dst, int64_t g, int64_t segments, i
     for (int64_t k = 0; k < segments; k++) memcpy(dst + g * step + k * stride, src + k * length, (size_t)length * 4);
 }
 
-/* forward_math per group: y (noisy pre-affine values, x's layout), L and P (group-major: group g at g * n),
- * stats[g * NSTATS + k]. z: the noise (x's layout; NULL without noise). scratch: threads * 5 n floats. */
-void nn_groups_forward(const float *x, const float *z, float *y, float *L, float *P, float *stats, float *scratch,
-                       int64_t groups, int64_t segments, int64_t length, int64_t step, int64_t stride, float eps,
-                       float alpha, float noise, float lambda_min, float lambda_max, int threads) {
+/* torch's lerp with a scalar weight (its vectorized CPU kernel): start + w (end - start) for |w| < 0.5, else
+ * end + (w - 1)(end - start), each one fused multiply-add */
+static inline float lerp(float start, float end, float w) {
+    return fabsf(w) < 0.5f ? fmaf(w, end - start, start) : fmaf(w - 1.0f, end - start, end);
+}
+
+/* a * b rounded on its own (as torch's mul): not inlined, so -ffp-contract=fast cannot fuse it into the lerp */
+__attribute__((noinline)) static float product(float a, float b) { return a * b; }
+
+/* The channel of each value, for the per-channel affine and weight: memory offset o holds channel
+ * (o / s_inner) % channels, or o % channels for channels-last tokens (s_inner 0). */
+static inline int64_t channel_at(int64_t o, int64_t s_inner, int64_t channels) {
+    return s_inner ? (o / s_inner) % channels : o % channels;
+}
+
+/* y and out = y * weight + bias (the layer's affine, as torch.addcmul(bias, y, weight), or y * weight, y + bias,
+ * a copy of y) of one group's runs, from its gathered values yg. weight/bias may be NULL. */
+static void scatter_affine(const float *yg, float *y, float *out, const float *weight, const float *bias, int64_t g,
+                           int64_t segments, int64_t length, int64_t step, int64_t stride, int64_t s_inner,
+                           int64_t channels) {
+    for (int64_t k = 0; k < segments; k++) {
+        const int64_t o = g * step + k * stride;
+        const float *src = yg + k * length;
+        memcpy(y + o, src, (size_t)length * 4);
+        float *dst = out + o;
+        for (int64_t j0 = 0; j0 < length;) {  /* pieces of one channel each (a token row: the whole row) */
+            const int64_t j1 = s_inner ? j0 + s_inner - (o + j0) % s_inner : length;
+            const int64_t end = j1 < length ? j1 : length;
+            if (!s_inner) {
+                const float *w = weight ? weight + (o + j0) % channels : NULL, *b = bias ? bias + (o + j0) % channels : NULL;
+                if (w && b) {
+#pragma omp simd
+                    for (int64_t j = j0; j < end; j++) dst[j] = b[j - j0] + src[j] * w[j - j0];
+                } else if (w) {
+#pragma omp simd
+                    for (int64_t j = j0; j < end; j++) dst[j] = src[j] * w[j - j0];
+                } else if (b) {
+#pragma omp simd
+                    for (int64_t j = j0; j < end; j++) dst[j] = src[j] + b[j - j0];
+                } else {
+                    memcpy(dst + j0, src + j0, (size_t)(end - j0) * 4);
+                }
+            } else {
+                const int64_t c = channel_at(o + j0, s_inner, channels);
+                const float w = weight ? weight[c] : 1.0f, b = bias ? bias[c] : 0.0f;
+                if (weight && bias) {
+#pragma omp simd
+                    for (int64_t j = j0; j < end; j++) dst[j] = b + src[j] * w;
+                } else if (weight) {
+#pragma omp simd
+                    for (int64_t j = j0; j < end; j++) dst[j] = src[j] * w;
+                } else if (bias) {
+#pragma omp simd
+                    for (int64_t j = j0; j < end; j++) dst[j] = src[j] + b;
+                } else {
+                    memcpy(dst + j0, src + j0, (size_t)(end - j0) * 4);
+                }
+            }
+            j0 = end;
+        }
+    }
+}
+
+/* forward_math per group: y (noisy pre-affine values, x's layout), out (y with the affine, x's layout), L and P
+ * (group-major: group g at g * n), stats[g * NSTATS + k]. z: the noise (x's layout; NULL without noise).
+ * weight/bias: per channel (channel_at), or NULL. running_mean/var/lambda: a batch partition's running buffers
+ * (one per group), moved towards the group's mean, variance times `unbiased` and lambda by `factor` as torch's
+ * lerp_ does; NULL: none. scratch: threads * 5 n floats. */
+void nn_groups_forward(const float *x, const float *z, const float *weight, const float *bias, float *y, float *out,
+                       float *L, float *P, float *stats, float *running_mean, float *running_var,
+                       float *running_lambda, float unbiased, float factor, float *scratch,
+                       int64_t groups, int64_t segments, int64_t length, int64_t step, int64_t stride,
+                       int64_t s_inner, int64_t channels, float eps, float alpha, float noise, float lambda_min,
+                       float lambda_max, int threads) {
     const int64_t n = segments * length;
 #pragma omp parallel num_threads(threads)
     {
@@ -355,30 +424,65 @@ void nn_groups_forward(const float *x, const float *z, float *y, float *L, float
 #pragma omp for schedule(dynamic, 1)
         for (int64_t g = 0; g < groups; g++) {
             gather(x, xg, g, segments, length, step, stride);
-            const float amount = transform_row(xg, L + g * n, P + g * n, yg, stats + g * NSTATS, h, n, eps, alpha,
+            float *st = stats + g * NSTATS;
+            const float amount = transform_row(xg, L + g * n, P + g * n, yg, st, h, n, eps, alpha,
                                                z ? noise : 0.0f, lambda_min, lambda_max, NULL, NULL, NULL);
             if (z) {
                 gather(z, zg, g, segments, length, step, stride);
 #pragma omp simd
                 for (int64_t j = 0; j < n; j++) yg[j] = yg[j] + amount * zg[j];
             }
-            scatter(yg, y, g, segments, length, step, stride);
+            scatter_affine(yg, y, out, weight, bias, g, segments, length, step, stride, s_inner, channels);
+            if (running_mean) {
+                running_mean[g] = lerp(running_mean[g], st[0], factor);
+                running_var[g] = lerp(running_var[g], product(st[1], unbiased), factor);
+                running_lambda[g] = lerp(running_lambda[g], st[3], factor);
+            }
         }
     }
 }
 
-/* backward_math per group: dx (x's layout) from gx = dy * weight (x's layout), x, and L, P, stats as
- * nn_groups_forward wrote them. scratch: threads * 7 n floats. */
-void nn_groups_backward(const float *gx, const float *x, const float *L, const float *P, const float *stats, float *dx,
-                        float *scratch, int64_t groups, int64_t segments, int64_t length, int64_t step, int64_t stride,
-                        float alpha, int lam_grads, int threads) {
+/* A group's runs of dy times the weight of each value's channel (channel_at; a copy without weight). */
+static void gather_weighted(const float *dy, float *dst, const float *weight, int64_t g, int64_t segments,
+                            int64_t length, int64_t step, int64_t stride, int64_t s_inner, int64_t channels) {
+    if (!weight) {
+        gather(dy, dst, g, segments, length, step, stride);
+        return;
+    }
+    for (int64_t k = 0; k < segments; k++) {
+        const int64_t o = g * step + k * stride;
+        const float *src = dy + o;
+        float *d = dst + k * length;
+        for (int64_t j0 = 0; j0 < length;) {
+            const int64_t j1 = s_inner ? j0 + s_inner - (o + j0) % s_inner : length;
+            const int64_t end = j1 < length ? j1 : length;
+            if (!s_inner) {
+                const float *w = weight + (o + j0) % channels;
+#pragma omp simd
+                for (int64_t j = j0; j < end; j++) d[j] = src[j] * w[j - j0];
+            } else {
+                const float w = weight[channel_at(o + j0, s_inner, channels)];
+#pragma omp simd
+                for (int64_t j = j0; j < end; j++) d[j] = src[j] * w;
+            }
+            j0 = end;
+        }
+    }
+}
+
+/* backward_math per group: dx (x's layout) from dy (x's layout) times the per-channel weight (NULL: none), x,
+ * and L, P, stats as nn_groups_forward wrote them. scratch: threads * 7 n floats. */
+void nn_groups_backward(const float *dy, const float *weight, const float *x, const float *L, const float *P,
+                        const float *stats, float *dx, float *scratch, int64_t groups, int64_t segments, int64_t length,
+                        int64_t step, int64_t stride, int64_t s_inner, int64_t channels, float alpha, int lam_grads,
+                        int threads) {
     const int64_t n = segments * length;
 #pragma omp parallel num_threads(threads)
     {
         float *gg = scratch + (int64_t)thread_id() * 7 * n, *xg = gg + n, *dxg = gg + 2 * n, *h = gg + 3 * n;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t g = 0; g < groups; g++) {
-            gather(gx, gg, g, segments, length, step, stride);
+            gather_weighted(dy, gg, weight, g, segments, length, step, stride, s_inner, channels);
             gather(x, xg, g, segments, length, step, stride);
             backward_row(gg, xg, NULL, L + g * n, P + g * n, stats + g * NSTATS, dxg, h, h + n, h + 2 * n, h + 3 * n,
                          n, alpha, lam_grads);

@@ -47,13 +47,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from normkit_normalnorm.functional import update_running
-from normkit_normalnorm.fused import FusedConfig, affine_on
-from normkit_normalnorm.workspace import borrow, give_back, graph_freed_after_this_backward
-from normkit_normalnorm.yeojohnson import standard_normal_like
+from normkit_normalnorm.fused import FusedConfig
+from normkit_normalnorm.workspace import borrow, give_back, graph_freed_after_this_backward, scratch_flat
 
 SOURCE = Path(__file__).with_name("rows.c")
 MIN_ELEMENTS = 1 << 14  # per-token training steps from here take the row kernel (hash noise); below, normality_groups
+SCRATCH_SLOT = 7  # workspace.py's slot of the grouped functions' temporaries (fused.py uses 0 to 6)
+SMALL_SAVED = 1 << 15  # values: grouped steps under this save heap buffers (no page faults) instead of the pool's
 CHUNKS = 64  # pieces of work per call, handed to the threads dynamically (also dweight's partial sums)
 NSTATS = 9  # per-row statistics (rows.c's NSTATS): mean, var, rstd, lam, in_range, g1, den, dvar, mean_d
 FLAGS = ("-O3", "-march=native", "-ffp-contract=fast", "-fno-math-errno", "-fno-trapping-math", "-shared", "-fPIC")
@@ -167,9 +167,9 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.nn_rows_forward.restype = None
     lib.nn_rows_backward.argtypes = [_P] * 11 + [_I64, _I64, _F, _INT, _INT, _I64]
     lib.nn_rows_backward.restype = None
-    lib.nn_groups_forward.argtypes = [_P] * 7 + [_I64] * 5 + [_F] * 5 + [_INT]
+    lib.nn_groups_forward.argtypes = [_P] * 12 + [_F, _F, _P] + [_I64] * 7 + [_F] * 5 + [_INT]
     lib.nn_groups_forward.restype = None
-    lib.nn_groups_backward.argtypes = [_P] * 7 + [_I64] * 5 + [_F, _INT, _INT]
+    lib.nn_groups_backward.argtypes = [_P] * 8 + [_I64] * 7 + [_F, _INT, _INT]
     lib.nn_groups_backward.restype = None
     lib.nn_rows_infer.argtypes = [_P] * 5 + [_I64, _I64, _F, _F, _F, _F, _INT, _I64]
     lib.nn_rows_infer.restype = None
@@ -302,56 +302,65 @@ def normality_groups(x3: Tensor, weight: Tensor | None, bias: Tensor | None, cfg
 
 class GroupsFunction(torch.autograd.Function):
     """Forward and backward each one call into rows.c's grouped functions; saves x, the noisy values y, and
-    log1p|h|, the power term (group-major) and the per-group statistics; weight/bias gradients on torch."""
+    log1p|h|, the power term (group-major) and the per-group statistics. rows.c also writes the affine output,
+    multiplies the incoming gradient by the weight and updates the running buffers, and the temporaries live in
+    per-thread scratch (workspace.py): these small steps cost their torch ops' host work, not arithmetic. The
+    weight/bias gradient sums stay torch's (their summation order)."""
 
     @staticmethod
     def forward(ctx: Any, x3: Tensor, weight: Tensor | None, bias: Tensor | None, cfg: FusedConfig,
                 layout: tuple[int, int, int, int, int], running: tuple[Tensor, Tensor, Tensor] | None) -> Tensor:
         mem = x3.transpose(1, 2) if cfg.tokens else x3  # dense, in memory order
         count, runs, length, step, stride = layout
-        threads = torch.get_num_threads()
+        numel, threads = mem.numel(), torch.get_num_threads()
+        work = scratch_flat(SCRATCH_SLOT, numel + threads * 5 * runs * length)  # the noise, then rows.c's scratch
         z = None
-        if cfg.training and cfg.noise:  # standard_normal_like's draw into a buffer in memory order (tokens: N, S, C)
-            z = torch.empty_like(mem)
-            standard_normal_like(x3, cfg.tokens, z)
-        take = borrow if cfg.grad_enabled else torch.empty_like  # saved for backward: recycled (workspace.py)
-        y, log1p_a, power = take(mem), take(mem), take(mem)
-        stats = torch.empty(count, NSTATS)
-        scratch = torch.empty(threads, 5 * runs * length)
+        if cfg.training and cfg.noise:  # standard_normal_like's draw in memory order (tokens: N, S, C)
+            z = work[:numel].normal_()
+        if numel < SMALL_SAVED or not cfg.grad_enabled:  # one allocation from the heap: no page faults
+            saved = torch.empty(3 * numel + count * NSTATS)
+            pointers = [saved.data_ptr() + 4 * k * numel for k in range(4)]
+        else:  # saved for backward: recycled (workspace.py)
+            saved = (borrow(mem), borrow(mem), borrow(mem), torch.empty(count * NSTATS))
+            pointers = [t.data_ptr() for t in saved]
+        out = torch.empty_like(mem)
         lo = -math.inf if cfg.lambda_min is None else cfg.lambda_min
         hi = math.inf if cfg.lambda_max is None else cfg.lambda_max
-        lib = library()
-        lib.nn_groups_forward(mem.data_ptr(), _ptr(z), y.data_ptr(), log1p_a.data_ptr(), power.data_ptr(),
-                              stats.data_ptr(), scratch.data_ptr(), count, runs, length, step, stride, cfg.eps,
-                              cfg.alpha, cfg.noise, lo, hi, threads)
-        shape = (1, 1, -1) if cfg.tokens else (1, -1, 1)
-        out = affine_on(y, weight, bias, shape)
-        if running is not None:
-            update_running(stats[:, 0], stats[:, 1], stats[:, 3], runs * length, cfg.momentum, *running)
-        ctx.cfg, ctx.layout, ctx.shape = cfg, layout, shape
-        ctx.save_for_backward(mem, weight, bias, y, log1p_a, power, stats)
+        values = runs * length
+        rm, rv, rl = (None, None, None) if running is None else running
+        library().nn_groups_forward(mem.data_ptr(), _ptr(z), _ptr(weight), _ptr(bias), pointers[0], out.data_ptr(),
+                                    pointers[1], pointers[2], pointers[3], _ptr(rm), _ptr(rv), _ptr(rl),
+                                    values / max(values - 1, 1), cfg.momentum, work.data_ptr() + 4 * numel, count,
+                                    runs, length, step, stride, 0 if cfg.tokens else x3.shape[2], x3.shape[1],
+                                    cfg.eps, cfg.alpha, cfg.noise, lo, hi, threads)
+        ctx.cfg, ctx.layout, ctx.pointers = cfg, layout, pointers
+        ctx.save_for_backward(mem, weight, bias, *(saved if isinstance(saved, tuple) else (saved,)))
         return out.transpose(1, 2) if cfg.tokens else out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad3: Tensor) -> tuple[Tensor | None, ...]:
-        mem, weight, bias, y, log1p_a, power, stats = ctx.saved_tensors
-        cfg, shape = ctx.cfg, ctx.shape
+        mem, weight, bias, *saved = ctx.saved_tensors
+        cfg, pointers = ctx.cfg, ctx.pointers
         dy = (grad3.transpose(1, 2) if cfg.tokens else grad3).contiguous()
         dims = (0, 1) if cfg.tokens else (0, 2)
         dx = None
         if ctx.needs_input_grad[0]:
             count, runs, length, step, stride = ctx.layout
             threads = torch.get_num_threads()
-            gx = dy * weight.view(shape) if weight is not None else dy
             dx = torch.empty_like(mem)
-            scratch = torch.empty(threads, 7 * runs * length)
-            library().nn_groups_backward(gx.data_ptr(), mem.data_ptr(), log1p_a.data_ptr(), power.data_ptr(),
-                                         stats.data_ptr(), dx.data_ptr(), scratch.data_ptr(), count, runs, length,
-                                         step, stride, cfg.alpha, int(not cfg.detach_lambda), threads)
+            work = scratch_flat(SCRATCH_SLOT, threads * 7 * runs * length)
+            s_inner, channels = (0, mem.shape[2]) if cfg.tokens else mem.shape[1:][::-1]
+            library().nn_groups_backward(dy.data_ptr(), _ptr(weight), mem.data_ptr(), pointers[1], pointers[2],
+                                         pointers[3], dx.data_ptr(), work.data_ptr(), count, runs, length, step,
+                                         stride, s_inner, channels, cfg.alpha, int(not cfg.detach_lambda), threads)
             dx = dx.transpose(1, 2) if cfg.tokens else dx
-        dweight = (dy * y).sum(dims) if weight is not None and ctx.needs_input_grad[1] else None
-        dbias = dy.sum(dims) if bias is not None and ctx.needs_input_grad[2] else None
-        if graph_freed_after_this_backward():
-            give_back(y, log1p_a, power)
+        dweight = dbias = None
+        if weight is not None and ctx.needs_input_grad[1]:
+            y = saved[0] if len(saved) > 1 else saved[0].as_strided(mem.shape, mem.stride())
+            dweight = (dy * y).sum(dims)
+        if bias is not None and ctx.needs_input_grad[2]:
+            dbias = dy.sum(dims)
+        if len(saved) > 1 and graph_freed_after_this_backward():
+            give_back(*saved[:3])
         return dx, dweight, dbias, None, None, None

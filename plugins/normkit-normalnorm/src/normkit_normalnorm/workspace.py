@@ -47,6 +47,12 @@ def scratch_contiguous(slot: int, shape: tuple[int, ...], like: Tensor) -> Tenso
     return _flat(slot, like.dtype, math.prod(shape))[:math.prod(shape)].view(shape)
 
 
+def scratch_flat(slot: int, numel: int, dtype: torch.dtype = torch.float32) -> Tensor:
+    """A contiguous CPU scratch vector of at least `numel` values (this thread's; no torch op when it is big
+    enough): for callers that pass its address to C, or slice it once."""
+    return _flat(slot, dtype, numel)
+
+
 def _flat(slot: int, dtype: torch.dtype, numel: int) -> Tensor:
     slots: dict[tuple[int, torch.dtype], Tensor] = _local.__dict__.setdefault("slots", {})
     flat = slots.get((slot, dtype))
