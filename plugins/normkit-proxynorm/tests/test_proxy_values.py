@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import normkit
-from normkit_proxynorm import proxy_quantiles
+from normkit_proxynorm import proxy, proxy_quantiles
 
 SPECS = ["gn+pn", "ln+pn", "gn(groups=8)+pn", "bn+pn"]
 
@@ -138,3 +138,53 @@ def test_bad_parameters_raise_spec_errors(spec: str, fragment: str) -> None:
 def test_pn_activation_must_match_the_models_activation() -> None:
     with pytest.raises(normkit.SpecError, match="conflicts"):
         normkit.build("gn+pn(act=silu)", 32, activation="relu")
+
+
+class _PlainReLU(torch.nn.ReLU):
+    """A ReLU that is not `nn.ReLU` itself: pn then runs its generic autograd path."""
+
+
+@pytest.mark.parametrize("spec", ["gn(groups=2)+pn", "gn(groups=2)+pn(scale=false)",
+                                  "gn(groups=2)+pn(proxy_params=false)", "ln+pn"])
+def test_relu_takes_the_fused_function_with_the_generic_paths_values(spec: str) -> None:
+    """pn with ReLU runs ReluProxyNorm (same forward ops, hand-written backward): its output equals the generic
+    path's bit for bit and every gradient agrees with autograd's (float64), with and without scale and proxy
+    parameters."""
+    torch.manual_seed(0)
+    layer = normkit.build(spec, 4).double()
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.add_(0.5 * torch.randn_like(p))
+    x = torch.randn(3, 4, 5, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(3, 4, 5, dtype=torch.float64)
+
+    def step() -> list[torch.Tensor]:
+        x.grad = None
+        layer.zero_grad()
+        out = layer(x)
+        out.backward(g)
+        return [out.detach(), x.grad, *(p.grad for p in layer.parameters())]
+
+    calls = []
+    original = proxy.ReluProxyNorm.forward
+    proxy.ReluProxyNorm.forward = staticmethod(lambda *a: calls.append(1) or original(*a))
+    try:
+        fused = step()
+    finally:
+        proxy.ReluProxyNorm.forward = staticmethod(original)
+    assert calls == [1]
+    layer.act = _PlainReLU()
+    generic = step()
+    assert torch.equal(fused[0], generic[0])
+    for got, want in zip(fused[1:], generic[1:], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_relu_proxy_norm_passes_gradcheck() -> None:
+    torch.manual_seed(1)
+    c = 3
+    x = torch.randn(2, c, 4, dtype=torch.float64, requires_grad=True)
+    weight = (torch.rand(c, dtype=torch.float64) + 0.5).requires_grad_()
+    params = [weight, *((0.3 * torch.randn(c, dtype=torch.float64)).requires_grad_() for _ in range(3))]
+    u = proxy_quantiles(16, dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda *t: proxy.ReluProxyNorm.apply(*t, u, 0.03, True), (x, *params))
