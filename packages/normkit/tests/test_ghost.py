@@ -63,6 +63,9 @@ def test_every_batch_norm_ghost_is_the_layer_run_chunk_by_chunk(spec: str) -> No
     plain = copy.deepcopy(ghosted)
     plain.partition = normkit.build(spec.split("+")[0], 8).partition  # the same layer, whole-batch statistics
     assert ghosted.partition.ghost == 2 and plain.partition.ghost is None
+    # bnn's noise: its ghost batches draw it in their regrouped order, not chunk by chunk (normkit-normalnorm's
+    # test_ghost_fused.py), so with noise on only the buffers (which the noise does not touch) compare.
+    noisy = spec == "bnn"
     for step in range(2):
         x = _batch(n=6, c=8, seed=step).float()
         start = {n: b.clone() for n, b in plain.named_buffers()}
@@ -75,7 +78,8 @@ def test_every_batch_norm_ghost_is_the_layer_run_chunk_by_chunk(spec: str) -> No
                 b.copy_(start[n])
             outs.append(plain(chunk))
             ends.append({n: b.clone() for n, b in plain.named_buffers()})
-        torch.testing.assert_close(out, torch.cat(outs), rtol=1e-5, atol=1e-6)  # reference vs fused path
+        if not noisy:
+            torch.testing.assert_close(out, torch.cat(outs), rtol=1e-5, atol=1e-6)  # reference vs fused path
         for n, b in plain.named_buffers():
             expected = torch.stack([e[n] for e in ends]).mean(0) if b.is_floating_point() else ends[-1][n]
             b.copy_(expected)

@@ -8,9 +8,11 @@ stays fixed (Hoffer et al., Train longer, generalize better, NeurIPS 2017, arXiv
 
 Steps that reduce only through the `Groups` API (`Step.reduces_through_groups`: bn's standardize, the
 normality norm's nn) see all ghost batches at once as a `(N/ghost, ghost, C, S)` tensor reduced over
-dims (1, 3), one call on the reference path (fused kernels pool the whole batch, so they are not
-used); any other layer (a plugin's step, a post-activation step, probes, a remainder) runs once
-per ghost batch. Both compute the same function.
+dims (1, 3), one call on the reference path; a fused path is offered that call only where its step
+declares that it normalizes ghost batches itself (`Step.fused_ghost_batches`: the normality norm's nn,
+whose fused function takes them regrouped), since other fused kernels pool the whole batch. Any other
+layer (a plugin's step, a post-activation step, probes, a remainder) runs once per ghost batch. All
+compute the same function.
 
 Running buffers (running_mean/var, bnn's running_lambda, ...): every ghost batch starts from the same
 buffers, and the layer keeps the mean of the values they end with, so one training step is one
@@ -97,19 +99,13 @@ def _groups_only(layer: NormLayer) -> bool:
 
 
 def _forward(layer: NormLayer, x: Tensor, grouped: bool = False) -> Tensor:
-    """The layer on `x`, statistics in float32 even under autocast. `grouped`: on the grouped ghost
-    batches through the steps' reference path (a fused path would pool the whole batch)."""
+    """The layer on `x`, statistics in float32 even under autocast. `grouped`: `x` holds several ghost
+    batches: a step's fused path runs only where it normalizes them itself (`Step.fused_ghost_batches`;
+    other fused paths would pool the whole batch), else the steps' reference path on the grouped tensor."""
     if torch.is_autocast_enabled(x.device.type):
         with torch.autocast(x.device.type, enabled=False):
             return _forward(layer, x, grouped)
-    if not grouped:
-        return layer._forward(x)
-    xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
-    out = layer._generic(xf)
-    out = out.to(x.dtype) if out.dtype != x.dtype else out
-    if x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
-        return out.contiguous(memory_format=torch.channels_last)
-    return out.contiguous()
+    return layer._forward(x, ghost_batches=grouped)
 
 
 def _mean_over_ghost_batches(ends: Tensor, samples: Tensor) -> Tensor:

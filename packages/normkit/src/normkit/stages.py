@@ -211,6 +211,11 @@ class Step:
     # API (mean, var_mean, per_channel, channel_stat, dims): ghost batches then run as one grouped
     # tensor instead of one layer call per ghost batch (normkit.ghost).
     reduces_through_groups: bool = False
+    # True (declared on the class itself) when `fused_forward` normalizes ghost batches itself: given a
+    # training batch of several ghost batches (`layer.partition.ghost` divides it), it computes each one
+    # alone and keeps the mean of their running-buffer updates (normkit.ghost's rule). Only such a step's
+    # fused path is offered the grouped ghost batches of a `reduces_through_groups` layer.
+    fused_ghost_batches: bool = False
     # When True, fused_forward gets the input in its own dtype (fp16/bf16 included, so a kernel can
     # read half the bytes) and must compute statistics in float32 itself; otherwise it gets float32.
     fused_input_dtype: bool = False
