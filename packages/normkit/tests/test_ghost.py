@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+import warnings
 
 import pytest
 import torch
@@ -149,3 +150,31 @@ def test_bn_and_bnn_run_all_ghost_batches_as_one_grouped_tensor_and_others_batch
     assert ghost._groups_only(normkit.build("bnn(ghost=2)", 8))
     assert not ghost._groups_only(normkit.build("brn(ghost=2)", 8))  # its own forward: one call per ghost batch
     assert not ghost._groups_only(normkit.build("bn(ghost=2)+relu+pn", 8, activation="relu"))
+
+
+def _ghost_warnings(model: torch.nn.Module, batches: list[int], channels: int = 4) -> list[str]:
+    """The GhostBatchTooLarge messages training `model` on batches of these sizes gives."""
+    from normkit.ghost import GhostBatchTooLarge
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in batches:
+            model(torch.randn(n, channels, 2, 2))
+    return [str(w.message) for w in caught if issubclass(w.category, GhostBatchTooLarge)]
+
+
+def test_a_ghost_larger_than_the_training_batch_warns_once_per_layer() -> None:
+    model = torch.nn.Sequential(normkit.build("bn(ghost=32)", 4), normkit.build("bnn(ghost=16)", 4))
+    messages = _ghost_warnings(model, [8, 8, 8])
+    assert messages == [
+        "normkit: bn(ghost=32) (4 channels) has ghost=32 but trains on batches of 8 samples, so it normalizes over "
+        "the whole batch of 8, not ghost batches of 32; use ghost= at most the training batch size",
+        "normkit: bnn(ghost=16) (4 channels) has ghost=16 but trains on batches of 8 samples, so it normalizes over "
+        "the whole batch of 8, not ghost batches of 16; use ghost= at most the training batch size"]
+
+
+def test_a_shorter_last_batch_after_full_ones_and_eval_do_not_warn() -> None:
+    layer = normkit.build("bn(ghost=4)", 4)
+    assert _ghost_warnings(layer, [16, 16, 3]) == []  # an epoch's last batch of 3 after batches of 16
+    assert _ghost_warnings(normkit.build("bn(ghost=4)", 4).eval(), [2]) == []  # eval: running statistics
+    assert _ghost_warnings(normkit.build("bn(ghost=4)", 4), [4, 2]) == []  # a batch of exactly ghost fits

@@ -31,14 +31,26 @@ the concatenated batch. The updates are affine in the statistics (EMA or cumulat
 average is exactly one process's mean over all ghost batches. Outputs equal one process's when each
 process's batch is a multiple of ghost (the ghost batches are then the same); otherwise each process
 ends with its own smaller ghost batch.
+
+A ghost batch larger than the training batch is the whole batch: the layer then normalizes over the
+batch it is given, which is what a mistaken ghost= (or a batch smaller than meant) does silently, so
+the layer warns once (`GhostBatchTooLarge`) when it trains on fewer samples than ghost without ever
+having trained on a batch of ghost or more. A shorter last batch of an epoch follows full batches,
+so it does not warn.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import torch
 from torch import Tensor, nn
 
 NormLayer = nn.Module  # a normkit.layer.NormLayer (not imported: the layer imports this module)
+
+
+class GhostBatchTooLarge(UserWarning):
+    """A ghost batch larger than every training batch the layer has seen: it normalizes whole batches."""
 
 
 def applies(layer: NormLayer) -> bool:
@@ -51,6 +63,8 @@ def applies(layer: NormLayer) -> bool:
 def forward_in_ghost_batches(layer: NormLayer, x: Tensor) -> Tensor:
     """The layer's output on `x` computed ghost batch by ghost batch (see the module docstring)."""
     size, n = layer.partition.ghost, x.shape[0]
+    if layer.training:
+        _warn_if_larger_than_batch(layer, n)
     whole = n <= size or (n % size == 0 and _groups_only(layer))  # one call: a single or grouped ghost batches
     synced = _synced(layer)
     if whole and not synced:
@@ -83,6 +97,24 @@ def forward_in_ghost_batches(layer: NormLayer, x: Tensor) -> Tensor:
     if x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
         return out.contiguous(memory_format=torch.channels_last)
     return out
+
+
+def _warn_if_larger_than_batch(layer: NormLayer, n: int) -> None:
+    """Warn once per layer when it trains on fewer than ghost samples and has never trained on a batch of
+    ghost or more (a shorter last batch of an epoch comes after full ones, so it is not warned about)."""
+    if torch.compiler.is_compiling() or torch.jit.is_tracing():
+        return
+    state = layer.__dict__.setdefault("_ghost_batches_seen", {"fits": False, "warned": False})
+    size = layer.partition.ghost
+    if n >= size:
+        state["fits"] = True
+    elif n and not state["fits"] and not state["warned"]:
+        state["warned"] = True
+        where = " on this process" if _synced(layer) else ""
+        warnings.warn(GhostBatchTooLarge(
+            f"normkit: {layer.spec or 'norm'} ({layer.num_channels} channels) has ghost={size} but trains on "
+            f"batches of {n} samples{where}, so it normalizes over the whole batch of {n}, not ghost batches of "
+            f"{size}; use ghost= at most the training batch size"), stacklevel=4)
 
 
 def _synced(layer: NormLayer) -> bool:
