@@ -178,3 +178,46 @@ def test_a_shorter_last_batch_after_full_ones_and_eval_do_not_warn() -> None:
     assert _ghost_warnings(layer, [16, 16, 3]) == []  # an epoch's last batch of 3 after batches of 16
     assert _ghost_warnings(normkit.build("bn(ghost=4)", 4).eval(), [2]) == []  # eval: running statistics
     assert _ghost_warnings(normkit.build("bn(ghost=4)", 4), [4, 2]) == []  # a batch of exactly ghost fits
+
+
+def _graph(t: torch.Tensor) -> set[str]:
+    """The names of the autograd nodes that produced `t`."""
+    seen, todo = {}, [t.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is not None and id(node) not in seen:
+            seen[id(node)] = node.name()
+            todo.extend(next_node for next_node, _ in node.next_functions)
+    return set(seen.values())
+
+
+@pytest.mark.parametrize(("spec", "shape", "channel_dim", "channels_last"), [
+    ("bn(ghost=2)", (8, 4, 3, 3), 1, False),
+    ("bn(ghost=4,momentum=none)", (8, 5, 7), -1, False),
+    ("bn(ghost=3)", (9, 3, 4, 2), 1, True),
+    ("bn(ghost=2,track_running_stats=false)", (6, 4, 5), 1, False),
+])
+def test_bn_ghost_batches_take_torchs_kernel_regrouped_and_equal_the_reference_path(
+        spec: str, shape: tuple[int, ...], channel_dim: int, channels_last: bool) -> None:
+    fused = normkit.build(spec, shape[channel_dim], channel_dim=channel_dim).double()
+    with torch.no_grad():
+        fused.weight.uniform_(0.5, 1.5)
+        fused.bias.uniform_(-0.5, 0.5)
+    reference = copy.deepcopy(fused)
+    reference.recording = True  # the grouped reference path
+    for step in range(2):
+        x = torch.randn(shape, dtype=torch.float64, generator=torch.Generator().manual_seed(step)) * 2 + 0.5
+        x = x.contiguous(memory_format=torch.channels_last) if channels_last else x
+        xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+        out, ref = fused(xa), reference(xb)
+        assert "NativeBatchNormBackward0" in _graph(out) and "NativeBatchNormBackward0" not in _graph(ref)
+        assert out.is_contiguous(memory_format=torch.channels_last) == channels_last
+        torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-10)
+        grad = torch.randn_like(out)
+        out.backward(grad)
+        ref.backward(grad)
+        torch.testing.assert_close(xa.grad, xb.grad, rtol=1e-10, atol=1e-10)
+        for name, buffer in reference.named_buffers():
+            torch.testing.assert_close(dict(fused.named_buffers())[name], buffer, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(fused.weight.grad, reference.weight.grad, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(fused.bias.grad, reference.bias.grad, rtol=1e-10, atol=1e-10)

@@ -9,8 +9,9 @@ stays fixed (Hoffer et al., Train longer, generalize better, NeurIPS 2017, arXiv
 Steps that reduce only through the `Groups` API (`Step.reduces_through_groups`: bn's standardize, the
 normality norm's nn) see all ghost batches at once as a `(N/ghost, ghost, C, S)` tensor reduced over
 dims (1, 3), one call on the reference path; a fused path is offered that call only where its step
-declares that it normalizes ghost batches itself (`Step.fused_ghost_batches`: the normality norm's nn,
-whose fused function takes them regrouped), since other fused kernels pool the whole batch. Any other
+declares that it normalizes ghost batches itself (`Step.fused_ghost_batches`: bn's standardize and the
+normality norm's nn, whose fused kernels take them regrouped, `stages.GhostRegroup`), since other fused
+kernels pool the whole batch. Any other
 layer (a plugin's step, a post-activation step, probes, a remainder) runs once per ghost batch. All
 compute the same function.
 

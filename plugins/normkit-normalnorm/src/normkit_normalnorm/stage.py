@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from normkit import NormkitError, SpecError
-from normkit.stages import BuildContext, Groups, Standardize, Step
+from normkit.stages import BuildContext, GhostRegroup, Groups, Standardize, Step, ghost_regroup
 from torch import Tensor
 
 from normkit_normalnorm.compiled import normality_compiled
@@ -133,11 +133,9 @@ class NormalityStep(Step):
         batch = layer.partition.uses_batch
         if batch and layer.training and x3.shape[0] * x3.shape[2] < 2:
             raise layer.shape_error("needs more than 1 value per channel when training")
-        ghost = layer.partition.ghost
-        if ghost is not None and n > ghost and (layer.training or not tracks):
-            if n % ghost:
-                return None  # normkit.ghost splits off a remainder before it calls a fused path
-            y3 = self._fused_ghost_batches(kernel, x3, layer, tracks, ghost)
+        regroup = ghost_regroup(layer.partition, n, layer.training, tracks)
+        if regroup is not None:
+            y3 = self._fused_ghost_batches(kernel, x3, layer, tracks, regroup)
         else:
             y3 = self._call(kernel, x3, layer, tracks, layer.recovery_params(), _layer_buffers(layer, tracks),
                             layer.tokens)
@@ -157,25 +155,19 @@ class NormalityStep(Step):
             lambda_max=self.lambda_max, detach_lambda=self.detach_lambda)
 
     def _fused_ghost_batches(self, kernel: Callable[..., Tensor], x3: Tensor, layer: NormLayer, tracks: bool,
-                             ghost: int) -> Tensor:
-        """Ghost batches of `ghost` samples in one call: the `(N, C, S)` view regrouped into a contiguous
-        `(ghost, N/ghost * C, S)` batch, each (ghost batch, channel) pair a channel over its `ghost` samples,
-        with the affine repeated per ghost batch. Running buffers: N/ghost copies of the layer's, each updated
-        by its ghost batch from the same start, and the layer keeps their mean (normkit.ghost's rule). The
-        noise is drawn in the regrouped order, as the reference path draws it for ghost batches (`_ghost_noise`)."""
-        n, c, s = x3.shape
-        k = n // ghost
-        regrouped = x3.reshape(k, ghost, c, s).transpose(0, 1).reshape(ghost, k * c, s)
+                             regroup: GhostRegroup) -> Tensor:
+        """Ghost batches in one call: the `(N, C, S)` view regrouped into one batch of `ghost` samples whose
+        channels are the (ghost batch, channel) pairs, the affine and running buffers repeated per ghost
+        batch, the layer keeping the mean of the buffers' copies (normkit.ghost's rule). The noise is drawn
+        in the regrouped order, as the reference path draws it for ghost batches (`_ghost_noise`)."""
         weight, bias = layer.recovery_params()
-        affine = (None if weight is None else weight.repeat(k), None if bias is None else bias.repeat(k))
         own = _layer_buffers(layer, tracks)
-        copies = tuple(b.repeat(k) for b in own) if own is not None else None
-        y = self._call(kernel, regrouped, layer, tracks, affine, copies, tokens=False)
-        if own is not None:
-            with torch.no_grad():
-                for buffer, copy in zip(own, copies, strict=True):
-                    buffer.copy_(copy.view(k, c).mean(dim=0))
-        return y.reshape(ghost, k, c, s).transpose(0, 1).reshape(n, c, s)
+        copies = tuple(regroup.channels(b) for b in own) if own is not None else None
+        y = self._call(kernel, regroup.batch(x3), layer, tracks, (regroup.channels(weight), regroup.channels(bias)),
+                       copies, tokens=False)
+        for buffer, copy in zip(own or (), copies or (), strict=True):
+            regroup.keep_mean(buffer, copy)
+        return regroup.unbatch(y)
 
     def _kernel_for(self, x: Tensor) -> Callable[..., Tensor]:
         if self.kernel == "torch" or x.numel() == 0:  # an empty batch has nothing to launch a kernel on
