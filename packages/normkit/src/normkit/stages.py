@@ -114,7 +114,7 @@ class GhostRegroup:
     def keep_mean(self, own: Tensor, copies: Tensor) -> None:
         """Write the mean over the ghost batches of a repeated buffer's copies into the layer's buffer."""
         with torch.no_grad():
-            torch.sum(copies.view(self.count, -1), dim=0, out=own).div_(self.count)
+            own.copy_(copies.view(self.count, -1).mean(dim=0))
 
 
 def ghost_regroup(partition: Partition, n: int, training: bool, tracks: bool) -> GhostRegroup | None:
