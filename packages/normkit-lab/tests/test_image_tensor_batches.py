@@ -34,3 +34,20 @@ def test_augmented_batches_draw_their_crops_in_order_as_before():
     torch.manual_seed(3)
     one_by_one = [data[i] for i in (4, 1, 30)]
     assert all(torch.equal(a[0], b[0]) and a[1] == b[1] for a, b in zip(batched, one_by_one, strict=True))
+
+
+def test_collate_passes_a_batch_on_stacked_with_default_collates_values():
+    from normkit_lab.datasets.tensors import collate
+
+    for augment in (False, True):
+        data = _images(augment=augment)
+        for dataset in (data, Subset(data, list(range(36, -1, -3)))):
+            order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(1)).tolist()
+            torch.manual_seed(2)
+            ours = list(DataLoader(dataset, batch_size=5, sampler=order, collate_fn=collate))
+            torch.manual_seed(2)
+            theirs = list(DataLoader(dataset, batch_size=5, sampler=order))
+            for (x, y), (x0, y0) in zip(ours, theirs, strict=True):
+                assert torch.equal(x, x0) and torch.equal(y, y0) and (x.dtype, y.dtype) == (x0.dtype, y0.dtype)
+    batch = _images().__getitems__([3, 0, 7])
+    assert collate(batch)[0] is batch.stacked[0]  # handed on, not stacked again

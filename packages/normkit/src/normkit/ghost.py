@@ -8,9 +8,12 @@ stays fixed (Hoffer et al., Train longer, generalize better, NeurIPS 2017, arXiv
 
 Steps that reduce only through the `Groups` API (`Step.reduces_through_groups`: bn's standardize, the
 normality norm's nn) see all ghost batches at once as a `(N/ghost, ghost, C, S)` tensor reduced over
-dims (1, 3), one call on the reference path (fused kernels pool the whole batch, so they are not
-used); any other layer (a plugin's step, a post-activation step, probes, a remainder) runs once
-per ghost batch. Both compute the same function.
+dims (1, 3), one call on the reference path; a fused path is offered that call only where its step
+declares that it normalizes ghost batches itself (`Step.fused_ghost_batches`: bn's standardize and the
+normality norm's nn, whose fused kernels take them regrouped, `stages.GhostRegroup`), since other fused
+kernels pool the whole batch. Any other
+layer (a plugin's step, a post-activation step, probes, a remainder) runs once per ghost batch. All
+compute the same function.
 
 Running buffers (running_mean/var, bnn's running_lambda, ...): every ghost batch starts from the same
 buffers, and the layer keeps the mean of the values they end with, so one training step is one
@@ -29,14 +32,26 @@ the concatenated batch. The updates are affine in the statistics (EMA or cumulat
 average is exactly one process's mean over all ghost batches. Outputs equal one process's when each
 process's batch is a multiple of ghost (the ghost batches are then the same); otherwise each process
 ends with its own smaller ghost batch.
+
+A ghost batch larger than the training batch is the whole batch: the layer then normalizes over the
+batch it is given, which is what a mistaken ghost= (or a batch smaller than meant) does silently, so
+the layer warns once (`GhostBatchTooLarge`) when it trains on fewer samples than ghost without ever
+having trained on a batch of ghost or more. A shorter last batch of an epoch follows full batches,
+so it does not warn.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import torch
 from torch import Tensor, nn
 
 NormLayer = nn.Module  # a normkit.layer.NormLayer (not imported: the layer imports this module)
+
+
+class GhostBatchTooLarge(UserWarning):
+    """A ghost batch larger than every training batch the layer has seen: it normalizes whole batches."""
 
 
 def applies(layer: NormLayer) -> bool:
@@ -49,6 +64,8 @@ def applies(layer: NormLayer) -> bool:
 def forward_in_ghost_batches(layer: NormLayer, x: Tensor) -> Tensor:
     """The layer's output on `x` computed ghost batch by ghost batch (see the module docstring)."""
     size, n = layer.partition.ghost, x.shape[0]
+    if layer.training:
+        _warn_if_larger_than_batch(layer, n)
     whole = n <= size or (n % size == 0 and _groups_only(layer))  # one call: a single or grouped ghost batches
     synced = _synced(layer)
     if whole and not synced:
@@ -83,6 +100,24 @@ def forward_in_ghost_batches(layer: NormLayer, x: Tensor) -> Tensor:
     return out
 
 
+def _warn_if_larger_than_batch(layer: NormLayer, n: int) -> None:
+    """Warn once per layer when it trains on fewer than ghost samples and has never trained on a batch of
+    ghost or more (a shorter last batch of an epoch comes after full ones, so it is not warned about)."""
+    if torch.compiler.is_compiling() or torch.jit.is_tracing():
+        return
+    state = layer.__dict__.setdefault("_ghost_batches_seen", {"fits": False, "warned": False})
+    size = layer.partition.ghost
+    if n >= size:
+        state["fits"] = True
+    elif n and not state["fits"] and not state["warned"]:
+        state["warned"] = True
+        where = " on this process" if _synced(layer) else ""
+        warnings.warn(GhostBatchTooLarge(
+            f"normkit: {layer.spec or 'norm'} ({layer.num_channels} channels) has ghost={size} but trains on "
+            f"batches of {n} samples{where}, so it normalizes over the whole batch of {n}, not ghost batches of "
+            f"{size}; use ghost= at most the training batch size"), stacklevel=4)
+
+
 def _synced(layer: NormLayer) -> bool:
     """True when the layer trains under convert_sync with several processes (buffers are then averaged)."""
     return layer.sync is not None and layer.training and layer.sync.active()
@@ -97,19 +132,13 @@ def _groups_only(layer: NormLayer) -> bool:
 
 
 def _forward(layer: NormLayer, x: Tensor, grouped: bool = False) -> Tensor:
-    """The layer on `x`, statistics in float32 even under autocast. `grouped`: on the grouped ghost
-    batches through the steps' reference path (a fused path would pool the whole batch)."""
+    """The layer on `x`, statistics in float32 even under autocast. `grouped`: `x` holds several ghost
+    batches: a step's fused path runs only where it normalizes them itself (`Step.fused_ghost_batches`;
+    other fused paths would pool the whole batch), else the steps' reference path on the grouped tensor."""
     if torch.is_autocast_enabled(x.device.type):
         with torch.autocast(x.device.type, enabled=False):
             return _forward(layer, x, grouped)
-    if not grouped:
-        return layer._forward(x)
-    xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
-    out = layer._generic(xf)
-    out = out.to(x.dtype) if out.dtype != x.dtype else out
-    if x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
-        return out.contiguous(memory_format=torch.channels_last)
-    return out.contiguous()
+    return layer._forward(x, ghost_batches=grouped)
 
 
 def _mean_over_ghost_batches(ends: Tensor, samples: Tensor) -> Tensor:

@@ -240,7 +240,9 @@ class NormLayer(FxLeaf):
                 return self._forward(x)
         return self._forward(x)
 
-    def _forward(self, x: Tensor) -> Tensor:
+    def _forward(self, x: Tensor, ghost_batches: bool = False) -> Tensor:
+        """The layer on `x`. `ghost_batches`: `x` holds several ghost batches (normkit.ghost), so only a
+        step whose fused path normalizes them itself (`Step.fused_ghost_batches`) may take it."""
         in_dtype = x.dtype
         xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
         if self.round_before_gain and xf.dtype != in_dtype:
@@ -248,6 +250,8 @@ class NormLayer(FxLeaf):
         out = None
         if not self.probes and not self.recording and not self._syncing():
             for step in self.steps:
+                if ghost_batches and not type(step).__dict__.get("fused_ghost_batches", False):
+                    continue
                 inp = x if step.fused_input_dtype else xf
                 try:
                     out = step.fused_forward(inp, self)

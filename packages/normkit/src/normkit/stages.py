@@ -86,6 +86,48 @@ class Partition:
         return g, Groups(self, (2, 3), x3.shape, (c // self.groups) * s, c)
 
 
+@dataclass(frozen=True)
+class GhostRegroup:
+    """Ghost batches for a fused kernel that pools a batch per channel: a batch of `count` ghost batches of
+    `ghost` samples, `(N, C, S)`, as one batch of `ghost` samples over `count * C` channels, each (ghost
+    batch, channel) pair a channel (`Step.fused_ghost_batches`). Per-channel tensors (affine, running
+    buffers) are repeated per ghost batch; the layer's running buffers keep the mean of their copies."""
+
+    ghost: int
+    count: int
+
+    def batch(self, x3: Tensor) -> Tensor:
+        """`(N, C, S)` -> a contiguous `(ghost, count * C, S)`."""
+        _, c, s = x3.shape
+        return x3.reshape(self.count, self.ghost, c, s).transpose(0, 1).reshape(self.ghost, self.count * c, s)
+
+    def unbatch(self, y: Tensor) -> Tensor:
+        """`(ghost, count * C, S)` -> `(N, C, S)`."""
+        _, kc, s = y.shape
+        c = kc // self.count
+        return y.reshape(self.ghost, self.count, c, s).transpose(0, 1).reshape(self.count * self.ghost, c, s)
+
+    def channels(self, v: Tensor | None) -> Tensor | None:
+        """A `(C,)` tensor repeated per ghost batch (a fresh copy; None stays None)."""
+        return None if v is None else v.expand(self.count, -1).reshape(-1)  # a copy; half repeat's time
+
+    def keep_mean(self, own: Tensor, copies: Tensor) -> None:
+        """Write the mean over the ghost batches of a repeated buffer's copies into the layer's buffer."""
+        with torch.no_grad():
+            own.copy_(copies.view(self.count, -1).mean(dim=0))
+
+
+def ghost_regroup(partition: Partition, n: int, training: bool, tracks: bool) -> GhostRegroup | None:
+    """How a fused path takes ghost batches: a GhostRegroup when a batch of `n` samples normalizes over
+    ghost batches now (training, or without running statistics), else None (one batch as usual)."""
+    ghost = partition.ghost
+    if ghost is None or n <= ghost or not (training or not tracks):
+        return None
+    if n % ghost:
+        raise ValueError(f"a batch of {n} is not a multiple of ghost={ghost} (normkit.ghost splits off a remainder)")
+    return GhostRegroup(ghost, n // ghost)
+
+
 # Sums a per-group statistic over the processes of a synced batch (see `normkit.convert_sync`).
 Reducer = Callable[[Tensor], Tensor]
 
@@ -211,6 +253,11 @@ class Step:
     # API (mean, var_mean, per_channel, channel_stat, dims): ghost batches then run as one grouped
     # tensor instead of one layer call per ghost batch (normkit.ghost).
     reduces_through_groups: bool = False
+    # True (declared on the class itself) when `fused_forward` normalizes ghost batches itself: given a
+    # training batch of several ghost batches (`layer.partition.ghost` divides it), it computes each one
+    # alone and keeps the mean of their running-buffer updates (normkit.ghost's rule). Only such a step's
+    # fused path is offered the grouped ghost batches of a `reduces_through_groups` layer.
+    fused_ghost_batches: bool = False
     # When True, fused_forward gets the input in its own dtype (fp16/bf16 included, so a kernel can
     # read half the bytes) and must compute statistics in float32 itself; otherwise it gets float32.
     fused_input_dtype: bool = False
@@ -319,6 +366,7 @@ class Standardize(Step):
 
     name = "standardize"
     reduces_through_groups = True
+    fused_ghost_batches = True  # torch's batch_norm on the regrouped batch (GhostRegroup)
 
     def __init__(self, eps: float = 1e-5, momentum: float | None = 0.1,
                  track_running_stats: bool = True) -> None:
@@ -409,11 +457,26 @@ class Standardize(Step):
             # one value per channel has no variance; an empty batch normalizes nothing and is allowed
             raise layer.shape_error("needs more than 1 value per channel when training")
         factor = (self.update_factor(layer) or 0.0) if tracks else 0.0
+        running = (layer.running_mean, layer.running_var) if tracks else (None, None)
+        regroup = ghost_regroup(partition, x.shape[0], layer.training, tracks) if partition.uses_batch else None
+        if regroup is not None:  # ghost batches: one batch of `ghost` samples over (ghost batch, channel) pairs
+            n, c = x.shape[0], layer.num_channels
+            s = x.numel() // (n * c)
+            x3 = x.reshape(n, s, c).transpose(1, 2) if layer.tokens else x.reshape(n, c, s)
+            copies = tuple(regroup.channels(b) for b in running)
+            y = native_standardize(
+                regroup.batch(x3), kind="batch", tokens=False, num_channels=x3.shape[1] * regroup.count, groups=1,
+                weight=regroup.channels(weight), bias=regroup.channels(bias), eps=self.eps,
+                running_mean=copies[0], running_var=copies[1], use_batch_stats=True, factor=factor)
+            for own, copy in zip(running, copies, strict=True):
+                if own is not None:
+                    regroup.keep_mean(own, copy)
+            y3 = regroup.unbatch(y)
+            return y3.transpose(1, 2).reshape(x.shape) if layer.tokens else y3.reshape(x.shape)
         return native_standardize(
             x, kind=partition.kind, tokens=layer.tokens, num_channels=layer.num_channels,
             groups=partition.groups, weight=weight, bias=bias, eps=self.eps,
-            running_mean=layer.running_mean if tracks else None,
-            running_var=layer.running_var if tracks else None,
+            running_mean=running[0], running_var=running[1],
             use_batch_stats=layer.training or not tracks, factor=factor)
 
 

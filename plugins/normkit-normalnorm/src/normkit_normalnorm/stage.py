@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from normkit import NormkitError, SpecError
-from normkit.stages import BuildContext, Groups, Standardize, Step
+from normkit.stages import BuildContext, GhostRegroup, Groups, Standardize, Step, ghost_regroup
 from torch import Tensor
 
 from normkit_normalnorm.compiled import normality_compiled
@@ -38,6 +38,7 @@ class NormalityStep(Step):
 
     name = "nn"
     reduces_through_groups = True  # ghost batches run through `forward` as one grouped tensor
+    fused_ghost_batches = True  # and through `fused_forward`, regrouped (see `_fused_ghost_batches`)
     fused_input_dtype = True  # fp16/bf16 reach the Triton kernel as they are (half the bytes read)
 
     def __init__(self, partition_kind: str, *, noise: float | None, alpha: float, eps: float,
@@ -92,7 +93,8 @@ class NormalityStep(Step):
         out = yeo_johnson(x, lam)
         layer.record("post_transform", lambda: groups.ungroup(out))
         if layer.training and self.noise:
-            z = standard_normal_like(groups.ungroup(out), layer.tokens).reshape(out.shape)
+            z = _ghost_noise(out) if groups.ghosted else \
+                standard_normal_like(groups.ungroup(out), layer.tokens).reshape(out.shape)
             out = out + self.noise * noise_scale(out, dims, mean=groups.mean) * z
         return out
 
@@ -131,17 +133,41 @@ class NormalityStep(Step):
         batch = layer.partition.uses_batch
         if batch and layer.training and x3.shape[0] * x3.shape[2] < 2:
             raise layer.shape_error("needs more than 1 value per channel when training")
-        factor = std.update_factor(layer) if tracks else None
-        weight, bias = layer.recovery_params()
-        y3 = kernel(
-            x3, weight, bias, partition=layer.partition.kind, groups=layer.partition.groups,
-            tokens=layer.tokens, training=layer.training, eps=self.eps, alpha=self.alpha,
-            noise=self.noise, running_mean=layer.running_mean if tracks else None,
-            running_var=layer.running_var if tracks else None,
-            running_lambda=layer.running_lambda if tracks else None,
+        regroup = ghost_regroup(layer.partition, n, layer.training, tracks)
+        if regroup is not None:
+            y3 = self._fused_ghost_batches(kernel, x3, layer, tracks, regroup)
+        else:
+            y3 = self._call(kernel, x3, layer, tracks, layer.recovery_params(), _layer_buffers(layer, tracks),
+                            layer.tokens)
+        return y3.transpose(1, 2).reshape(x.shape) if layer.tokens else y3.reshape(x.shape)
+
+    def _call(self, kernel: Callable[..., Tensor], x3: Tensor, layer: NormLayer, tracks: bool,
+              affine: tuple[Tensor | None, Tensor | None], buffers: tuple[Tensor, ...] | None,
+              tokens: bool) -> Tensor:
+        """One call of the fused function on an `(N, C, S)` view with these affine and running buffers."""
+        factor = self._standardize.update_factor(layer) if tracks else None
+        running_mean, running_var, running_lambda = buffers if buffers is not None else (None, None, None)
+        return kernel(
+            x3, *affine, partition=layer.partition.kind, groups=layer.partition.groups,
+            tokens=tokens, training=layer.training, eps=self.eps, alpha=self.alpha,
+            noise=self.noise, running_mean=running_mean, running_var=running_var, running_lambda=running_lambda,
             momentum=factor if factor is not None else self.momentum, lambda_min=self.lambda_min,
             lambda_max=self.lambda_max, detach_lambda=self.detach_lambda)
-        return y3.transpose(1, 2).reshape(x.shape) if layer.tokens else y3.reshape(x.shape)
+
+    def _fused_ghost_batches(self, kernel: Callable[..., Tensor], x3: Tensor, layer: NormLayer, tracks: bool,
+                             regroup: GhostRegroup) -> Tensor:
+        """Ghost batches in one call: the `(N, C, S)` view regrouped into one batch of `ghost` samples whose
+        channels are the (ghost batch, channel) pairs, the affine and running buffers repeated per ghost
+        batch, the layer keeping the mean of the buffers' copies (normkit.ghost's rule). The noise is drawn
+        in the regrouped order, as the reference path draws it for ghost batches (`_ghost_noise`)."""
+        weight, bias = layer.recovery_params()
+        own = _layer_buffers(layer, tracks)
+        copies = tuple(regroup.channels(b) for b in own) if own is not None else None
+        y = self._call(kernel, regroup.batch(x3), layer, tracks, (regroup.channels(weight), regroup.channels(bias)),
+                       copies, tokens=False)
+        for buffer, copy in zip(own or (), copies or (), strict=True):
+            regroup.keep_mean(buffer, copy)
+        return regroup.unbatch(y)
 
     def _kernel_for(self, x: Tensor) -> Callable[..., Tensor]:
         if self.kernel == "torch" or x.numel() == 0:  # an empty batch has nothing to launch a kernel on
@@ -177,6 +203,18 @@ class NormalityStep(Step):
             "detach_lambda": self.detach_lambda,
             "kernel": self.kernel,
         }
+
+
+def _ghost_noise(grouped: Tensor) -> Tensor:
+    """N(0, 1) noise for ghost batches grouped as `(N/ghost, ghost, C, S)`, drawn in the order of the fused
+    path's regrouped `(ghost, N/ghost * C, S)` batch, so the reference and fused paths add the same noise."""
+    k, ghost, c, s = grouped.shape
+    return standard_normal_like(grouped.new_empty(ghost, k * c, s), False).view(ghost, k, c, s).transpose(0, 1)
+
+
+def _layer_buffers(layer: NormLayer, tracks: bool) -> tuple[Tensor, Tensor, Tensor] | None:
+    """The layer's (running_mean, running_var, running_lambda) when it tracks them, else None."""
+    return (layer.running_mean, layer.running_var, layer.running_lambda) if tracks else None
 
 
 def _validate(noise: float | None, alpha: float, eps: float, momentum: float | None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, default_collate
 
 MIN_AUGMENT_SIZE = 32
 CROP_PADDING = 4
@@ -58,7 +58,24 @@ class ImageTensors(Dataset):
         if self.augment:
             return [self[i] for i in indices]
         x = (self.images[indices].float() * self.scale - self.mean) / self.std
-        return list(zip(x.unbind(0), self.labels[indices].tolist(), strict=True))
+        return Batch(x, self.labels[indices])
+
+
+class Batch(list):
+    """The samples of one batch (a list of `(image, label)`, as a DataLoader expects) that also keeps them
+    stacked, so `collate` hands the stacked tensors on instead of stacking the samples again (for the
+    12,000 images a digit-blends run evaluates, the stacking cost a quarter of a second)."""
+
+    def __init__(self, x: Tensor, y: Tensor) -> None:
+        super().__init__(zip(x.unbind(0), y.tolist(), strict=True))
+        self.stacked = [x, y]
+
+
+def collate(samples: list) -> list[Tensor]:
+    """`default_collate` with the same values, but a `Batch` passes on its stacked tensors as they are."""
+    if isinstance(samples, Batch):
+        return list(samples.stacked)
+    return default_collate(samples)
 
 
 def random_crop_flip(x: Tensor) -> Tensor:

@@ -228,6 +228,16 @@ def norm_batch_changes(cfg: TrainConfig, norm: str) -> bool:
     whose statistics pool over the batch. False proves the run the same at every norm_batch (gn+pn, ln);
     a model that cannot be built this way counts as changed (it is trained, never assumed equal)."""
     shape = _shape(run_dataset(cfg))
+    key = (cfg.model, norm, tuple(shape.items()), repr(sorted(cfg.model_params.items())))
+    if key not in _POOLS_OVER_BATCH:  # a comparison asks for every run at every look: build each model once
+        _POOLS_OVER_BATCH[key] = _pools_over_batch(cfg, norm, shape)
+    return _POOLS_OVER_BATCH[key]
+
+
+_POOLS_OVER_BATCH: dict[tuple, bool] = {}
+
+
+def _pools_over_batch(cfg: TrainConfig, norm: str, shape: dict[str, int]) -> bool:
     try:
         with torch.device("meta"):
             model = build_model(cfg.model, norm, **shape, **cfg.model_params)

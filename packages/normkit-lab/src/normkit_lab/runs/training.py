@@ -43,6 +43,7 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 import normkit
 from normkit_lab.datasets import DatasetBundle
+from normkit_lab.datasets.tensors import collate
 from normkit_lab.records import EpochRecord, RunResult
 from normkit_lab.runs.checkpoints import Checkpointing, check_state, restore_rng, rng_state
 from normkit_lab.runs.checks import build_run_model, check_device, check_divisible, run_dataset
@@ -274,9 +275,11 @@ def _loaders(cfg: TrainConfig, data: DatasetBundle, seed: int,
     train = DataLoader(data.train, batch_size=cfg.batch_size, shuffle=True,
                        generator=torch.Generator().manual_seed(seed),
                        drop_last=len(data.train) > cfg.batch_size,  # a last batch of 1 breaks BN
-                       num_workers=cfg.num_workers, pin_memory=pin, persistent_workers=cfg.num_workers > 0)
+                       num_workers=cfg.num_workers, pin_memory=pin, collate_fn=collate,
+                       persistent_workers=cfg.num_workers > 0)
     val, test = (DataLoader(split, batch_size=max(cfg.batch_size, EVAL_BATCH_SIZE), shuffle=False,
-                            num_workers=cfg.num_workers, pin_memory=pin) for split in (data.val, data.test))
+                            num_workers=cfg.num_workers, pin_memory=pin, collate_fn=collate)
+                  for split in (data.val, data.test))
     return train, val, test
 
 
@@ -290,10 +293,12 @@ def _rank_loaders(cfg: TrainConfig, data: DatasetBundle, seed: int,
     sampler = DistributedSampler(data.train, num_replicas=world, rank=rank, shuffle=True, seed=seed, drop_last=True)
     train = DataLoader(data.train, batch_size=per_rank, sampler=sampler, generator=torch.Generator().manual_seed(seed),
                        drop_last=len(sampler) > per_rank,  # as one process: drop a last partial batch
-                       num_workers=cfg.num_workers, pin_memory=pin, persistent_workers=cfg.num_workers > 0)
+                       num_workers=cfg.num_workers, pin_memory=pin, collate_fn=collate,
+                       persistent_workers=cfg.num_workers > 0)
     val, test = (DataLoader(Subset(split, range(rank, len(split), world)),
                             batch_size=max(per_rank, EVAL_BATCH_SIZE), shuffle=False,
-                            num_workers=cfg.num_workers, pin_memory=pin) for split in (data.val, data.test))
+                            num_workers=cfg.num_workers, pin_memory=pin, collate_fn=collate)
+                  for split in (data.val, data.test))
     return train, val, test
 
 
