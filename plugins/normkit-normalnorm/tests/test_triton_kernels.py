@@ -15,6 +15,7 @@ import torch
 pytest.importorskip("triton")
 
 from normkit import NormkitError
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from normkit_normalnorm.functional import normality_norm
 from normkit_normalnorm.triton_kernels import available, normality_triton
@@ -292,6 +293,67 @@ def test_noise_reproducible_and_scaled_per_group(monkeypatch, partition, shape, 
     assert abs(z.std().item() - 1) < 0.1
     per_group = z.std(dim=dims)
     assert ((per_group - 1).abs() < 0.3).all(), per_group  # each group's noise has its own scale
+
+
+@pytest.mark.parametrize(("partition", "shape", "path"), NOISE_CASES)
+def test_successive_calls_draw_new_noise_and_manual_seed_replays_them(monkeypatch, partition, shape, path):
+    """Each call draws its seed from the generator's advancing state: two calls differ, and
+    torch.manual_seed replays the same sequence of calls (forward and the backward's dweight)."""
+    choose_path(path, monkeypatch)
+    x3 = make_input(shape, seed=54, constant_channel=False).to(DEVICE)
+    weight, bias = (p.to(DEVICE) for p in params(shape[1], 55))
+    dy = torch.randn(shape, generator=torch.Generator().manual_seed(56)).to(DEVICE)
+
+    def two_calls():
+        return [run(normality_triton, x3, weight, bias, dy, partition=partition, training=True, noise=0.5)
+                for _ in range(2)]
+
+    torch.manual_seed(11)
+    first, second = two_calls()
+    assert not torch.allclose(first[0], second[0])
+    assert not torch.allclose(first[2], second[2])  # dweight regenerates each call's own noise
+    torch.manual_seed(11)
+    for got, want in zip(two_calls(), (first, second)):
+        for g, w in zip(got, want):
+            assert torch.equal(g, w)
+
+
+class _Ops(TorchDispatchMode):
+    """Records the aten ops a call runs, the tensors they return, and copies between devices
+    (the interpreter itself copies kernel results back within the CPU)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, list[torch.Tensor]]] = []
+        self.transfers: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        outs = [t for t in (out if isinstance(out, (tuple, list)) else [out]) if isinstance(t, torch.Tensor)]
+        self.calls.append((str(func), outs))
+        sources = [a.device for a in args if isinstance(a, torch.Tensor)]
+        if any(t.device != d for t in outs for d in sources):
+            self.transfers.append(str(func))
+        return out
+
+
+@pytest.mark.parametrize("noise", [0.5, 0.0])
+def test_seed_is_one_draw_on_the_inputs_device_and_none_without_noise(noise):
+    """A noisy training forward draws its seed with one random op on the input's device (no host draw,
+    no copy); without noise (or in eval) nothing is drawn or allocated for a seed."""
+    x3 = make_input((3, 4, 8), seed=57, constant_channel=False).to(DEVICE)
+    weight, bias = (p.to(DEVICE) for p in params(4, 58))
+    for training in (True, False):
+        with _Ops() as ops:
+            normality_triton(x3, weight, bias, partition="layer", training=training, noise=noise)
+        random = [(name, outs) for name, outs in ops.calls if "rand" in name]
+        int_tensors = [name for name, outs in ops.calls for t in outs if t.dtype == torch.int64]
+        if training and noise:
+            assert [name for name, _ in random] == ["aten.randint.low"], ops.calls
+            assert random[0][1][0].device == x3.device
+        else:
+            assert random == [] and int_tensors == [], ops.calls
+        assert ops.transfers == []
 
 
 @pytest.mark.parametrize(("partition", "shape", "path"), NOISE_CASES)

@@ -142,3 +142,14 @@ def test_noise_seed_is_drawn_on_the_inputs_device():
     seed = op.args[6]
     assert "randint" in str(seed.target)
     assert seed.meta["val"].device.type == "cuda"
+
+
+def test_no_seed_without_noise():
+    """A step without noise draws and allocates no seed: the op gets None for it."""
+    layer = normkit.build("lnn(kernel=triton, noise=0)", 64, channel_dim=-1).train()
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        to_fake_cuda(layer, torch.float32)
+        exported = torch.export.export(layer, (torch.randn(4, 8, 64, device="cuda"),))
+    op = next(n for n in exported.graph.nodes if n.target is torch.ops.normkit_normalnorm.normality_forward.default)
+    assert op.args[6] is None
+    assert not any("randint" in str(n.target) or "zeros" in str(n.target) for n in exported.graph.nodes)

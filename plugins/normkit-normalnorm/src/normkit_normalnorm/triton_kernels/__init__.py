@@ -95,9 +95,9 @@ def normality_triton(
     # The seed is drawn on x3's device by that device's default generator (torch.manual_seed seeds them
     # all): no host draw, no host-to-device copy, and a CUDA-graph replay draws it anew from the graph-safe
     # generator. It reaches the kernels as a one-element tensor they read, so a traced graph redraws it too.
+    # Without noise there is no seed (no draw, no allocation): the kernels never read it then.
     device = x3.device if x3.device.type != "meta" else None
-    seed = (torch.randint(0, 2**31 - 1, (1,), device=device) if with_noise
-            else torch.zeros(1, dtype=torch.int64, device=device))
+    seed = torch.randint(0, 2**31 - 1, (1,), device=device) if with_noise else None
     if not (torch.compiler.is_compiling() or _fake(x3)):
         geo = geometry(x3.shape, partition, groups, tokens)
         opts = Options(training, eps, alpha, noise, lambda_min, lambda_max, detach_lambda)

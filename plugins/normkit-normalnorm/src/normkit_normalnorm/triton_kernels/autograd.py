@@ -19,13 +19,13 @@ Running = tuple[Tensor | None, Tensor | None, Tensor | None]
 
 
 def kernel_forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, running: Running, geo: Geometry,
-                   opts: Options, seed: Tensor, out_dtype: torch.dtype, factor: float | None,
+                   opts: Options, seed: Tensor | None, out_dtype: torch.dtype, factor: float | None,
                    need_stats: bool = True, traced: bool = False) -> tuple[Tensor, Tensor | None, bool]:
     """(output, statistics, eval-with-running-statistics?). With `factor`, the running buffers of a
     training batch partition are updated (in the kernel when they are float32 and contiguous).
     In eval with running statistics the table for backward is built only when `need_stats`.
     `seed`: a one-element int64 tensor on x3's device (the kernels read it; never a host int, so
-    a traced graph draws a fresh seed per call). `traced`: launch through `wrap_triton` (op.py)."""
+    a traced graph draws a fresh seed per call), None without noise. `traced`: launch through `wrap_triton` (op.py)."""
     from normkit_normalnorm.triton_kernels import launch
 
     tracked = geo.part == BATCH and running[0] is not None
@@ -50,7 +50,7 @@ def update_running_from(stats: Tensor, count: int, factor: float, running_mean: 
 
 
 def kernel_backward(dy: Tensor, x3: Tensor, weight: Tensor | None, bias: Tensor | None, stats: Tensor,
-                    geo: Geometry, opts: Options, use_running: bool, seed: Tensor,
+                    geo: Geometry, opts: Options, use_running: bool, seed: Tensor | None,
                     traced: bool = False) -> tuple[Tensor, Tensor | None, Tensor | None]:
     """(dx, dweight, dbias), parameter gradients in the parameters' dtypes."""
     from normkit_normalnorm.triton_kernels import launch
@@ -66,7 +66,7 @@ class NormalityFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x3: Tensor, weight: Tensor | None, bias: Tensor | None, running: Running,
-                seed: Tensor, geo: Geometry, opts: Options, factor: float | None, out_dtype: torch.dtype,
+                seed: Tensor | None, geo: Geometry, opts: Options, factor: float | None, out_dtype: torch.dtype,
                 need_stats: bool) -> Tensor:
         y, stats, use_running = kernel_forward(x3, weight, bias, running, geo, opts, seed, out_dtype, factor,
                                                need_stats)

@@ -51,6 +51,15 @@ def _reduce_warps(block: int) -> int:
     return min(max(block // 256, 1), 8)
 
 
+def _seed_pointer(seed: Tensor | None, x3: Tensor, noise: bool) -> Tensor:
+    """The seed tensor the kernels read; without noise they never read it and x3 stands in."""
+    if seed is not None:
+        return seed
+    if noise:
+        raise ValueError("a noisy training call needs the seed tensor its noise is drawn from")
+    return x3
+
+
 def _strides(x3: Tensor) -> dict[str, int]:
     sn, sc, ss = x3.stride()
     return {"sn": sn, "sc": sc, "ss": ss}
@@ -90,20 +99,22 @@ def running_stats(running: tuple[Tensor, Tensor, Tensor], opts: Options) -> Tens
     return stats
 
 
-def forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, geo: Geometry, opts: Options, seed: Tensor,
-            out_dtype: torch.dtype, update: tuple[Tensor, Tensor, Tensor, float] | None = None,
+def forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, geo: Geometry, opts: Options,
+            seed: Tensor | None, out_dtype: torch.dtype, update: tuple[Tensor, Tensor, Tensor, float] | None = None,
             traced: bool = False) -> tuple[Tensor, Tensor]:
     """Training (or batch-statistics) forward: output and per-group statistics `(groups, NSTAT)`.
 
     `update` = (running_mean, running_var, running_lambda, factor): float32 contiguous buffers of a
     training batch partition that the kernel moves in place (saves the host-side EMA launches).
+    `seed`: None without noise (the kernels do not read it; x3 stands in for the pointer).
     """
     y = torch.empty_like(x3, dtype=out_dtype)
+    noise = opts.training and opts.noise > 0
+    seed = _seed_pointer(seed, x3, noise)
     w = weight if weight is not None else x3
     b = bias if bias is not None else x3
     flags = {"HAS_W": weight is not None, "HAS_B": bias is not None, "NSTAT": NSTAT}
     stats = torch.empty(geo.n_groups, NSTAT, dtype=torch.float32, device=x3.device)
-    noise = opts.training and opts.noise > 0
     run_mean, run_var, run_lam, factor = update if update is not None else (stats, stats, stats, 0.0)
     running = {"run_mean_ptr": run_mean, "run_var_ptr": run_var, "run_lam_ptr": run_lam, "momentum": factor,
                "unbias": geo.size / max(geo.size - 1, 1), "UPDATE": update is not None}
@@ -142,7 +153,7 @@ def forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, geo: Geometr
 
 
 def backward(dy: Tensor, x3: Tensor, weight: Tensor | None, stats: Tensor, geo: Geometry, opts: Options,
-             use_running: bool, seed: Tensor, has_bias: bool,
+             use_running: bool, seed: Tensor | None, has_bias: bool,
              traced: bool = False) -> tuple[Tensor, Tensor | None, Tensor | None]:
     """(dx, dweight, dbias) for the forward that produced `stats`; noise regenerated from `seed`.
 
@@ -155,6 +166,7 @@ def backward(dy: Tensor, x3: Tensor, weight: Tensor | None, stats: Tensor, geo: 
     has_w = weight is not None
     w = weight if has_w else x3
     noise = opts.training and opts.noise > 0 and has_w
+    seed = _seed_pointer(seed, x3, noise)
     lambda_grad = not (use_running or opts.detach_lambda)
     flags = {"HAS_W": has_w, "HAS_B": has_bias, "NOISE": noise, "NSTAT": NSTAT, "LAMBDA_GRAD": lambda_grad}
     common = dict(C=geo.c, S=geo.s, G=geo.groups, CG=geo.group_channels, **_strides(x3), PART=geo.part)
