@@ -374,6 +374,39 @@ def test_noise_regenerated_in_backward(monkeypatch, partition, shape, path):
     torch.testing.assert_close(dw, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize(("partition", "groups", "shape", "tokens", "path", "programs"), [
+    ("layer", 1, (9, 4, 5), False, "row", 7),  # one class, 7 splits: sets of 3, 3 and 1, then the sets
+    ("layer", 1, (3, 5, 7), True, "row", 1),  # tokens, one split: one set of one
+    ("group", 2, (7, 4, 3), False, "row", 4),  # two classes, each with its own tree
+    ("batch", 1, (4, 3, 5), False, "row", 4),  # one program per channel: sums stored directly
+    ("batch", 1, (6, 3, 7), False, "split", 4),  # the dx pass finishes them
+    ("layer", 1, (4, 6, 3), True, "split", 4),  # partials of 12 tokens per channel
+])
+def test_weight_and_bias_gradients_finished_in_the_kernel(monkeypatch, partition, groups, shape, tokens, path,
+                                                           programs):
+    """dweight and dbias come out of the kernels (no torch sum after them), equal to the reference's for
+    every program budget of the row backward (7 splits: sets of 3, 3 and 1), and bit-identical when
+    the backward runs again (a fixed summation order, whichever program finishes last)."""
+    monkeypatch.setattr(config, "interpreter_programs", programs)
+    if path == "split":
+        monkeypatch.setattr(config, "row_max", 0)
+        monkeypatch.setattr(config, "chunk", 8)
+    x3 = make_input(shape, seed=60, constant_channel=False)
+    x3 = x3.transpose(1, 2).contiguous().transpose(1, 2) if tokens else x3
+    weight, bias = params(shape[1], 61)
+    dy = torch.randn(shape, generator=torch.Generator().manual_seed(62))
+    kw = {"partition": partition, "groups": groups, "tokens": tokens, "training": True, "noise": 0.0}
+    want = reference(x3, weight, bias, dy, **kw)
+    x, w, b = (t.to(DEVICE).requires_grad_() for t in (x3, weight, bias))
+    y = normality_triton(x, w, b, **kw)
+    with _Ops() as ops:
+        got = torch.autograd.grad(y, (x, w, b), dy.to(DEVICE), retain_graph=True)
+    assert not [name for name, _ in ops.calls if "sum" in name], ops.calls
+    assert_close((y, *got), want)
+    again = torch.autograd.grad(y, (x, w, b), dy.to(DEVICE))
+    assert torch.equal(again[1], got[1]) and torch.equal(again[2], got[2])
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_low_precision_input_and_output(dtype):
     x3 = make_input((3, 4, 10), seed=15).to(dtype)

@@ -5,11 +5,13 @@ Design (details in docs/performance.md, "Normality normalization, fused Triton k
 - Row path (a group of at most `config.row_max` elements: layer/token rows, instance and group
   blocks, small BatchNorm channels): one program per group holds it in registers; forward reads
   and writes each element once; backward is one launch reading x and dy once and writing dx once,
-  with weight/bias gradients accumulated per program and summed on the host (deterministic).
+  with weight/bias gradients accumulated per program and finished in the same launch by a ticket
+  tree that sums the partials in a fixed order (deterministic, no float atomics).
 - Split path (larger groups, typically BatchNorm channels over N*H*W): tiles of `config.chunk`
   elements, one program per (group, tile); forward passes moments -> Newton sums -> [sum x ->
   sum |x - mean x| with noise] -> output, each pass combining the previous partials itself;
-  backward two passes, because dx's mean terms are linear in the lambda gradient.
+  backward two passes, because dx's mean terms are linear in the lambda gradient; the second also
+  finishes the weight/bias gradients from the first's partials.
 - Eval of a batch partition with running statistics: one elementwise pass.
 - Saved for backward: the input and a (groups, 9) float32 table (mean, rstd, lambda, noise scale,
   mean of d, three lambda-gradient coefficients, var). The noise is never stored: it is

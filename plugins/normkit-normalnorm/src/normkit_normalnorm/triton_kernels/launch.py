@@ -157,8 +157,9 @@ def backward(dy: Tensor, x3: Tensor, weight: Tensor | None, stats: Tensor, geo: 
              traced: bool = False) -> tuple[Tensor, Tensor | None, Tensor | None]:
     """(dx, dweight, dbias) for the forward that produced `stats`; noise regenerated from `seed`.
 
-    The weight and bias gradients come back in float32: the kernels write per-program partials
-    (weight and bias in one buffer), reduced per channel by a single torch sum.
+    The weight and bias gradients come back in float32, finished by the kernels themselves in a fixed
+    order (deterministic): the row backward by a ticket tree inside its launch, the split backward in
+    its second pass.
     """
     if dy.stride() != x3.stride():
         dy = torch.empty_like(x3, dtype=dy.dtype).copy_(dy)
@@ -171,19 +172,31 @@ def backward(dy: Tensor, x3: Tensor, weight: Tensor | None, stats: Tensor, geo: 
     flags = {"HAS_W": has_w, "HAS_B": has_bias, "NOISE": noise, "NSTAT": NSTAT, "LAMBDA_GRAD": lambda_grad}
     common = dict(C=geo.c, S=geo.s, G=geo.groups, CG=geo.group_channels, **_strides(x3), PART=geo.part)
     dev = x3.device
+    grads = torch.empty(2, geo.c, dtype=torch.float32, device=dev)  # dweight, dbias: written by the kernels
     if geo.size <= min(config.row_max, config.backward_row_max):
         per_class = geo.n_groups // geo.classes
         splits = max(1, min(per_class, config.backward_programs(dev) // geo.classes))
         per_split = math.ceil(per_class / splits)
         splits = math.ceil(per_class / per_split)
         block = triton.next_power_of_2(geo.size)
-        parts = torch.empty(2, splits, geo.classes, geo.size, dtype=torch.float32, device=dev)
-        _k(row_backward, traced)[(geo.classes, splits)](
-            x3, dy, dx, w, stats, parts[0], parts[1], T=geo.cols, M=geo.size, K=geo.classes,
-            per_split=per_split, n_per_class=per_class, noise=opts.noise, seed_ptr=seed, BLOCK=block,
-            USE_RUNNING=use_running, num_warps=_num_warps(block), **common, **flags)
         # (classes, size) is (C, values per channel) in memory order for every partition.
-        totals = parts.reshape(2, splits, geo.c, -1).sum(dim=(1, 3))
+        per_channel = geo.classes * geo.size // geo.c
+        # Direct: one program holds all of its class's single channel (batch partitions), or nothing to sum.
+        direct = (splits == 1 and per_channel == geo.size) or not (has_w or has_bias)
+        set_size = math.isqrt(splits - 1) + 1  # sqrt(splits) rounded up: both tree levels about as short
+        n_sets = math.ceil(splits / set_size)
+        if direct:  # no partials, no tickets: x3 stands in for the pointers
+            parts, tickets = (x3, x3), x3
+        else:  # the splits' partial rows, then one per set
+            parts = torch.empty(2, splits + n_sets, geo.classes * geo.size, dtype=torch.float32, device=dev)
+            tickets = torch.zeros(geo.classes * (n_sets + 1), dtype=torch.int32, device=dev)
+        pb = triton.next_power_of_2(per_channel)
+        _k(row_backward, traced)[(geo.classes, splits)](
+            x3, dy, dx, w, stats, parts[0], parts[1], grads[0], grads[1], tickets, T=geo.cols, M=geo.size,
+            K=geo.classes, per_split=per_split, n_per_class=per_class, set_size=set_size, n_sets=n_sets,
+            noise=opts.noise, seed_ptr=seed, BLOCK=block, USE_RUNNING=use_running, DIRECT=direct,
+            CPK=geo.size // per_channel, PV=per_channel, CB=block // pb, PB=pb, num_warps=_num_warps(block),
+            **common, **flags)
     else:
         br, bt, n_tb, n_ch = _tiles(geo)
         grid = (geo.n_groups, n_ch)
@@ -194,12 +207,13 @@ def backward(dy: Tensor, x3: Tensor, weight: Tensor | None, stats: Tensor, geo: 
         _k(split_backward_reduce, traced)[grid](x3, dy, w, stats, sums, parts[0], parts[1], M=geo.size,
                                                 noise=opts.noise, seed_ptr=seed, num_warps=_reduce_warps(br * bt),
                                                 **tiles, **flags)
-        _k(split_backward_input, traced)[grid](x3, dy, dx, w, stats, sums, M=geo.size,
+        # The partials as (slots, C, values): batch groups are channels; otherwise (groups, rows) is
+        # (outer index, C) in memory order.
+        slots, per_channel = (1, geo.rows * n_tb) if geo.part == BATCH else (geo.n_groups * geo.rows // geo.c, n_tb)
+        pb = min(triton.next_power_of_2(per_channel), br * bt)
+        _k(split_backward_input, traced)[grid](x3, dy, dx, w, stats, sums, parts[0], parts[1], grads[0], grads[1],
+                                   M=geo.size, n_slots=slots, PV=per_channel,
                                    BLOCK_CH=min(triton.next_power_of_2(n_ch), 1024), num_warps=warps,
-                                   USE_RUNNING=use_running, HAS_W=has_w, LAMBDA_GRAD=lambda_grad,
-                                   NSTAT=NSTAT, **tiles)
-        if geo.part == BATCH:  # group = channel
-            totals = parts.sum(dim=(2, 3))
-        else:  # (groups, rows) is (outer index, C) in memory order
-            totals = parts.reshape(2, -1, geo.c, n_tb).sum(dim=(1, 3))
-    return dx, totals[0] if has_w else None, totals[1] if has_bias else None
+                                   USE_RUNNING=use_running, HAS_W=has_w, HAS_B=has_bias, LAMBDA_GRAD=lambda_grad,
+                                   NSTAT=NSTAT, SB=br * bt // pb, PB=pb, **tiles)
+    return dx, grads[0] if has_w else None, grads[1] if has_bias else None
