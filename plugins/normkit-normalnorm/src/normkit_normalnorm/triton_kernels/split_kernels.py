@@ -291,6 +291,18 @@ def split_backward_reduce(x_ptr, dy_ptr, w_ptr, stats_ptr, sums_ptr, dw_part_ptr
         tl.store(out + 4, tl.sum(tl.sum(direction * h, axis=1), axis=0))
 
 
+@triton.jit(noinline=True)
+def _finish_channels(dw_part_ptr, db_part_ptr, dw_ptr, db_ptr, first, step, C, n_slots, PV,
+                     HAS_W: tl.constexpr, HAS_B: tl.constexpr, SB: tl.constexpr, PB: tl.constexpr):
+    """dweight/dbias of channels first, first + step, ... from (n_slots, C, PV) partials, each in a fixed
+    order. A subroutine (noinline), so its loop takes no registers from the dx pass."""
+    for c in range(first, C, step):
+        if HAS_W:
+            tl.store(dw_ptr + c, channel_sum(dw_part_ptr, c, n_slots, C, PV, SB, PB))
+        if HAS_B:
+            tl.store(db_ptr + c, channel_sum(db_part_ptr, c, n_slots, C, PV, SB, PB))
+
+
 @triton.jit
 def split_backward_input(x_ptr, dy_ptr, dx_ptr, w_ptr, stats_ptr, sums_ptr, dw_part_ptr, db_part_ptr, dw_ptr, db_ptr,
                          R, M, C, S, G, CG, sn, sc, ss, n_slots, PV,
@@ -302,11 +314,8 @@ def split_backward_input(x_ptr, dy_ptr, dx_ptr, w_ptr, stats_ptr, sums_ptr, dw_p
     gid = tl.program_id(0)
     ch = tl.program_id(1)
     n_ch = tl.num_programs(1)
-    for c_own in range(gid * n_ch + ch, C, tl.num_programs(0) * n_ch):
-        if HAS_W:
-            tl.store(dw_ptr + c_own, channel_sum(dw_part_ptr, c_own, n_slots, C, PV, SB, PB))
-        if HAS_B:
-            tl.store(db_ptr + c_own, channel_sum(db_part_ptr, c_own, n_slots, C, PV, SB, PB))
+    _finish_channels(dw_part_ptr, db_part_ptr, dw_ptr, db_ptr, gid * n_ch + ch, tl.num_programs(0) * n_ch, C,
+                     n_slots, PV, HAS_W, HAS_B, SB, PB)
     row = stats_ptr + gid * NSTAT
     mean = tl.load(row + 0)
     rstd = tl.load(row + 1)
