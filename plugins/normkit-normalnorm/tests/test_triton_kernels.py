@@ -407,6 +407,46 @@ def test_weight_and_bias_gradients_finished_in_the_kernel(monkeypatch, partition
     assert torch.equal(again[1], got[1]) and torch.equal(again[2], got[2])
 
 
+@pytest.mark.parametrize(("partition", "shape", "path"), [("layer", (3, 4, 5), "row"), ("batch", (4, 3, 6), "split")])
+def test_second_call_at_a_shape_rebuilds_nothing(monkeypatch, partition, shape, path):
+    """The checks, geometry and every launch's non-tensor arguments are built once per shape, layout,
+    dtype and settings: a second training step at the same shape finds them all cached (no cache
+    misses) and runs no import statement in the plugin's Triton modules; a new shape builds anew."""
+    import builtins
+
+    from normkit_normalnorm.triton_kernels import _call_plan, launch
+
+    if path == "split":
+        monkeypatch.setattr(config, "row_max", 0)
+        monkeypatch.setattr(config, "chunk", 8)
+    weight, bias = (p.to(DEVICE).requires_grad_() for p in params(shape[1], 63))
+
+    def step(shape):
+        x = make_input(shape, seed=64, constant_channel=False).to(DEVICE).requires_grad_()
+        normality_triton(x, weight, bias, partition=partition, training=True, noise=0.5).sum().backward()
+
+    caches = (_call_plan, launch.forward_plan, launch.backward_plan)
+    step(shape)
+    misses = [f.cache_info().misses for f in caches]
+    hits = [f.cache_info().hits for f in caches]
+    imports = []
+    real_import = builtins.__import__
+
+    def counting_import(name, globals=None, *args, **kwargs):
+        if (globals or {}).get("__name__", "").startswith("normkit_normalnorm.triton_kernels"):
+            imports.append(name)
+        return real_import(name, globals, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", counting_import)
+    step(shape)
+    monkeypatch.setattr(builtins, "__import__", real_import)
+    assert imports == []
+    assert [f.cache_info().misses for f in caches] == misses
+    assert all(f.cache_info().hits > h for f, h in zip(caches, hits))
+    step((shape[0] + 1, *shape[1:]))  # another shape: its own plans
+    assert [f.cache_info().misses for f in caches] == [m + 1 for m in misses]
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_low_precision_input_and_output(dtype):
     x3 = make_input((3, 4, 10), seed=15).to(dtype)

@@ -6,6 +6,8 @@ dispatcher and lets the kernel move float32 running buffers in place.
 
 from __future__ import annotations
 
+import functools
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -18,6 +20,15 @@ from normkit_normalnorm.triton_kernels.geometry import BATCH, LAM, MEAN, VAR, Ge
 Running = tuple[Tensor | None, Tensor | None, Tensor | None]
 
 
+@functools.cache
+def _launch() -> ModuleType:
+    """The launcher module, imported at the first kernel call (it decorates the kernels, which must
+    see TRITON_INTERPRET as it is then) and not again: no import runs on later calls."""
+    from normkit_normalnorm.triton_kernels import launch
+
+    return launch
+
+
 def kernel_forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, running: Running, geo: Geometry,
                    opts: Options, seed: Tensor | None, out_dtype: torch.dtype, factor: float | None,
                    need_stats: bool = True, traced: bool = False) -> tuple[Tensor, Tensor | None, bool]:
@@ -26,8 +37,7 @@ def kernel_forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, runni
     In eval with running statistics the table for backward is built only when `need_stats`.
     `seed`: a one-element int64 tensor on x3's device (the kernels read it; never a host int, so
     a traced graph draws a fresh seed per call), None without noise. `traced`: launch through `wrap_triton` (op.py)."""
-    from normkit_normalnorm.triton_kernels import launch
-
+    launch = _launch()
     tracked = geo.part == BATCH and running[0] is not None
     if tracked and not opts.training:
         y = launch.eval_forward(x3, weight, bias, running, geo, opts, out_dtype, traced)
@@ -53,8 +63,7 @@ def kernel_backward(dy: Tensor, x3: Tensor, weight: Tensor | None, bias: Tensor 
                     geo: Geometry, opts: Options, use_running: bool, seed: Tensor | None,
                     traced: bool = False) -> tuple[Tensor, Tensor | None, Tensor | None]:
     """(dx, dweight, dbias), parameter gradients in the parameters' dtypes."""
-    from normkit_normalnorm.triton_kernels import launch
-
+    launch = _launch()
     dx, dw, db = launch.backward(dy, x3, weight, stats, geo, opts, use_running, seed, bias is not None,
                                  traced)
     return (dx, dw.to(weight.dtype) if dw is not None else None,
