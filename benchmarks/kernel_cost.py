@@ -119,7 +119,7 @@ def launcher_launches(layer: str, shape: tuple[int, ...], dtype: torch.dtype, no
     opts = Options(True, 1e-5, 1.0, 1.0 if noise else 0.0, None, None, False)
     c = geo.c
     weight, bias = torch.empty(c), torch.empty(c)
-    seed = torch.zeros(1, dtype=torch.int64)
+    seed = torch.zeros(1, dtype=torch.int64) if noise else None  # as normality_triton passes it
     running = (torch.empty(c), torch.empty(c), torch.empty(c), 0.1) if partition == "batch" else None
     real = config.backward_programs
     config.backward_programs = lambda device: 4 * sms  # what a GPU with `sms` SMs gets

@@ -15,6 +15,7 @@ import torch
 pytest.importorskip("triton")
 
 from normkit import NormkitError
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from normkit_normalnorm.functional import normality_norm
 from normkit_normalnorm.triton_kernels import available, normality_triton
@@ -295,6 +296,67 @@ def test_noise_reproducible_and_scaled_per_group(monkeypatch, partition, shape, 
 
 
 @pytest.mark.parametrize(("partition", "shape", "path"), NOISE_CASES)
+def test_successive_calls_draw_new_noise_and_manual_seed_replays_them(monkeypatch, partition, shape, path):
+    """Each call draws its seed from the generator's advancing state: two calls differ, and
+    torch.manual_seed replays the same sequence of calls (forward and the backward's dweight)."""
+    choose_path(path, monkeypatch)
+    x3 = make_input(shape, seed=54, constant_channel=False).to(DEVICE)
+    weight, bias = (p.to(DEVICE) for p in params(shape[1], 55))
+    dy = torch.randn(shape, generator=torch.Generator().manual_seed(56)).to(DEVICE)
+
+    def two_calls():
+        return [run(normality_triton, x3, weight, bias, dy, partition=partition, training=True, noise=0.5)
+                for _ in range(2)]
+
+    torch.manual_seed(11)
+    first, second = two_calls()
+    assert not torch.allclose(first[0], second[0])
+    assert not torch.allclose(first[2], second[2])  # dweight regenerates each call's own noise
+    torch.manual_seed(11)
+    for got, want in zip(two_calls(), (first, second)):
+        for g, w in zip(got, want):
+            assert torch.equal(g, w)
+
+
+class _Ops(TorchDispatchMode):
+    """Records the aten ops a call runs, the tensors they return, and copies between devices
+    (the interpreter itself copies kernel results back within the CPU)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, list[torch.Tensor]]] = []
+        self.transfers: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        outs = [t for t in (out if isinstance(out, (tuple, list)) else [out]) if isinstance(t, torch.Tensor)]
+        self.calls.append((str(func), outs))
+        sources = [a.device for a in args if isinstance(a, torch.Tensor)]
+        if any(t.device != d for t in outs for d in sources):
+            self.transfers.append(str(func))
+        return out
+
+
+@pytest.mark.parametrize("noise", [0.5, 0.0])
+def test_seed_is_one_draw_on_the_inputs_device_and_none_without_noise(noise):
+    """A noisy training forward draws its seed with one random op on the input's device (no host draw,
+    no copy); without noise (or in eval) nothing is drawn or allocated for a seed."""
+    x3 = make_input((3, 4, 8), seed=57, constant_channel=False).to(DEVICE)
+    weight, bias = (p.to(DEVICE) for p in params(4, 58))
+    for training in (True, False):
+        with _Ops() as ops:
+            normality_triton(x3, weight, bias, partition="layer", training=training, noise=noise)
+        random = [(name, outs) for name, outs in ops.calls if "rand" in name]
+        int_tensors = [name for name, outs in ops.calls for t in outs if t.dtype == torch.int64]
+        if training and noise:
+            assert [name for name, _ in random] == ["aten.randint.low"], ops.calls
+            assert random[0][1][0].device == x3.device
+        else:
+            assert random == [] and int_tensors == [], ops.calls
+        assert ops.transfers == []
+
+
+@pytest.mark.parametrize(("partition", "shape", "path"), NOISE_CASES)
 def test_noise_regenerated_in_backward(monkeypatch, partition, shape, path):
     """dx and dbias ignore the noise; dweight = sum dy * (y - b) / w needs the forward's noise."""
     choose_path(path, monkeypatch)
@@ -310,6 +372,79 @@ def test_noise_regenerated_in_backward(monkeypatch, partition, shape, path):
     dims = (0, 2)
     want = (dy * (y - bias.to(DEVICE).view(1, -1, 1)) / weight.to(DEVICE).view(1, -1, 1)).sum(dims)
     torch.testing.assert_close(dw, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(("partition", "groups", "shape", "tokens", "path", "programs"), [
+    ("layer", 1, (9, 4, 5), False, "row", 7),  # one class, 7 splits: sets of 3, 3 and 1, then the sets
+    ("layer", 1, (3, 5, 7), True, "row", 1),  # tokens, one split: one set of one
+    ("group", 2, (7, 4, 3), False, "row", 4),  # two classes, each with its own tree
+    ("batch", 1, (4, 3, 5), False, "row", 4),  # one program per channel: sums stored directly
+    ("batch", 1, (6, 3, 7), False, "split", 4),  # the dx pass finishes them
+    ("layer", 1, (4, 6, 3), True, "split", 4),  # partials of 12 tokens per channel
+])
+def test_weight_and_bias_gradients_finished_in_the_kernel(monkeypatch, partition, groups, shape, tokens, path,
+                                                           programs):
+    """dweight and dbias come out of the kernels (no torch sum after them), equal to the reference's for
+    every program budget of the row backward (7 splits: sets of 3, 3 and 1), and bit-identical when
+    the backward runs again (a fixed summation order, whichever program finishes last)."""
+    monkeypatch.setattr(config, "interpreter_programs", programs)
+    if path == "split":
+        monkeypatch.setattr(config, "row_max", 0)
+        monkeypatch.setattr(config, "chunk", 8)
+    x3 = make_input(shape, seed=60, constant_channel=False)
+    x3 = x3.transpose(1, 2).contiguous().transpose(1, 2) if tokens else x3
+    weight, bias = params(shape[1], 61)
+    dy = torch.randn(shape, generator=torch.Generator().manual_seed(62))
+    kw = {"partition": partition, "groups": groups, "tokens": tokens, "training": True, "noise": 0.0}
+    want = reference(x3, weight, bias, dy, **kw)
+    x, w, b = (t.to(DEVICE).requires_grad_() for t in (x3, weight, bias))
+    y = normality_triton(x, w, b, **kw)
+    with _Ops() as ops:
+        got = torch.autograd.grad(y, (x, w, b), dy.to(DEVICE), retain_graph=True)
+    assert not [name for name, _ in ops.calls if "sum" in name], ops.calls
+    assert_close((y, *got), want)
+    again = torch.autograd.grad(y, (x, w, b), dy.to(DEVICE))
+    assert torch.equal(again[1], got[1]) and torch.equal(again[2], got[2])
+
+
+@pytest.mark.parametrize(("partition", "shape", "path"), [("layer", (3, 4, 5), "row"), ("batch", (4, 3, 6), "split")])
+def test_second_call_at_a_shape_rebuilds_nothing(monkeypatch, partition, shape, path):
+    """The checks, geometry and every launch's non-tensor arguments are built once per shape, layout,
+    dtype and settings: a second training step at the same shape finds them all cached (no cache
+    misses) and runs no import statement in the plugin's Triton modules; a new shape builds anew."""
+    import builtins
+
+    from normkit_normalnorm.triton_kernels import _call_plan, launch
+
+    if path == "split":
+        monkeypatch.setattr(config, "row_max", 0)
+        monkeypatch.setattr(config, "chunk", 8)
+    weight, bias = (p.to(DEVICE).requires_grad_() for p in params(shape[1], 63))
+
+    def step(shape):
+        x = make_input(shape, seed=64, constant_channel=False).to(DEVICE).requires_grad_()
+        normality_triton(x, weight, bias, partition=partition, training=True, noise=0.5).sum().backward()
+
+    caches = (_call_plan, launch.forward_plan, launch.backward_plan)
+    step(shape)
+    misses = [f.cache_info().misses for f in caches]
+    hits = [f.cache_info().hits for f in caches]
+    imports = []
+    real_import = builtins.__import__
+
+    def counting_import(name, globals=None, *args, **kwargs):
+        if (globals or {}).get("__name__", "").startswith("normkit_normalnorm.triton_kernels"):
+            imports.append(name)
+        return real_import(name, globals, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", counting_import)
+    step(shape)
+    monkeypatch.setattr(builtins, "__import__", real_import)
+    assert imports == []
+    assert [f.cache_info().misses for f in caches] == misses
+    assert all(f.cache_info().hits > h for f, h in zip(caches, hits))
+    step((shape[0] + 1, *shape[1:]))  # another shape: its own plans
+    assert [f.cache_info().misses for f in caches] == [m + 1 for m in misses]
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

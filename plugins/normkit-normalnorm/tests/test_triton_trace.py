@@ -11,6 +11,7 @@ interpreter functions, which `wrap_triton` cannot capture.
 from __future__ import annotations
 
 import logging
+import warnings
 
 import pytest
 import torch
@@ -142,3 +143,37 @@ def test_noise_seed_is_drawn_on_the_inputs_device():
     seed = op.args[6]
     assert "randint" in str(seed.target)
     assert seed.meta["val"].device.type == "cuda"
+
+
+def test_no_seed_without_noise():
+    """A step without noise draws and allocates no seed: the op gets None for it."""
+    layer = normkit.build("lnn(kernel=triton, noise=0)", 64, channel_dim=-1).train()
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        to_fake_cuda(layer, torch.float32)
+        exported = torch.export.export(layer, (torch.randn(4, 8, 64, device="cuda"),))
+    op = next(n for n in exported.graph.nodes if n.target is torch.ops.normkit_normalnorm.normality_forward.default)
+    assert op.args[6] is None
+    assert not any("randint" in str(n.target) or "zeros" in str(n.target) for n in exported.graph.nodes)
+
+
+def test_dynamo_takes_a_training_step_in_one_graph_that_cuda_graphs_can_capture():
+    """torch.compile's front end, Dynamo (run here by strict torch.export), traces a train-mode conv +
+    bnn + lnn model with kernel=triton into one graph: no graph break, so fullgraph=True holds, and no
+    warning. What CUDA graphs (mode="reduce-overhead") need of that graph holds: every tensor on the
+    GPU (a CPU tensor makes torch.compile skip CUDA graphs), no host read of a device value (.item()),
+    no copy between devices; each layer's noise seed is a randint on the GPU. Not checked without a
+    GPU: Inductor's CUDA compile, the backward graph, capture and replay."""
+    model = small_model().train()
+    with FakeTensorMode(allow_non_fake_inputs=True), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        to_fake_cuda(model, torch.float32)
+        exported = torch.export.export(model, (torch.randn(4, 3, 8, 8, device="cuda"),), strict=True)
+    assert not [w for w in caught if "normkit" in str(w.filename) or "lru_cache" in str(w.message)], [
+        f"{w.filename}:{w.lineno}: {w.message}" for w in caught]
+    nodes = list(exported.graph.nodes)
+    ops = [n for n in nodes if n.target is torch.ops.normkit_normalnorm.normality_forward.default]
+    assert len(ops) == 2
+    assert [str(op.args[6].target) for op in ops] == ["aten.randint.low"] * 2
+    values = [n.meta["val"] for n in nodes if isinstance(n.meta.get("val"), torch.Tensor)]
+    assert values and all(v.device.type == "cuda" for v in values)
+    assert not [n for n in nodes if "_local_scalar_dense" in str(n.target) or "_to_copy" in str(n.target)]

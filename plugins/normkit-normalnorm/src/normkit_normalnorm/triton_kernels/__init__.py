@@ -5,11 +5,13 @@ Design (details in docs/performance.md, "Normality normalization, fused Triton k
 - Row path (a group of at most `config.row_max` elements: layer/token rows, instance and group
   blocks, small BatchNorm channels): one program per group holds it in registers; forward reads
   and writes each element once; backward is one launch reading x and dy once and writing dx once,
-  with weight/bias gradients accumulated per program and summed on the host (deterministic).
+  with weight/bias gradients accumulated per program and finished in the same launch by a ticket
+  tree that sums the partials in a fixed order (deterministic, no float atomics).
 - Split path (larger groups, typically BatchNorm channels over N*H*W): tiles of `config.chunk`
   elements, one program per (group, tile); forward passes moments -> Newton sums -> [sum x ->
   sum |x - mean x| with noise] -> output, each pass combining the previous partials itself;
-  backward two passes, because dx's mean terms are linear in the lambda gradient.
+  backward two passes, because dx's mean terms are linear in the lambda gradient; the second also
+  finishes the weight/bias gradients from the first's partials.
 - Eval of a batch partition with running statistics: one elementwise pass.
 - Saved for backward: the input and a (groups, 9) float32 table (mean, rstd, lambda, noise scale,
   mean of d, three lambda-gradient coefficients, var). The noise is never stored: it is
@@ -23,14 +25,18 @@ Import-safe without Triton: nothing here imports triton until a kernel runs.
 
 from __future__ import annotations
 
+import functools
+import math
+
 import torch
 from normkit import NormkitError, NormShapeError, SpecError
 from normkit.stages import Partition
 from torch import Tensor
+from torch._subclasses.fake_tensor import is_fake
 
 from normkit_normalnorm.functional import ema_factor, normality_norm
 from normkit_normalnorm.triton_kernels.autograd import NormalityFunction, update_running_from
-from normkit_normalnorm.triton_kernels.geometry import Options, geometry
+from normkit_normalnorm.triton_kernels.geometry import Geometry, Options, cached, geometry
 from normkit_normalnorm.triton_kernels.op import interpreting, normality_forward
 
 __all__ = ["available", "normality_triton"]
@@ -86,8 +92,9 @@ def normality_triton(
                            lambda_max=lambda_max, detach_lambda=detach_lambda,
                            num_batches_tracked=num_batches_tracked)
         return y.to(out_dtype) if out_dtype is not None else y
-    _check_args(x3, partition, groups, training, running_mean, running_var, running_lambda)
-    if not _dense(x3):
+    given = (running_mean is not None, running_var is not None, running_lambda is not None)
+    geo, dense = cached(_call_plan, x3.shape, x3.stride(), x3.dtype, partition, groups, tokens, training, given)
+    if not dense:
         x3 = x3.contiguous()
     tracked = partition == "batch" and running_mean is not None
     factor = ema_factor(momentum, num_batches_tracked) if tracked and training else None
@@ -95,11 +102,10 @@ def normality_triton(
     # The seed is drawn on x3's device by that device's default generator (torch.manual_seed seeds them
     # all): no host draw, no host-to-device copy, and a CUDA-graph replay draws it anew from the graph-safe
     # generator. It reaches the kernels as a one-element tensor they read, so a traced graph redraws it too.
+    # Without noise there is no seed (no draw, no allocation): the kernels never read it then.
     device = x3.device if x3.device.type != "meta" else None
-    seed = (torch.randint(0, 2**31 - 1, (1,), device=device) if with_noise
-            else torch.zeros(1, dtype=torch.int64, device=device))
+    seed = torch.randint(0, 2**31 - 1, (1,), device=device) if with_noise else None
     if not (torch.compiler.is_compiling() or _fake(x3)):
-        geo = geometry(x3.shape, partition, groups, tokens)
         opts = Options(training, eps, alpha, noise, lambda_min, lambda_max, detach_lambda)
         need_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x3, weight, bias))
         return NormalityFunction.apply(x3, weight, bias, (running_mean, running_var, running_lambda),
@@ -113,25 +119,35 @@ def normality_triton(
 
 
 def _fake(x3: Tensor) -> bool:
-    """A fake (or meta) tensor: torch.export or a FakeTensorMode traces the op, nothing runs."""
-    from torch._subclasses.fake_tensor import is_fake
+    """A fake (or meta) tensor: torch.export or a FakeTensorMode traces the op, nothing runs. While
+    Dynamo traces (torch.compile, strict export) every tensor is fake, and asking `is_fake` would break
+    its graph."""
+    return x3.device.type == "meta" or torch.compiler.is_compiling() or is_fake(x3)
 
-    return x3.device.type == "meta" or is_fake(x3)
+
+# Answers that cannot change within a process, found at the first call (a plain memo, not functools.cache,
+# so Dynamo traces through it without a warning): no import statement runs on later calls.
+_MEMO: dict[str, bool] = {}
 
 
 def _triton_installed() -> bool:
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    if "triton" not in _MEMO:
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            _MEMO["triton"] = False
+        else:
+            _MEMO["triton"] = True
+    return _MEMO["triton"]
 
 
 def _interpreter_active() -> bool:
     """Triton picks the interpreter when its modules are decorated, i.e. at `import triton`."""
-    import triton.language as tl
+    if "interpreter" not in _MEMO:
+        import triton.language as tl
 
-    return type(tl.sum).__name__ == "InterpretedFunction"
+        _MEMO["interpreter"] = type(tl.sum).__name__ == "InterpretedFunction"
+    return _MEMO["interpreter"]
 
 
 def _check_device(x3: Tensor) -> None:
@@ -148,27 +164,32 @@ def _check_device(x3: Tensor) -> None:
                            f"not on {x3.device.type}; use kernel=torch")
 
 
-def _check_args(x3: Tensor, partition: str, groups: int, training: bool, *running: Tensor | None) -> None:
-    if x3.dim() != 3:
-        raise NormShapeError(f"normality_triton expects an (N, C, S) tensor, got shape {tuple(x3.shape)}")
-    if x3.dtype not in _DTYPES:
-        raise NormkitError(f"normality_triton takes float16, bfloat16, float32 or float64 input, got {x3.dtype}; "
+@functools.lru_cache(maxsize=256)
+def _call_plan(shape: torch.Size, strides: tuple[int, ...], dtype: torch.dtype, partition: str, groups: int,
+               tokens: bool, training: bool, given: tuple[bool, bool, bool]) -> tuple[Geometry, bool]:
+    """The argument checks and the group geometry of one kind of call, done once per shape, layout,
+    dtype and settings (a bad call raises every time: errors are not cached); and whether the layout is
+    one the kernels index (else the caller copies to contiguous)."""
+    if len(shape) != 3:
+        raise NormShapeError(f"normality_triton expects an (N, C, S) tensor, got shape {tuple(shape)}")
+    if dtype not in _DTYPES:
+        raise NormkitError(f"normality_triton takes float16, bfloat16, float32 or float64 input, got {dtype}; "
                            "use kernel=torch")
-    if x3.numel() >= 2**31:
-        raise NormkitError(f"normality_triton addresses with 32-bit offsets; {x3.numel()} elements is too many "
-                           "(split the batch or use kernel=torch)")
+    if math.prod(shape) >= 2**31:
+        raise NormkitError(f"normality_triton addresses with 32-bit offsets; {math.prod(shape)} elements is too "
+                           "many (split the batch or use kernel=torch)")
     if partition not in ("batch", "layer", "instance", "group"):
         raise SpecError(f"normality_triton: partition must be batch, layer, instance or group, got {partition!r}")
-    Partition(partition, groups).check(x3.shape[1], "normality_triton")
-    given = [t is not None for t in running]
+    Partition(partition, groups).check(shape[1], "normality_triton")
     if partition == "batch" and any(given) and not all(given):
         raise SpecError("normality_triton: pass running_mean, running_var and running_lambda together (or none)")
-    if partition == "batch" and training and x3.shape[0] * x3.shape[2] < 2:
+    if partition == "batch" and training and shape[0] * shape[2] < 2:
         raise NormShapeError("normality_triton: needs more than 1 value per channel when training")
+    return geometry(shape, partition, groups, tokens), _dense(shape, strides)
 
 
-def _dense(x3: Tensor) -> bool:
+def _dense(shape: torch.Size, strides: tuple[int, ...]) -> bool:
     """Contiguous (N, C, S) or channels-last (N, S, C) memory: the layouts the kernels index."""
-    n, c, s = x3.shape
-    strides = x3.stride()
-    return x3.is_contiguous() or (strides[1] == 1 and strides[2] == c and (n == 1 or strides[0] == c * s))
+    n, c, s = shape
+    contiguous = all(size == 1 or stride == want for size, stride, want in zip(shape, strides, (c * s, s, 1)))
+    return n * c * s == 0 or contiguous or (strides[1] == 1 and strides[2] == c and (n == 1 or strides[0] == c * s))

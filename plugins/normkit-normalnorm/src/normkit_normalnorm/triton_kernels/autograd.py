@@ -6,6 +6,8 @@ dispatcher and lets the kernel move float32 running buffers in place.
 
 from __future__ import annotations
 
+import functools
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -18,16 +20,24 @@ from normkit_normalnorm.triton_kernels.geometry import BATCH, LAM, MEAN, VAR, Ge
 Running = tuple[Tensor | None, Tensor | None, Tensor | None]
 
 
+@functools.cache
+def _launch() -> ModuleType:
+    """The launcher module, imported at the first kernel call (it decorates the kernels, which must
+    see TRITON_INTERPRET as it is then) and not again: no import runs on later calls."""
+    from normkit_normalnorm.triton_kernels import launch
+
+    return launch
+
+
 def kernel_forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, running: Running, geo: Geometry,
-                   opts: Options, seed: Tensor, out_dtype: torch.dtype, factor: float | None,
+                   opts: Options, seed: Tensor | None, out_dtype: torch.dtype, factor: float | None,
                    need_stats: bool = True, traced: bool = False) -> tuple[Tensor, Tensor | None, bool]:
     """(output, statistics, eval-with-running-statistics?). With `factor`, the running buffers of a
     training batch partition are updated (in the kernel when they are float32 and contiguous).
     In eval with running statistics the table for backward is built only when `need_stats`.
     `seed`: a one-element int64 tensor on x3's device (the kernels read it; never a host int, so
-    a traced graph draws a fresh seed per call). `traced`: launch through `wrap_triton` (op.py)."""
-    from normkit_normalnorm.triton_kernels import launch
-
+    a traced graph draws a fresh seed per call), None without noise. `traced`: launch through `wrap_triton` (op.py)."""
+    launch = _launch()
     tracked = geo.part == BATCH and running[0] is not None
     if tracked and not opts.training:
         y = launch.eval_forward(x3, weight, bias, running, geo, opts, out_dtype, traced)
@@ -50,11 +60,10 @@ def update_running_from(stats: Tensor, count: int, factor: float, running_mean: 
 
 
 def kernel_backward(dy: Tensor, x3: Tensor, weight: Tensor | None, bias: Tensor | None, stats: Tensor,
-                    geo: Geometry, opts: Options, use_running: bool, seed: Tensor,
+                    geo: Geometry, opts: Options, use_running: bool, seed: Tensor | None,
                     traced: bool = False) -> tuple[Tensor, Tensor | None, Tensor | None]:
     """(dx, dweight, dbias), parameter gradients in the parameters' dtypes."""
-    from normkit_normalnorm.triton_kernels import launch
-
+    launch = _launch()
     dx, dw, db = launch.backward(dy, x3, weight, stats, geo, opts, use_running, seed, bias is not None,
                                  traced)
     return (dx, dw.to(weight.dtype) if dw is not None else None,
@@ -66,7 +75,7 @@ class NormalityFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x3: Tensor, weight: Tensor | None, bias: Tensor | None, running: Running,
-                seed: Tensor, geo: Geometry, opts: Options, factor: float | None, out_dtype: torch.dtype,
+                seed: Tensor | None, geo: Geometry, opts: Options, factor: float | None, out_dtype: torch.dtype,
                 need_stats: bool) -> Tensor:
         y, stats, use_running = kernel_forward(x3, weight, bias, running, geo, opts, seed, out_dtype, factor,
                                                need_stats)

@@ -17,13 +17,22 @@ class KernelConfig:
     smaller backward_row_max pairs the row forward with the split backward, which regenerate the
     same noise. pointwise_block: elements per program of
     the eval kernel. interpreter_programs: program budget of one backward launch on CPU, where
-    the interpreter runs programs one after another."""
+    the interpreter runs programs one after another. version: counts changes of these settings (the
+    launcher's per-shape plans are rebuilt after one)."""
 
     row_max: int = 4096
     backward_row_max: int = 4096
     chunk: int = 2048
     pointwise_block: int = 1024
     interpreter_programs: int = 4
+
+    version: int = 0
+
+    def __setattr__(self, name: str, value: object) -> None:
+        """Any change of a setting (tests shrink them) bumps `version`, which keys the launch plans."""
+        super().__setattr__(name, value)
+        if name != "version":
+            super().__setattr__("version", getattr(self, "version", 0) + 1)
 
     def backward_programs(self, device: torch.device) -> int:
         """Programs for the row backward: a few per SM on a GPU (partials stay small); without a device

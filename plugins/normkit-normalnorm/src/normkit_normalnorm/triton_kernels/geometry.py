@@ -6,7 +6,9 @@ checks work without importing Triton.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
@@ -78,3 +80,22 @@ class Options:
     @property
     def clamp_flags(self) -> dict[str, bool]:
         return {"CLAMP_MIN": self.lambda_min is not None, "CLAMP_MAX": self.lambda_max is not None}
+
+
+Built = TypeVar("Built")
+
+
+def cached(builder: Callable[..., Built], *key: object) -> Built:
+    """`builder(*key)` from its `functools.lru_cache`, or built afresh where a cache cannot serve: while
+    Dynamo traces (it would warn about the wrapper and ignore it) and when the key holds symbolic sizes
+    (dynamic-shape tracing: a SymInt does not hash)."""
+    if torch.compiler.is_compiling():
+        return builder.__wrapped__(*key)
+    try:
+        return builder(*key)
+    except TypeError:
+        try:
+            hash(key)
+        except TypeError:
+            return builder.__wrapped__(*key)
+        raise

@@ -255,3 +255,33 @@ def store_stats(row, mean, rstd, lam, scale, mean_d, coef_d, coef_e, coef_s, var
     tl.store(row + 6, coef_e)
     tl.store(row + 7, coef_s)
     tl.store(row + 8, var)
+
+
+@triton.jit
+def sum_slots(src_ptr, first, last, slot_stride, dst_ptr, n_out, PV, CB: tl.constexpr, PB: tl.constexpr):
+    """dst[i] = sum over slots s in [first, last) and p < PV of src[s * slot_stride + i * PV + p], i < n_out,
+    CB outputs at a time. Every output is summed in the same order whichever program runs this and
+    whenever, so weight/bias gradients finished with it are deterministic (no float atomics)."""
+    for i0 in range(0, n_out, CB):
+        i = i0 + tl.arange(0, CB)
+        acc = tl.zeros([CB, PB], tl.float32)
+        for s in range(first, last):
+            for p0 in range(0, PV, PB):
+                p = p0 + tl.arange(0, PB)
+                acc += tl.load(src_ptr + s * slot_stride + i[:, None] * PV + p[None, :],
+                               mask=(i[:, None] < n_out) & (p[None, :] < PV), other=0.0, cache_modifier=".cg")
+        tl.store(dst_ptr + i, tl.sum(acc, axis=1), mask=i < n_out)
+
+
+@triton.jit
+def channel_sum(src_ptr, c, n_slots, C, PV, SB: tl.constexpr, PB: tl.constexpr):
+    """sum over slots s < n_slots and p < PV of src[(s * C + c) * PV + p]: one channel's total of a
+    (slots, C, PV) partial array, SB slots x PB values at a time, in a fixed order."""
+    acc = tl.zeros([SB, PB], tl.float32)
+    for s0 in range(0, n_slots, SB):
+        s = s0 + tl.arange(0, SB)
+        for p0 in range(0, PV, PB):
+            p = p0 + tl.arange(0, PB)
+            acc += tl.load(src_ptr + (s[:, None] * C + c) * PV + p[None, :],
+                           mask=(s[:, None] < n_slots) & (p[None, :] < PV), other=0.0)
+    return tl.sum(tl.sum(acc, axis=1), axis=0)

@@ -6,14 +6,27 @@ at that moment (the interpreter is chosen at decoration time).
 
 from __future__ import annotations
 
+import functools
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import triton
 from torch import Tensor
 
 from normkit_normalnorm.triton_kernels.config import config
-from normkit_normalnorm.triton_kernels.geometry import BATCH, LAM, MEAN, NSTAT, RSTD, VAR, Geometry, Options
+from normkit_normalnorm.triton_kernels.geometry import (
+    BATCH,
+    LAM,
+    MEAN,
+    NSTAT,
+    RSTD,
+    VAR,
+    Geometry,
+    Options,
+    cached,
+)
 from normkit_normalnorm.triton_kernels.pointwise_kernels import eval_pointwise
 from normkit_normalnorm.triton_kernels.row_kernels import row_backward, row_forward
 from normkit_normalnorm.triton_kernels.split_kernels import (
@@ -51,9 +64,13 @@ def _reduce_warps(block: int) -> int:
     return min(max(block // 256, 1), 8)
 
 
-def _strides(x3: Tensor) -> dict[str, int]:
-    sn, sc, ss = x3.stride()
-    return {"sn": sn, "sc": sc, "ss": ss}
+def _seed_pointer(seed: Tensor | None, x3: Tensor, noise: bool) -> Tensor:
+    """The seed tensor the kernels read; without noise they never read it and x3 stands in."""
+    if seed is not None:
+        return seed
+    if noise:
+        raise ValueError("a noisy training call needs the seed tensor its noise is drawn from")
+    return x3
 
 
 def _tiles(geo: Geometry) -> tuple[int, int, int, int]:
@@ -90,104 +107,163 @@ def running_stats(running: tuple[Tensor, Tensor, Tensor], opts: Options) -> Tens
     return stats
 
 
-def forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, geo: Geometry, opts: Options, seed: Tensor,
-            out_dtype: torch.dtype, update: tuple[Tensor, Tensor, Tensor, float] | None = None,
+@dataclass
+class Plan:
+    """Everything about a call's launches that depends only on its shape, layout, flags and options,
+    built once per such key (`forward_plan`, `backward_plan`): which path, grids, buffer sizes, and
+    each kernel's non-tensor arguments. A call then only allocates, binds tensors and launches."""
+
+    row: bool
+    grid: tuple[int, ...]
+    noise: bool
+    kwargs: dict[str, dict[str, Any]]
+    n_ch: int = 0  # split path: tiles per group
+    n_tb: int = 0  # split path: column tiles
+    direct: bool = True  # row backward: sums stored directly, no partial rows or tickets
+    part_rows: int = 0  # row backward: partial rows (splits, then one per set)
+    tickets: int = 0  # row backward: int32 ticket counters
+
+
+@functools.lru_cache(maxsize=256)
+def forward_plan(geo: Geometry, opts: Options, strides: tuple[int, ...], has_w: bool, has_b: bool, update: bool,
+                 config_version: int) -> Plan:
+    """The training forward's launches for one key (`config_version`: settings changed since, rebuild)."""
+    noise = opts.training and opts.noise > 0
+    flags = {"HAS_W": has_w, "HAS_B": has_b, "NSTAT": NSTAT, "UPDATE": update,
+             "unbias": geo.size / max(geo.size - 1, 1)}
+    common = {"C": geo.c, "S": geo.s, "G": geo.groups, "CG": geo.group_channels, "sn": strides[0],
+              "sc": strides[1], "ss": strides[2], "PART": geo.part}
+    scalars = dict(eps=opts.eps, sqrt_eps=math.sqrt(opts.eps), alpha=opts.alpha, **opts.clamp_args,
+                   **opts.clamp_flags)
+    if geo.size <= config.row_max:
+        block = triton.next_power_of_2(geo.size)
+        return Plan(True, (geo.n_groups,), noise, {"row_forward": dict(
+            T=geo.cols, M=geo.size, noise=opts.noise, BLOCK=block, NOISE=noise, DETACH=opts.detach_lambda,
+            num_warps=_num_warps(block), **common, **scalars, **flags)})
+    br, bt, _, n_ch = _tiles(geo)
+    tiles = dict(R=geo.rows, T=geo.cols, BR=br, BT=bt, num_warps=_num_warps(br * bt), **common)
+    block_ch = min(triton.next_power_of_2(n_ch), 1024)
+    return Plan(False, (geo.n_groups, n_ch), noise, {
+        "split_moments": tiles,
+        "split_newton": dict(M=geo.size, eps=opts.eps, BLOCK_CH=block_ch, **tiles),
+        "split_transform": dict(M=geo.size, BLOCK_CH=block_ch, **tiles, **scalars),
+        "split_spread": dict(M=geo.size, BLOCK_CH=block_ch, **tiles),
+        "split_output": dict(M=geo.size, noise=opts.noise, BLOCK_CH=block_ch, NOISE=noise,
+                             DETACH=opts.detach_lambda, **tiles, **scalars, **flags)}, n_ch=n_ch)
+
+
+def forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, geo: Geometry, opts: Options,
+            seed: Tensor | None, out_dtype: torch.dtype, update: tuple[Tensor, Tensor, Tensor, float] | None = None,
             traced: bool = False) -> tuple[Tensor, Tensor]:
     """Training (or batch-statistics) forward: output and per-group statistics `(groups, NSTAT)`.
 
     `update` = (running_mean, running_var, running_lambda, factor): float32 contiguous buffers of a
     training batch partition that the kernel moves in place (saves the host-side EMA launches).
+    `seed`: None without noise (the kernels do not read it; x3 stands in for the pointer).
     """
+    plan = cached(forward_plan, geo, opts, x3.stride(), weight is not None, bias is not None, update is not None,
+                  config.version)
+    seed = _seed_pointer(seed, x3, plan.noise)
     y = torch.empty_like(x3, dtype=out_dtype)
     w = weight if weight is not None else x3
     b = bias if bias is not None else x3
-    flags = {"HAS_W": weight is not None, "HAS_B": bias is not None, "NSTAT": NSTAT}
     stats = torch.empty(geo.n_groups, NSTAT, dtype=torch.float32, device=x3.device)
-    noise = opts.training and opts.noise > 0
     run_mean, run_var, run_lam, factor = update if update is not None else (stats, stats, stats, 0.0)
-    running = {"run_mean_ptr": run_mean, "run_var_ptr": run_var, "run_lam_ptr": run_lam, "momentum": factor,
-               "unbias": geo.size / max(geo.size - 1, 1), "UPDATE": update is not None}
-    common = dict(C=geo.c, S=geo.s, G=geo.groups, CG=geo.group_channels, **_strides(x3), PART=geo.part)
-    scalars = dict(eps=opts.eps, sqrt_eps=math.sqrt(opts.eps), alpha=opts.alpha, **opts.clamp_args)
-    if geo.size <= config.row_max:
-        block = triton.next_power_of_2(geo.size)
-        _k(row_forward, traced)[(geo.n_groups,)](
-            x3, y, w, b, stats, **running, T=geo.cols, M=geo.size, noise=opts.noise, seed_ptr=seed, BLOCK=block,
-            NOISE=noise, DETACH=opts.detach_lambda, num_warps=_num_warps(block),
-            **common, **scalars, **opts.clamp_flags, **flags)
+    kw, grid = plan.kwargs, plan.grid
+    if plan.row:
+        _k(row_forward, traced)[grid](x3, y, w, b, stats, run_mean, run_var, run_lam, momentum=factor,
+                                      seed_ptr=seed, **kw["row_forward"])
         return y, stats
-    br, bt, _, n_ch = _tiles(geo)
-    grid = (geo.n_groups, n_ch)
-    tiles = dict(R=geo.rows, T=geo.cols, BR=br, BT=bt, **common)
-    warps = _num_warps(br * bt)
-    block_ch = min(triton.next_power_of_2(n_ch), 1024)
-    moments = torch.empty(geo.n_groups, n_ch, 3, dtype=torch.float32, device=x3.device)
-    newton = torch.empty(geo.n_groups, n_ch, 5, dtype=torch.float32, device=x3.device)
-    _k(split_moments, traced)[grid](x3, moments, num_warps=warps, **tiles)
-    _k(split_newton, traced)[grid](x3, moments, newton, M=geo.size, eps=opts.eps, BLOCK_CH=block_ch,
-                       num_warps=warps, **tiles)
+    moments = torch.empty(geo.n_groups, plan.n_ch, 3, dtype=torch.float32, device=x3.device)
+    newton = torch.empty(geo.n_groups, plan.n_ch, 5, dtype=torch.float32, device=x3.device)
+    _k(split_moments, traced)[grid](x3, moments, **kw["split_moments"])
+    _k(split_newton, traced)[grid](x3, moments, newton, **kw["split_newton"])
     spread = xt = moments  # unused unless noise
-    if noise:
+    if plan.noise:
         xt = torch.empty(geo.n_groups * geo.size, dtype=torch.float32, device=x3.device)
-        sum_x = torch.empty(geo.n_groups, n_ch, dtype=torch.float32, device=x3.device)
+        sum_x = torch.empty(geo.n_groups, plan.n_ch, dtype=torch.float32, device=x3.device)
         spread = torch.empty_like(sum_x)
-        _k(split_transform, traced)[grid](x3, moments, newton, xt, sum_x, M=geo.size, BLOCK_CH=block_ch,
-                                          num_warps=warps, **tiles, **scalars, **opts.clamp_flags)
-        _k(split_spread, traced)[grid](xt, sum_x, spread, M=geo.size, BLOCK_CH=block_ch, num_warps=warps, **tiles)
-    _k(split_output, traced)[grid](x3, y, w, b, stats, moments, newton, spread, xt, **running, M=geo.size,
-                                   noise=opts.noise, seed_ptr=seed, BLOCK_CH=block_ch, NOISE=noise,
-                                   DETACH=opts.detach_lambda, num_warps=warps, **tiles, **scalars,
-                                   **opts.clamp_flags, **flags)
+        _k(split_transform, traced)[grid](x3, moments, newton, xt, sum_x, **kw["split_transform"])
+        _k(split_spread, traced)[grid](xt, sum_x, spread, **kw["split_spread"])
+    _k(split_output, traced)[grid](x3, y, w, b, stats, moments, newton, spread, xt, run_mean, run_var, run_lam,
+                                   momentum=factor, seed_ptr=seed, **kw["split_output"])
     return y, stats
 
 
-def backward(dy: Tensor, x3: Tensor, weight: Tensor | None, stats: Tensor, geo: Geometry, opts: Options,
-             use_running: bool, seed: Tensor, has_bias: bool,
-             traced: bool = False) -> tuple[Tensor, Tensor | None, Tensor | None]:
-    """(dx, dweight, dbias) for the forward that produced `stats`; noise regenerated from `seed`.
-
-    The weight and bias gradients come back in float32: the kernels write per-program partials
-    (weight and bias in one buffer), reduced per channel by a single torch sum.
-    """
-    if dy.stride() != x3.stride():
-        dy = torch.empty_like(x3, dtype=dy.dtype).copy_(dy)
-    dx = torch.empty_like(x3)
-    has_w = weight is not None
-    w = weight if has_w else x3
+@functools.lru_cache(maxsize=256)
+def backward_plan(geo: Geometry, opts: Options, strides: tuple[int, ...], has_w: bool, has_b: bool,
+                  use_running: bool, device: torch.device, config_version: int) -> Plan:
+    """The backward's launches for one key; the row backward's program count is the device's (its SMs)."""
     noise = opts.training and opts.noise > 0 and has_w
     lambda_grad = not (use_running or opts.detach_lambda)
-    flags = {"HAS_W": has_w, "HAS_B": has_bias, "NOISE": noise, "NSTAT": NSTAT, "LAMBDA_GRAD": lambda_grad}
-    common = dict(C=geo.c, S=geo.s, G=geo.groups, CG=geo.group_channels, **_strides(x3), PART=geo.part)
-    dev = x3.device
+    flags = {"HAS_W": has_w, "HAS_B": has_b, "NOISE": noise, "NSTAT": NSTAT, "LAMBDA_GRAD": lambda_grad}
+    common = {"C": geo.c, "S": geo.s, "G": geo.groups, "CG": geo.group_channels, "sn": strides[0],
+              "sc": strides[1], "ss": strides[2], "PART": geo.part}
     if geo.size <= min(config.row_max, config.backward_row_max):
         per_class = geo.n_groups // geo.classes
-        splits = max(1, min(per_class, config.backward_programs(dev) // geo.classes))
+        splits = max(1, min(per_class, config.backward_programs(device) // geo.classes))
         per_split = math.ceil(per_class / splits)
         splits = math.ceil(per_class / per_split)
         block = triton.next_power_of_2(geo.size)
-        parts = torch.empty(2, splits, geo.classes, geo.size, dtype=torch.float32, device=dev)
-        _k(row_backward, traced)[(geo.classes, splits)](
-            x3, dy, dx, w, stats, parts[0], parts[1], T=geo.cols, M=geo.size, K=geo.classes,
-            per_split=per_split, n_per_class=per_class, noise=opts.noise, seed_ptr=seed, BLOCK=block,
-            USE_RUNNING=use_running, num_warps=_num_warps(block), **common, **flags)
         # (classes, size) is (C, values per channel) in memory order for every partition.
-        totals = parts.reshape(2, splits, geo.c, -1).sum(dim=(1, 3))
+        per_channel = geo.classes * geo.size // geo.c
+        # Direct: one program holds all of its class's single channel (batch partitions), or nothing to sum.
+        direct = (splits == 1 and per_channel == geo.size) or not (has_w or has_b)
+        set_size = math.isqrt(splits - 1) + 1  # sqrt(splits) rounded up: both tree levels about as short
+        n_sets = math.ceil(splits / set_size)
+        pb = triton.next_power_of_2(per_channel)
+        return Plan(True, (geo.classes, splits), noise, {"row_backward": dict(
+            T=geo.cols, M=geo.size, K=geo.classes, per_split=per_split, n_per_class=per_class, set_size=set_size,
+            n_sets=n_sets, noise=opts.noise, BLOCK=block, USE_RUNNING=use_running, DIRECT=direct,
+            CPK=geo.size // per_channel, PV=per_channel, CB=block // pb, PB=pb, num_warps=_num_warps(block),
+            **common, **flags)}, direct=direct, part_rows=0 if direct else splits + n_sets,
+            tickets=0 if direct else geo.classes * (n_sets + 1))
+    br, bt, n_tb, n_ch = _tiles(geo)
+    tiles = dict(R=geo.rows, T=geo.cols, BR=br, BT=bt, M=geo.size, **common)
+    # The partials as (slots, C, values): batch groups are channels; otherwise (groups, rows) is
+    # (outer index, C) in memory order.
+    slots, per_channel = (1, geo.rows * n_tb) if geo.part == BATCH else (geo.n_groups * geo.rows // geo.c, n_tb)
+    pb = min(triton.next_power_of_2(per_channel), br * bt)
+    return Plan(False, (geo.n_groups, n_ch), noise, {
+        "split_backward_reduce": dict(noise=opts.noise, num_warps=_reduce_warps(br * bt), **tiles, **flags),
+        "split_backward_input": dict(
+            n_slots=slots, PV=per_channel, BLOCK_CH=min(triton.next_power_of_2(n_ch), 1024),
+            num_warps=_num_warps(br * bt), USE_RUNNING=use_running, HAS_W=has_w, HAS_B=has_b,
+            LAMBDA_GRAD=lambda_grad, NSTAT=NSTAT, SB=br * bt // pb, PB=pb, **tiles)}, n_ch=n_ch, n_tb=n_tb)
+
+
+def backward(dy: Tensor, x3: Tensor, weight: Tensor | None, stats: Tensor, geo: Geometry, opts: Options,
+             use_running: bool, seed: Tensor | None, has_bias: bool,
+             traced: bool = False) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """(dx, dweight, dbias) for the forward that produced `stats`; noise regenerated from `seed`.
+
+    The weight and bias gradients come back in float32, finished by the kernels themselves in a fixed
+    order (deterministic): the row backward by a ticket tree inside its launch, the split backward in
+    its second pass.
+    """
+    has_w = weight is not None
+    dev = x3.device
+    plan = cached(backward_plan, geo, opts, x3.stride(), has_w, has_bias, use_running, dev, config.version)
+    if dy.stride() != x3.stride():
+        dy = torch.empty_like(x3, dtype=dy.dtype).copy_(dy)
+    dx = torch.empty_like(x3)
+    w = weight if has_w else x3
+    seed = _seed_pointer(seed, x3, plan.noise)
+    grads = torch.empty(2, geo.c, dtype=torch.float32, device=dev)  # dweight, dbias: written by the kernels
+    kw, grid = plan.kwargs, plan.grid
+    if plan.row:
+        if plan.direct:  # no partials, no tickets: x3 stands in for the pointers
+            parts, tickets = (x3, x3), x3
+        else:
+            parts = torch.empty(2, plan.part_rows, geo.classes * geo.size, dtype=torch.float32, device=dev)
+            tickets = torch.zeros(plan.tickets, dtype=torch.int32, device=dev)
+        _k(row_backward, traced)[grid](x3, dy, dx, w, stats, parts[0], parts[1], grads[0], grads[1], tickets,
+                                       seed_ptr=seed, **kw["row_backward"])
     else:
-        br, bt, n_tb, n_ch = _tiles(geo)
-        grid = (geo.n_groups, n_ch)
-        tiles = dict(R=geo.rows, T=geo.cols, BR=br, BT=bt, **common)
-        warps = _num_warps(br * bt)
-        sums = torch.empty(geo.n_groups, n_ch, 5, dtype=torch.float32, device=dev)
-        parts = torch.empty(2, geo.n_groups, geo.rows, n_tb, dtype=torch.float32, device=dev)
-        _k(split_backward_reduce, traced)[grid](x3, dy, w, stats, sums, parts[0], parts[1], M=geo.size,
-                                                noise=opts.noise, seed_ptr=seed, num_warps=_reduce_warps(br * bt),
-                                                **tiles, **flags)
-        _k(split_backward_input, traced)[grid](x3, dy, dx, w, stats, sums, M=geo.size,
-                                   BLOCK_CH=min(triton.next_power_of_2(n_ch), 1024), num_warps=warps,
-                                   USE_RUNNING=use_running, HAS_W=has_w, LAMBDA_GRAD=lambda_grad,
-                                   NSTAT=NSTAT, **tiles)
-        if geo.part == BATCH:  # group = channel
-            totals = parts.sum(dim=(2, 3))
-        else:  # (groups, rows) is (outer index, C) in memory order
-            totals = parts.reshape(2, -1, geo.c, n_tb).sum(dim=(1, 3))
-    return dx, totals[0] if has_w else None, totals[1] if has_bias else None
+        sums = torch.empty(geo.n_groups, plan.n_ch, 5, dtype=torch.float32, device=dev)
+        parts = torch.empty(2, geo.n_groups, geo.rows, plan.n_tb, dtype=torch.float32, device=dev)
+        _k(split_backward_reduce, traced)[grid](x3, dy, w, stats, sums, parts[0], parts[1], seed_ptr=seed,
+                                                **kw["split_backward_reduce"])
+        _k(split_backward_input, traced)[grid](x3, dy, dx, w, stats, sums, parts[0], parts[1], grads[0], grads[1],
+                                               **kw["split_backward_input"])
+    return dx, grads[0] if has_w else None, grads[1] if has_bias else None

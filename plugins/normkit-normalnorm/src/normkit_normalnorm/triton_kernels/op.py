@@ -5,7 +5,8 @@ reuses; `normality_backward` returns (dx, dweight, dbias). Both are `triton_op`s
 launch the kernels through `wrap_triton`, so on CUDA torch.compile (AOTAutograd, then Inductor)
 sees each kernel launch instead of an opaque call, and torch.export keeps one named op per call
 with the body as its fake implementation (shapes and dtypes without running anything). The noise
-seed is a one-element int64 tensor the kernels read, so a traced graph draws a fresh seed per call.
+seed is a one-element int64 tensor the kernels read, so a traced graph draws a fresh seed per call
+(None when the call has no noise: nothing is drawn or allocated).
 
 CPU tensors go to a plain (opaque) custom op instead, `normality_forward_cpu` / `..._backward_cpu`:
 under `TRITON_INTERPRET=1` it runs the same kernels on the interpreter (whose kernels are not
@@ -36,6 +37,10 @@ def runs_kernels(x3: Tensor) -> bool:
     return x3.is_cuda or (x3.device.type == "cpu" and interpreting())
 
 
+def _on(seed: Tensor | None, x3: Tensor) -> Tensor | None:
+    return seed.to(x3.device) if seed is not None else None
+
+
 def _stat_rows(x3: Tensor, partition: str, groups: int, tokens: bool) -> int:
     """Rows of the statistics table: one per normalization group, on every path."""
     return geometry(x3.shape, partition, groups, tokens).n_groups
@@ -46,7 +51,7 @@ def _stat_rows(x3: Tensor, partition: str, groups: int, tokens: bool) -> int:
 
 @torch.library.triton_op(f"{NAMESPACE}::normality_forward", mutates_args=())
 def normality_forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, running_mean: Tensor | None,
-                      running_var: Tensor | None, running_lambda: Tensor | None, seed: Tensor,
+                      running_var: Tensor | None, running_lambda: Tensor | None, seed: Tensor | None,
                       partition: str, groups: int, tokens: bool, training: bool, eps: float, alpha: float,
                       noise: float, lambda_min: float | None, lambda_max: float | None,
                       detach_lambda: bool, out_dtype: torch.dtype | None) -> tuple[Tensor, Tensor]:
@@ -59,13 +64,13 @@ def normality_forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None, ru
     geo = geometry(x3.shape, partition, groups, tokens)
     opts = Options(training, eps, alpha, noise, lambda_min, lambda_max, detach_lambda)
     y, stats, _ = kernel_forward(x3, weight, bias, (running_mean, running_var, running_lambda), geo, opts,
-                                 seed.to(x3.device), out_dtype or x3.dtype, None, traced=True)
+                                 _on(seed, x3), out_dtype or x3.dtype, None, traced=True)
     return y, stats
 
 
 @torch.library.custom_op(f"{NAMESPACE}::normality_forward_cpu", mutates_args=())
 def normality_forward_cpu(x3: Tensor, weight: Tensor | None, bias: Tensor | None, running_mean: Tensor | None,
-                          running_var: Tensor | None, running_lambda: Tensor | None, seed: Tensor,
+                          running_var: Tensor | None, running_lambda: Tensor | None, seed: Tensor | None,
                           partition: str, groups: int, tokens: bool, training: bool, eps: float, alpha: float,
                           noise: float, lambda_min: float | None, lambda_max: float | None,
                           detach_lambda: bool, out_dtype: torch.dtype | None) -> tuple[Tensor, Tensor]:
@@ -91,13 +96,13 @@ def _(x3, weight, bias, running_mean, running_var, running_lambda, seed, partiti
 
 
 def _reference_forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None,
-                       running: tuple[Tensor | None, ...], seed: Tensor, out_dtype: torch.dtype,
+                       running: tuple[Tensor | None, ...], seed: Tensor | None, out_dtype: torch.dtype,
                        kwargs: dict) -> tuple[Tensor, Tensor]:
     """The reference under the seed; for a tracked training batch, the statistics table carries the
     batch mean/var/lambda (read back from buffer copies updated with factor 1); other entries are 0."""
     rm, rv, rl = (t.detach().clone() if t is not None else None for t in running)
     with torch.random.fork_rng(devices=[]), torch.no_grad():
-        torch.manual_seed(int(seed))
+        torch.manual_seed(int(seed) if seed is not None else 0)  # no seed: no noise, nothing drawn
         y = normality_norm(x3, weight, bias, running_mean=rm, running_var=rv, running_lambda=rl, momentum=1.0,
                            **kwargs)
     stats = torch.zeros(_stat_rows(x3, kwargs["partition"], kwargs["groups"], kwargs["tokens"]), NSTAT,
@@ -116,7 +121,7 @@ def _reference_forward(x3: Tensor, weight: Tensor | None, bias: Tensor | None,
 @torch.library.triton_op(f"{NAMESPACE}::normality_backward", mutates_args=())
 def normality_backward(dy: Tensor, x3: Tensor, weight: Tensor | None, bias: Tensor | None,
                        running_mean: Tensor | None, running_var: Tensor | None,
-                       running_lambda: Tensor | None, stats: Tensor, seed: Tensor, partition: str,
+                       running_lambda: Tensor | None, stats: Tensor, seed: Tensor | None, partition: str,
                        groups: int, tokens: bool, training: bool, eps: float, alpha: float, noise: float,
                        lambda_min: float | None, lambda_max: float | None,
                        detach_lambda: bool) -> tuple[Tensor, Tensor, Tensor]:
@@ -125,13 +130,13 @@ def normality_backward(dy: Tensor, x3: Tensor, weight: Tensor | None, bias: Tens
         return normality_backward_cpu(dy, x3, weight, bias, running_mean, running_var, running_lambda, stats, seed,
                                       partition, groups, tokens, training, eps, alpha, noise, lambda_min,
                                       lambda_max, detach_lambda)
-    return _kernel_backward(dy, x3, weight, bias, running_mean, stats, seed.to(x3.device), partition, groups,
+    return _kernel_backward(dy, x3, weight, bias, running_mean, stats, _on(seed, x3), partition, groups,
                             tokens, Options(training, eps, alpha, noise, lambda_min, lambda_max, detach_lambda),
                             traced=True)
 
 
 def _kernel_backward(dy: Tensor, x3: Tensor, weight: Tensor | None, bias: Tensor | None,
-                     running_mean: Tensor | None, stats: Tensor, seed: Tensor, partition: str, groups: int,
+                     running_mean: Tensor | None, stats: Tensor, seed: Tensor | None, partition: str, groups: int,
                      tokens: bool, opts: Options, traced: bool) -> tuple[Tensor, Tensor, Tensor]:
     geo = geometry(x3.shape, partition, groups, tokens)
     use_running = partition == "batch" and running_mean is not None and not opts.training
@@ -144,7 +149,7 @@ def _kernel_backward(dy: Tensor, x3: Tensor, weight: Tensor | None, bias: Tensor
 @torch.library.custom_op(f"{NAMESPACE}::normality_backward_cpu", mutates_args=())
 def normality_backward_cpu(dy: Tensor, x3: Tensor, weight: Tensor | None, bias: Tensor | None,
                            running_mean: Tensor | None, running_var: Tensor | None,
-                           running_lambda: Tensor | None, stats: Tensor, seed: Tensor, partition: str,
+                           running_lambda: Tensor | None, stats: Tensor, seed: Tensor | None, partition: str,
                            groups: int, tokens: bool, training: bool, eps: float, alpha: float, noise: float,
                            lambda_min: float | None, lambda_max: float | None,
                            detach_lambda: bool) -> tuple[Tensor, Tensor, Tensor]:
@@ -169,12 +174,12 @@ def _(dy, x3, weight, bias, running_mean, running_var, running_lambda, stats, se
 
 
 def _reference_backward(dy: Tensor, x3: Tensor, weight: Tensor | None, bias: Tensor | None,
-                        running: tuple[Tensor | None, ...], seed: Tensor,
+                        running: tuple[Tensor | None, ...], seed: Tensor | None,
                         kwargs: dict) -> tuple[Tensor, Tensor, Tensor]:
     """Differentiate the reference, recomputed under the forward's seed (buffers left untouched)."""
     leaves = [t.detach().requires_grad_() if t is not None else None for t in (x3, weight, bias)]
     with torch.random.fork_rng(devices=[]), torch.enable_grad():
-        torch.manual_seed(int(seed))
+        torch.manual_seed(int(seed) if seed is not None else 0)
         rm, rv, rl = (t.detach().clone() if t is not None else None for t in running)
         y = normality_norm(leaves[0], leaves[1], leaves[2], running_mean=rm, running_var=rv,
                            running_lambda=rl, momentum=0.0, **kwargs)

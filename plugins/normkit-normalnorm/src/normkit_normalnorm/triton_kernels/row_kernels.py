@@ -26,6 +26,7 @@ from normkit_normalnorm.triton_kernels.jit_common import (
     newton_terms,
     noise_block,
     store_stats,
+    sum_slots,
     transform,
     transform_grads,
     update_running,
@@ -79,12 +80,17 @@ def row_forward(x_ptr, y_ptr, w_ptr, b_ptr, stats_ptr, run_mean_ptr, run_var_ptr
 
 
 @triton.jit
-def row_backward(x_ptr, dy_ptr, dx_ptr, w_ptr, stats_ptr, dw_part_ptr, db_part_ptr,
-                 C, S, G, CG, K, per_split, n_per_class, sn, sc, ss, noise, seed_ptr,
+def row_backward(x_ptr, dy_ptr, dx_ptr, w_ptr, stats_ptr, dw_part_ptr, db_part_ptr, dw_ptr, db_ptr, count_ptr,
+                 C, S, G, CG, K, per_split, n_per_class, set_size, n_sets, sn, sc, ss, noise, seed_ptr,
                  M: tl.constexpr, T: tl.constexpr, PART: tl.constexpr, BLOCK: tl.constexpr, NSTAT: tl.constexpr,
                  HAS_W: tl.constexpr, HAS_B: tl.constexpr, USE_RUNNING: tl.constexpr,
-                 NOISE: tl.constexpr, LAMBDA_GRAD: tl.constexpr):
-    """Program (k, split) handles groups gid = i*K + k for i in its split; all share channels."""
+                 NOISE: tl.constexpr, LAMBDA_GRAD: tl.constexpr, DIRECT: tl.constexpr,
+                 CPK: tl.constexpr, PV: tl.constexpr, CB: tl.constexpr, PB: tl.constexpr):
+    """Program (k, split) handles groups gid = i*K + k for i in its split; all share channels.
+
+    Class k owns channels k*CPK ... k*CPK + CPK - 1, each PV values of a group (in-group index
+    j = i*PV + p). Partial rows: row s (< splits) of the part buffers is split s's, row splits + q
+    the sum of set q's; count_ptr holds K * (n_sets + 1) zeroed tickets."""
     k = tl.program_id(0)
     split = tl.program_id(1)
     j = tl.arange(0, BLOCK)
@@ -92,7 +98,7 @@ def row_backward(x_ptr, dy_ptr, dx_ptr, w_ptr, stats_ptr, dw_part_ptr, db_part_p
     r = j // T
     t = j % T
     inv_m = 1.0 / M
-    acc_w = tl.zeros([BLOCK], tl.float32)
+    acc_w = tl.zeros([BLOCK], tl.float32)  # DIRECT: only element 0 is used, for the group's total
     acc_b = tl.zeros([BLOCK], tl.float32)
     i_end = tl.minimum(split * per_split + per_split, n_per_class)
     for i in range(split * per_split, i_end):
@@ -115,9 +121,15 @@ def row_backward(x_ptr, dy_ptr, dx_ptr, w_ptr, stats_ptr, dw_part_ptr, db_part_p
             gx = dy * channel_value(w_ptr, c, mask, 0.0, PART)
             if NOISE:
                 x = x + (noise * tl.load(row + 3)) * noise_block(tl.load(seed_ptr), gid, M, BLOCK)
-            acc_w += dy * x
+            if DIRECT:  # the only group of its channel: reduce now, with the other sums
+                acc_w += tl.sum(dy * x, axis=0)
+            else:
+                acc_w += dy * x
         if HAS_B:
-            acc_b += dy
+            if DIRECT:
+                acc_b += tl.sum(dy, axis=0)
+            else:
+                acc_b += dy
         grad_a = tl.where(mask, gx * psi_h, 0.0)
         if USE_RUNNING:
             dx = rstd * grad_a
@@ -134,8 +146,45 @@ def row_backward(x_ptr, dy_ptr, dx_ptr, w_ptr, stats_ptr, dw_part_ptr, db_part_p
                 grad_a += glam * direction
             dx = rstd * (grad_a - sum_a * inv_m - h * (sum_ah * inv_m))
         tl.store(dx_ptr + offset, dx.to(dx_ptr.dtype.element_ty), mask=mask)
-    part = (split * K + k) * M + j
-    if HAS_W:
-        tl.store(dw_part_ptr + part, acc_w, mask=mask)
-    if HAS_B:
-        tl.store(db_part_ptr + part, acc_b, mask=mask)
+    if DIRECT:  # this program saw every value of its class's single channel
+        if HAS_W:
+            tl.store(dw_ptr + k + j, acc_w, mask=j == 0)
+        if HAS_B:
+            tl.store(db_ptr + k + j, acc_b, mask=j == 0)
+    else:  # write this program's partial row; the last program of the set and of the class sum them
+        if HAS_W:
+            tl.store(dw_part_ptr + (split * K + k) * M + j, acc_w, mask=mask)
+        if HAS_B:
+            tl.store(db_part_ptr + (split * K + k) * M + j, acc_b, mask=mask)
+        tl.debug_barrier()
+        _finish_param_grads(dw_part_ptr, db_part_ptr, dw_ptr, db_ptr, count_ptr, k, split, K, set_size, n_sets,
+                            M, BLOCK, HAS_W, HAS_B, CPK, PV, CB, PB)
+
+
+@triton.jit(noinline=True)
+def _finish_param_grads(dw_part_ptr, db_part_ptr, dw_ptr, db_ptr, count_ptr, k, split, K, set_size, n_sets,
+                        M: tl.constexpr, BLOCK: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+                        CPK: tl.constexpr, PV: tl.constexpr, CB: tl.constexpr, PB: tl.constexpr):
+    """After every thread of the program wrote its partial row (the barrier before the call), take a
+    ticket of the program's set: the last of the set sums the set's rows, then takes a ticket of the
+    class, and the last set sums the sets' rows per channel into dweight/dbias. The acq_rel tickets
+    make the rows written before them visible to the program that sums them. A subroutine (noinline):
+    its rarely run loops take no registers from the group loop, and the kernel-cost count, which
+    does not follow calls, leaves it out of the per-value hot path (docs/performance.md)."""
+    splits = tl.num_programs(1)
+    tickets = count_ptr + k * (n_sets + 1)
+    q = split // set_size
+    first = q * set_size
+    last = tl.minimum(first + set_size, splits)
+    if tl.atomic_add(tickets + q, 1, sem="acq_rel") == last - first - 1:
+        level = (splits + q) * K + k
+        if HAS_W:
+            sum_slots(dw_part_ptr + k * M, first, last, K * M, dw_part_ptr + level * M, M, 1, BLOCK, 1)
+        if HAS_B:
+            sum_slots(db_part_ptr + k * M, first, last, K * M, db_part_ptr + level * M, M, 1, BLOCK, 1)
+        tl.debug_barrier()
+        if tl.atomic_add(tickets + n_sets, 1, sem="acq_rel") == n_sets - 1:
+            if HAS_W:
+                sum_slots(dw_part_ptr + (splits * K + k) * M, 0, n_sets, K * M, dw_ptr + k * CPK, CPK, PV, CB, PB)
+            if HAS_B:
+                sum_slots(db_part_ptr + (splits * K + k) * M, 0, n_sets, K * M, db_ptr + k * CPK, CPK, PV, CB, PB)

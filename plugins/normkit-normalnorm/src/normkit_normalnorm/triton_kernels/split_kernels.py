@@ -7,7 +7,9 @@ instead of launching a separate combine kernel. The forward needs one pass per d
 reduction: moments -> Newton sums -> mean(x) -> mean|x - mean x| -> output (the middle two only
 with noise; the mean(x) pass writes x to a float32 workspace, so the last two read it instead of
 recomputing the transform). The backward needs two: one reduction pass (lambda gradient, weight/bias partials
-and the four sums that make dx's mean terms linear in the lambda gradient) and one dx pass.
+and the four sums that make dx's mean terms linear in the lambda gradient) and one dx pass, which also
+finishes the weight/bias gradients: the partials are complete when it starts, so its programs share
+the channels and each sums one channel's partials in a fixed order (deterministic, no atomics).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import triton.language as tl
 
 from normkit_normalnorm.triton_kernels.jit_common import (
     affine_store,
+    channel_sum,
     channel_value,
     element,
     group_inverses,
@@ -288,16 +291,31 @@ def split_backward_reduce(x_ptr, dy_ptr, w_ptr, stats_ptr, sums_ptr, dw_part_ptr
         tl.store(out + 4, tl.sum(tl.sum(direction * h, axis=1), axis=0))
 
 
+@triton.jit(noinline=True)
+def _finish_channels(dw_part_ptr, db_part_ptr, dw_ptr, db_ptr, first, step, C, n_slots, PV,
+                     HAS_W: tl.constexpr, HAS_B: tl.constexpr, SB: tl.constexpr, PB: tl.constexpr):
+    """dweight/dbias of channels first, first + step, ... from (n_slots, C, PV) partials, each in a fixed
+    order. A subroutine (noinline), so its loop takes no registers from the dx pass."""
+    for c in range(first, C, step):
+        if HAS_W:
+            tl.store(dw_ptr + c, channel_sum(dw_part_ptr, c, n_slots, C, PV, SB, PB))
+        if HAS_B:
+            tl.store(db_ptr + c, channel_sum(db_part_ptr, c, n_slots, C, PV, SB, PB))
+
+
 @triton.jit
-def split_backward_input(x_ptr, dy_ptr, dx_ptr, w_ptr, stats_ptr, sums_ptr,
-                         R, M, C, S, G, CG, sn, sc, ss,
+def split_backward_input(x_ptr, dy_ptr, dx_ptr, w_ptr, stats_ptr, sums_ptr, dw_part_ptr, db_part_ptr, dw_ptr, db_ptr,
+                         R, M, C, S, G, CG, sn, sc, ss, n_slots, PV,
                          T: tl.constexpr, PART: tl.constexpr, BR: tl.constexpr, BT: tl.constexpr, BLOCK_CH: tl.constexpr,
-                         NSTAT: tl.constexpr, HAS_W: tl.constexpr, USE_RUNNING: tl.constexpr,
-                         LAMBDA_GRAD: tl.constexpr):
-    """Backward pass 2: dx = rstd (gh - mean(gh) - h mean(gh h)) with gh = A + glam B."""
+                         NSTAT: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, USE_RUNNING: tl.constexpr,
+                         LAMBDA_GRAD: tl.constexpr, SB: tl.constexpr, PB: tl.constexpr):
+    """Backward pass 2: dx = rstd (gh - mean(gh) - h mean(gh h)) with gh = A + glam B; and the weight/bias
+    gradients from pass 1's partials, laid out (n_slots, C, PV): program p sums channels p, p + programs, ..."""
     gid = tl.program_id(0)
     ch = tl.program_id(1)
     n_ch = tl.num_programs(1)
+    _finish_channels(dw_part_ptr, db_part_ptr, dw_ptr, db_ptr, gid * n_ch + ch, tl.num_programs(0) * n_ch, C,
+                     n_slots, PV, HAS_W, HAS_B, SB, PB)
     row = stats_ptr + gid * NSTAT
     mean = tl.load(row + 0)
     rstd = tl.load(row + 1)
