@@ -30,14 +30,18 @@ QUICK_DATA = {"dataset_params": {"train": 1000, "val": 500, "test": 1000}}  # a 
 # (which serve `normkit compare`) do: gpt-tiny's changed to a streamed recipe without warmup and the lm
 # workload, which had inherited its warmup, lost it. tests/test_suite_recipes.py holds every resolved
 # recipe and fails when one moves. The learning-rate grids reach past where the first scorecard's
-# three-value grids stopped at an end, for the norms of docs/suite.md (measured there).
+# three-value grids stopped at an end, for the norms of docs/suite.md (measured there); the values no norm
+# of the three-norm scorecard came near (small-batch 0.005, cnn 0.003, deep-resnet 0.3: at least 5 points of
+# validation accuracy below every norm's best) were dropped. The ViT trained 300 steps at a batch of 32
+# reached about 60 % (bn) and 52 % (ln): too far from trained to compare norms; at a batch of 128 for 500
+# steps (4 passes) with a pass of warm-up bn and ln reach about 95.5 % (docs/suite.md, "The workloads").
 
 WORKLOADS: dict[str, dict[str, Any]] = {
     "small-batch": {
         "question": "does the norm train when it normalizes over a batch of 2 (ghost batches of 2 in a gradient "
                     "batch of 16)?",
         "config": {"model": "small-cnn", "dataset": BLENDS, "batch_size": 16, "norm_batch": 2, "budget": STEPS},
-        "tune": {"lr": [0.005, 0.01, 0.02, 0.05, 0.1, 0.2]},
+        "tune": {"lr": [0.01, 0.02, 0.05, 0.1, 0.2]},
         "target": 93.0,
         "variants": {"narrow": {"model_params": {"width": 16}}},
         "quick": {**QUICK_DATA, "model_params": {"width": 8}, "budget": QUICK_STEPS, "tune": {"lr": [0.02, 0.05]},
@@ -49,7 +53,7 @@ WORKLOADS: dict[str, dict[str, Any]] = {
         "question": "with the gradient batch and steps of small-batch, normalizing over the whole batch of 16, "
                     "which norm trains best?",
         "config": {"model": "small-cnn", "dataset": BLENDS, "batch_size": 16, "budget": STEPS},
-        "tune": {"lr": [0.003, 0.01, 0.03, 0.1, 0.3]},
+        "tune": {"lr": [0.01, 0.03, 0.1, 0.3]},
         "target": 96.0,
         "variants": {"shallow": {"model_params": {"depth": 2}}},
         "quick": {**QUICK_DATA, "model_params": {"width": 8}, "budget": QUICK_STEPS, "tune": {"lr": [0.1, 0.3]},
@@ -62,7 +66,7 @@ WORKLOADS: dict[str, dict[str, Any]] = {
                     "layer norm falls behind)?",
         "config": {"model": "wrn", "model_params": {"depth": 28, "width": 1}, "dataset": BLENDS,
                    "batch_size": 32, "budget": "steps=250"},
-        "tune": {"lr": [0.003, 0.01, 0.03, 0.1, 0.3]},
+        "tune": {"lr": [0.003, 0.01, 0.03, 0.1]},
         "target": 93.0,
         "variants": {"depth16": {"model_params": {"depth": 16}}},
         "quick": {**QUICK_DATA, "model_params": {"depth": 10}, "budget": "steps=40", "tune": {"lr": [0.1, 0.3]},
@@ -72,10 +76,10 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     },
     "vit": {
         "question": "does the norm work at a transformer's token-wise norm sites (a ViT on 16 patches)?",
-        "config": {"model": "vit-small", "dataset": BLENDS, "optimizer": "adamw", "batch_size": 32,
-                   "budget": STEPS},
-        "tune": {"lr": [0.001, 0.003, 0.01]},
-        "target": 88.0,
+        "config": {"model": "vit-small", "dataset": BLENDS, "optimizer": "adamw", "batch_size": 128,
+                   "budget": "steps=500", "warmup_epochs": 1},
+        "tune": {"lr": [0.003, 0.01, 0.02]},
+        "target": 93.0,
         # peri: Peri-LN's placement (a norm also on each sublayer's output), held out from the pre-norm recipe
         "variants": {"deeper": {"model_params": {"depth": 4}}, "peri": {"model_params": {"placement": "peri"}}},
         "quick": {**QUICK_DATA, "budget": QUICK_STEPS, "tune": {"lr": [0.003, 0.01]}, "target": 50.0},
