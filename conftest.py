@@ -50,3 +50,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     else:
         os.environ["NORMKIT_CACHE_DIR"] = before
 
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Make xdist_group marks take effect under pytest 9.2. pytest-xdist 3.8 names a grouped test's work unit
+    by setting `item._nodeid` to "NODEID@GROUP", which pytest 9.2's `item.nodeid` no longer reads (it reads
+    `item._id`): without this, --dist loadgroup silently spreads a group over both workers."""
+    from_xdist = [(item, getattr(item, "_nodeid", None)) for item in items]
+    regrouped = [(item, nodeid) for item, nodeid in from_xdist if isinstance(nodeid, str) and item.nodeid != nodeid]
+    if regrouped:
+        from _pytest.nodeid import NodeId  # pytest >= 9.2; earlier versions read _nodeid and never get here
+
+        for item, nodeid in regrouped:
+            item._id = NodeId.parse(nodeid)
