@@ -22,6 +22,8 @@ import torch
 
 import normkit
 
+pytestmark = pytest.mark.xdist_group("gloo")  # its ranks meet in a gloo group; one module fixture runs them all
+
 WORKER = Path(__file__).with_name("distributed_worker.py")
 # (rows per process, specs); 8 rows in all
 CASES = [("4,4", "bnn(noise=0),bn"), ("5,3", "bn,bnn(noise=0)"), ("8,0", "bnn(noise=0),bnn(noise=0)"),

@@ -24,7 +24,8 @@ PAGES = [docblocks.REPO / "README.md", *sorted((docblocks.REPO / "docs").rglob("
 
 
 def _param(block: docblocks.Block) -> pytest.param:
-    marks = []
+    # a page's blocks share a namespace and build on each other: one xdist worker runs them, in order
+    marks = [pytest.mark.xdist_group(f"doc:{block.path}")]
     if block.errors:
         pass
     elif block.skip:

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "normkit-example"
 
 
+@pytest.mark.xdist_group("subprocess-suites")
 def test_example_plugin_installs_is_discovered_and_passes_its_tests(tmp_path: Path) -> None:
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
@@ -22,7 +25,8 @@ def test_example_plugin_installs_is_discovered_and_passes_its_tests(tmp_path: Pa
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
     assert "normkit-example 0.1.0 ['narrow-cnn', 'scbn', 'scgn', 'softclip']" in out.stdout
     assert "softclip(limit=3.0)" in out.stdout
-    tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(EXAMPLE / "tests")],
+    tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
+                            str(EXAMPLE / "tests")],
                            env=env, capture_output=True, text=True, cwd=tmp_path)
     assert tests.returncode == 0, tests.stdout + tests.stderr
 

@@ -120,6 +120,7 @@ def _results(tmp_path: Path, wheelhouse: Path) -> Iterator[tuple[str, subprocess
         yield from pool.map(lambda p: _check(p, tmp_path / p, wheelhouse), PACKAGES)
 
 
+@pytest.mark.xdist_group("subprocess-suites")
 def test_every_package_installed_alone_builds_and_checks_what_it_registers(tmp_path: Path, wheelhouse: Path) -> None:
     failures = {p: (out.stdout + out.stderr)[-3000:] for p, out in _results(tmp_path, wheelhouse)
                 if out.returncode != 0}

@@ -85,6 +85,7 @@ def setup(tmp_path: Path) -> tuple[str, Path]:
     return f"normkit-test-{uuid.uuid4().hex}", ready
 
 
+@pytest.mark.xdist_group("signals")
 def test_a_timeout_stops_the_programs_children_and_its_setsid_grandchild(tmp_path: Path) -> None:
     token, ready = setup(tmp_path)
     try:
@@ -99,6 +100,7 @@ def test_a_timeout_stops_the_programs_children_and_its_setsid_grandchild(tmp_pat
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.xdist_group("signals")
 def test_a_child_holding_stdout_after_the_program_exits_does_not_stall_the_run(tmp_path: Path) -> None:
     token, ready = setup(tmp_path)
     start = time.monotonic()
@@ -140,15 +142,18 @@ def kill_normkit_mid_run(tmp_path: Path, *flags: str, programs: int, start_s: fl
             normkit.kill()
 
 
+@pytest.mark.xdist_group("signals")
 def test_a_sigkilled_normkit_leaves_no_program_or_child_running(tmp_path: Path) -> None:
     kill_normkit_mid_run(tmp_path, programs=1, start_s=120)
 
 
+@pytest.mark.xdist_group("signals")
 @pytest.mark.slow
 def test_a_sigkilled_normkit_with_two_jobs_leaves_no_worker_program_or_child_running(tmp_path: Path) -> None:
     kill_normkit_mid_run(tmp_path, "--jobs", "2", programs=2, start_s=180)
 
 
+@pytest.mark.xdist_group("ray")
 @pytest.mark.slow
 def test_a_sigkilled_normkit_on_ray_leaves_no_ray_process_program_or_child_running(tmp_path: Path) -> None:
     pytest.importorskip("ray")
@@ -188,6 +193,7 @@ def _pool_workers(parent: int) -> list[int]:
     return found
 
 
+@pytest.mark.xdist_group("signals")
 def test_pool_workers_of_a_normkit_killed_while_they_start_die_before_their_heavy_imports(tmp_path: Path) -> None:
     """Issue 41: a worker asked for the parent-death signal only after importing torch (seconds), so a normkit
     SIGKILLed while its workers started left them running that long. Now no worker loads torch once its

@@ -315,6 +315,7 @@ def _summary(path: Path) -> list[tuple[str, Any, Any, Any]]:
     return [(r["norm"], r["verdict"], r["metric_mean"], r["diff_mean"]) for r in rows]
 
 
+@pytest.mark.xdist_group("ray")
 @pytest.mark.slow
 def test_sequential_jobs_2_and_ray_give_identical_verdicts(tmp_path: Path) -> None:
     pytest.importorskip("ray")
@@ -332,6 +333,7 @@ def test_sequential_jobs_2_and_ray_give_identical_verdicts(tmp_path: Path) -> No
     assert "ray::" not in seen(tmp_path / "seq", "bn", 0)["parent"]
 
 
+@pytest.mark.xdist_group("ray")
 @pytest.mark.slow
 def test_a_train_function_in_a_local_pool_and_on_ray(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("ray")
@@ -344,6 +346,7 @@ def test_a_train_function_in_a_local_pool_and_on_ray(tmp_path: Path, monkeypatch
     assert numbers(results[0]) == numbers(results[1]) == numbers(results[2])
 
 
+@pytest.mark.xdist_group("signals")
 @pytest.mark.slow
 def test_a_killed_compare_resumes_and_gives_the_uninterrupted_verdicts(tmp_path: Path) -> None:
     write(tmp_path, "tiny.py", TINY)

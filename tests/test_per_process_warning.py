@@ -13,10 +13,13 @@ import sys
 import warnings
 from pathlib import Path
 
+import pytest
 import torch
 
 import normkit
 from normkit.sync import PerProcessBatchStatistics
+
+pytestmark = pytest.mark.xdist_group("gloo")  # its ranks meet in a gloo group (conftest.py)
 
 RANK = r'''
 import json, sys, warnings

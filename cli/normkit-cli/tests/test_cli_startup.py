@@ -58,6 +58,7 @@ def test_usage_errors_are_one_line():
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143),
                                            pytest.param(signal.SIGINT, 130, marks=pytest.mark.slow)])
+@pytest.mark.xdist_group("signals")
 def test_a_signal_keeps_finished_runs_and_prints_the_resume_hint(tmp_path, sig, code):
     out = tmp_path / "cmp"
     env = {**os.environ, "CI": "1"}
@@ -92,6 +93,7 @@ def test_sigterm_inside_the_block_raises_terminated_and_the_old_handler_returns(
     assert signal.getsignal(signal.SIGTERM) == before
 
 
+@pytest.mark.xdist_group("signals")
 def test_an_interrupt_on_a_terminal_prints_its_message_on_a_line_of_its_own(tmp_path):
     """On a terminal the live progress bar holds the line and hides the cursor: the interruption
     message must start on a fresh line and end with a newline, so the shell prompt is not glued to it."""

@@ -32,6 +32,8 @@ from normkit_lab.runs.checkpoints import Checkpointing
 from normkit_lab.runs.execute import Job, run_job
 from normkit_lab.study import compare, config
 
+pytestmark = pytest.mark.xdist_group("gloo")  # DDP ranks meet in a gloo group
+
 BIN = Path(sys.executable).parent
 TIMING = ("epoch_time_s", "cpu_time_s", "load_avg", "throughput", "peak_mem_mb")  # differ between any two runs
 EQUIVALENCE_CFG = spec.TrainConfig(dataset="digits", epochs=1, batch_size=64)

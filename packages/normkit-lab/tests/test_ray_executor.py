@@ -30,6 +30,8 @@ from normkit_lab.study.config import build_config
 from normkit_lab.study.plan import compare_plan
 from normkit_lab.study.progress import Progress
 
+pytestmark = pytest.mark.xdist_group("ray")  # a local Ray instance (conftest.py)
+
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs normkit-lab[ray]")
 
 MARKER = "NORMKIT_RAY_TEST_MARKER"

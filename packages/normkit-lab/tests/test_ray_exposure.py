@@ -23,7 +23,8 @@ from normkit_lab.executors import ExecutorOptions
 from normkit_lab.executors.ray import RayExecutor
 
 pytestmark = [pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs normkit-lab[ray]"),
-              pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")]
+              pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc"),
+              pytest.mark.xdist_group("ray")]  # a local Ray instance (conftest.py)
 
 # One method of each gRPC service a Ray process serves; each port serves one of them.
 GRPC_METHODS = ("/ray.rpc.NodeInfoGcsService/GetAllNodeInfo", "/ray.rpc.NodeManagerService/GetNodeStats",

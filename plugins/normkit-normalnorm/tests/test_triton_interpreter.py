@@ -24,6 +24,7 @@ needs_cpu_parent = pytest.mark.skipif(torch.cuda.is_available() or interpreting(
                                       reason="the kernel tests run directly in this process")
 
 
+@pytest.mark.xdist_group("subprocess-suites")
 @needs_cpu_parent
 def test_interpreter_suite(request):
     """Run test_triton_kernels.py under TRITON_INTERPRET=1 (about 40 s on 2 cores)."""
@@ -32,7 +33,7 @@ def test_interpreter_suite(request):
     markers = request.config.option.markexpr or "not slow and not gpu"
     done = subprocess.run(
         [sys.executable, "-m", "pytest", str(HERE / "test_triton_kernels.py"), "-q", "-m", markers,
-         "-p", "no:cacheprovider"],
+         "-p", "no:cacheprovider", "-n", "0"],  # one process: this test already holds one of the run's workers
         cwd=request.config.rootpath, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
     assert " passed" in done.stdout.splitlines()[-1], done.stdout[-2000:]
