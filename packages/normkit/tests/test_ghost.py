@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 import normkit
 from normkit.errors import NormShapeError, SpecError
-from normkit.testing import check_norm
+from normkit.testing import autograd_node_names, check_norm
 
 
 def _batch(n: int = 8, c: int = 4, seed: int = 0) -> torch.Tensor:
@@ -180,17 +180,6 @@ def test_a_shorter_last_batch_after_full_ones_and_eval_do_not_warn() -> None:
     assert _ghost_warnings(normkit.build("bn(ghost=4)", 4), [4, 2]) == []  # a batch of exactly ghost fits
 
 
-def _graph(t: torch.Tensor) -> set[str]:
-    """The names of the autograd nodes that produced `t`."""
-    seen, todo = {}, [t.grad_fn]
-    while todo:
-        node = todo.pop()
-        if node is not None and id(node) not in seen:
-            seen[id(node)] = node.name()
-            todo.extend(next_node for next_node, _ in node.next_functions)
-    return set(seen.values())
-
-
 @pytest.mark.parametrize(("spec", "shape", "channel_dim", "channels_last"), [
     ("bn(ghost=2)", (8, 4, 3, 3), 1, False),
     ("bn(ghost=4,momentum=none)", (8, 5, 7), -1, False),
@@ -210,7 +199,8 @@ def test_bn_ghost_batches_take_torchs_kernel_regrouped_and_equal_the_reference_p
         x = x.contiguous(memory_format=torch.channels_last) if channels_last else x
         xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
         out, ref = fused(xa), reference(xb)
-        assert "NativeBatchNormBackward0" in _graph(out) and "NativeBatchNormBackward0" not in _graph(ref)
+        assert "NativeBatchNormBackward0" in autograd_node_names(out)
+        assert "NativeBatchNormBackward0" not in autograd_node_names(ref)
         assert out.is_contiguous(memory_format=torch.channels_last) == channels_last
         torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-10)
         grad = torch.randn_like(out)

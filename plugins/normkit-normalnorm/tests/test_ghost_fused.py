@@ -8,6 +8,7 @@ import copy
 import normkit
 import pytest
 import torch
+from normkit.testing import autograd_node_names
 
 from normkit_normalnorm.functional import normality_norm
 
@@ -74,17 +75,6 @@ def _regrouped_call(layer: torch.nn.Module, x: torch.Tensor, ghost: int) -> torc
     return y.reshape(ghost, k, c, -1).transpose(0, 1).reshape(x.shape)
 
 
-def _graph(t: torch.Tensor) -> set[str]:
-    """The names of the autograd nodes that produced `t`."""
-    seen, todo = {}, [t.grad_fn]
-    while todo:
-        node = todo.pop()
-        if node is not None and id(node) not in seen:
-            seen[id(node)] = node.name()
-            todo.extend(next_node for next_node, _ in node.next_functions)
-    return set(seen.values())
-
-
 @pytest.mark.parametrize(("kernel", "node"), [("torch", "NormalityFunctionBackward"),
                                                ("auto", "GroupsFunctionBackward")])
 def test_with_noise_the_fused_ghost_path_runs_and_repeats_under_a_seed(kernel: str, node: str) -> None:
@@ -100,7 +90,7 @@ def test_with_noise_the_fused_ghost_path_runs_and_repeats_under_a_seed(kernel: s
     expected = _regrouped_call(layer, x, 2)
     torch.manual_seed(3)
     ref = reference(x)
-    assert node in _graph(out) and node not in _graph(ref)  # the fused function ran, in one call
+    assert node in autograd_node_names(out) and node not in autograd_node_names(ref)  # the fused function ran, in one call
     torch.testing.assert_close(out, again, rtol=0, atol=0)
     # Its noise is drawn in the regrouped order, and the reference path draws ghost batches' noise so too.
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)

@@ -24,8 +24,19 @@ from normkit.errors import NormShapeError, first_line
 from normkit.plugins import temporary_plugin
 from normkit.spec import parse
 
-__all__ = ["CHECKS", "check_norm", "temporary_plugin"]
+__all__ = ["CHECKS", "autograd_node_names", "check_norm", "temporary_plugin"]
 
+
+def autograd_node_names(t: Tensor) -> set[str]:
+    """The names of the autograd nodes that produced `t` (e.g. "NativeBatchNormBackward0"): how a test
+    shows which path a layer took (a fused function is one node; the reference path is many)."""
+    seen, todo = {}, [t.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is not None and id(node) not in seen:
+            seen[id(node)] = node.name()
+            todo.extend(next_node for next_node, _ in node.next_functions)
+    return set(seen.values())
 
 class _Case:
     """One spec under test: how to build it and which inputs it takes."""
