@@ -116,6 +116,19 @@ class GhostRegroup:
         with torch.no_grad():
             own.copy_(copies.view(self.count, -1).mean(dim=0))
 
+    def apply(self, fn: Callable[[Tensor, Tensor | None, Tensor | None, tuple[Tensor | None, ...]], Tensor],
+              x3: Tensor, weight: Tensor | None, bias: Tensor | None,
+              buffers: tuple[Tensor | None, ...]) -> Tensor:
+        """`fn(batch, weight, bias, buffers)` once on the regrouped `(N, C, S)` batch, with the affine and each
+        running buffer (None stays None) repeated per ghost batch; each buffer then keeps the mean of its
+        copies (normkit.ghost's rule). Returns fn's output as `(N, C, S)`."""
+        copies = tuple(self.channels(b) for b in buffers)
+        y = fn(self.batch(x3), self.channels(weight), self.channels(bias), copies)
+        for own, copy in zip(buffers, copies, strict=True):
+            if own is not None:
+                self.keep_mean(own, copy)
+        return self.unbatch(y)
+
 
 def ghost_regroup(partition: Partition, n: int, training: bool, tracks: bool) -> GhostRegroup | None:
     """How a fused path takes ghost batches: a GhostRegroup when a batch of `n` samples normalizes over
@@ -463,15 +476,15 @@ class Standardize(Step):
             n, c = x.shape[0], layer.num_channels
             s = x.numel() // (n * c)
             x3 = x.reshape(n, s, c).transpose(1, 2) if layer.tokens else x.reshape(n, c, s)
-            copies = tuple(regroup.channels(b) for b in running)
-            y = native_standardize(
-                regroup.batch(x3), kind="batch", tokens=False, num_channels=x3.shape[1] * regroup.count, groups=1,
-                weight=regroup.channels(weight), bias=regroup.channels(bias), eps=self.eps,
-                running_mean=copies[0], running_var=copies[1], use_batch_stats=True, factor=factor)
-            for own, copy in zip(running, copies, strict=True):
-                if own is not None:
-                    regroup.keep_mean(own, copy)
-            y3 = regroup.unbatch(y)
+
+            def standardize(xb: Tensor, w: Tensor | None, b: Tensor | None,
+                            buffers: tuple[Tensor | None, ...]) -> Tensor:
+                return native_standardize(
+                    xb, kind="batch", tokens=False, num_channels=xb.shape[1], groups=1, weight=w, bias=b,
+                    eps=self.eps, running_mean=buffers[0], running_var=buffers[1], use_batch_stats=True,
+                    factor=factor)
+
+            y3 = regroup.apply(standardize, x3, weight, bias, running)
             return y3.transpose(1, 2).reshape(x.shape) if layer.tokens else y3.reshape(x.shape)
         return native_standardize(
             x, kind=partition.kind, tokens=layer.tokens, num_channels=layer.num_channels,

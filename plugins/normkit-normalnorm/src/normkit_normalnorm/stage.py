@@ -160,14 +160,10 @@ class NormalityStep(Step):
         channels are the (ghost batch, channel) pairs, the affine and running buffers repeated per ghost
         batch, the layer keeping the mean of the buffers' copies (normkit.ghost's rule). The noise is drawn
         in the regrouped order, as the reference path draws it for ghost batches (`_ghost_noise`)."""
-        weight, bias = layer.recovery_params()
-        own = _layer_buffers(layer, tracks)
-        copies = tuple(regroup.channels(b) for b in own) if own is not None else None
-        y = self._call(kernel, regroup.batch(x3), layer, tracks, (regroup.channels(weight), regroup.channels(bias)),
-                       copies, tokens=False)
-        for buffer, copy in zip(own or (), copies or (), strict=True):
-            regroup.keep_mean(buffer, copy)
-        return regroup.unbatch(y)
+        def normalize(xb: Tensor, w: Tensor | None, b: Tensor | None, buffers: tuple[Tensor | None, ...]) -> Tensor:
+            return self._call(kernel, xb, layer, tracks, (w, b), buffers if tracks else None, tokens=False)
+
+        return regroup.apply(normalize, x3, *layer.recovery_params(), _layer_buffers(layer, tracks) or ())
 
     def _kernel_for(self, x: Tensor) -> Callable[..., Tensor]:
         if self.kernel == "torch" or x.numel() == 0:  # an empty batch has nothing to launch a kernel on
