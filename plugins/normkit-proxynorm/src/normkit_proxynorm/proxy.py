@@ -85,7 +85,7 @@ class ProxyNorm(PostActivationStep):
     def forward(self, x: Tensor, groups: Groups | None, layer: NormLayer) -> Tensor:  # (N, C, S)
         dtype = torch.promote_types(x.dtype, torch.float32)
         if type(layer.act) is nn.ReLU and not torch.compiler.is_compiling():  # the common case, fused
-            weight, bias = (None if t is None else t.to(dtype) for t in (layer.weight, layer.bias))
+            weight, bias = _affine_params(layer, dtype)
             beta, gamma = ((layer.proxy_beta.to(dtype), layer.proxy_gamma.to(dtype)) if self.proxy_params
                            else (None, None))
             return ReluProxyNorm.apply(x.to(dtype), weight, bias, beta, gamma, self._u(x.device, dtype), self.eps,
@@ -121,11 +121,12 @@ class ProxyNorm(PostActivationStep):
 
 def _affine(y: Tensor, layer: NormLayer, dtype: torch.dtype, shape: tuple[int, ...]) -> Tensor:
     """`gamma * y + beta` with the layer's weight/bias (either may be absent)."""
-    if layer.weight is not None:
-        y = y * layer.weight.to(dtype).view(shape)
-    if layer.bias is not None:
-        y = y + layer.bias.to(dtype).view(shape)
-    return y
+    return _affine_with(y, *_affine_params(layer, dtype), shape)
+
+
+def _affine_params(layer: NormLayer, dtype: torch.dtype) -> tuple[Tensor | None, Tensor | None]:
+    """The layer's weight and bias in `dtype` (None where absent)."""
+    return tuple(None if t is None else t.to(dtype) for t in (layer.weight, layer.bias))
 
 
 class ReluProxyNorm(torch.autograd.Function):
@@ -186,7 +187,7 @@ class ReluProxyNorm(torch.autograd.Function):
 
 
 def _affine_with(y: Tensor, weight: Tensor | None, bias: Tensor | None, shape: tuple[int, ...]) -> Tensor:
-    """`_affine`'s ops with the weight/bias given (already in y's dtype)."""
+    """`gamma * y + beta` with the weight/bias given (already in y's dtype; either may be None)."""
     if weight is not None:
         y = y * weight.view(shape)
     if bias is not None:
