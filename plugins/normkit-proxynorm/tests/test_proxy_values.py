@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import normkit
+import normkit.testing
 from normkit_proxynorm import proxy, proxy_quantiles
 
 SPECS = ["gn+pn", "ln+pn", "gn(groups=8)+pn", "bn+pn"]
@@ -145,7 +149,8 @@ class _PlainReLU(torch.nn.ReLU):
 
 
 @pytest.mark.parametrize("spec", ["gn(groups=2)+pn", "gn(groups=2)+pn(scale=false)",
-                                  "gn(groups=2)+pn(proxy_params=false)", "ln+pn"])
+                                  "gn(groups=2)+pn(proxy_params=false)", "ln+pn", "in+pn", "bn+pn",
+                                  "gn(groups=2,affine=false)+pn"])
 def test_relu_takes_the_fused_function_with_the_generic_paths_values(spec: str) -> None:
     """pn with ReLU runs ReluProxyNorm (same forward ops, hand-written backward): its output equals the generic
     path's bit for bit and every gradient agrees with autograd's (float64), with and without scale and proxy
@@ -187,4 +192,67 @@ def test_relu_proxy_norm_passes_gradcheck() -> None:
     weight = (torch.rand(c, dtype=torch.float64) + 0.5).requires_grad_()
     params = [weight, *((0.3 * torch.randn(c, dtype=torch.float64)).requires_grad_() for _ in range(3))]
     u = proxy_quantiles(16, dtype=torch.float64)
-    assert torch.autograd.gradcheck(lambda *t: proxy.ReluProxyNorm.apply(*t, u, 0.03, True), (x, *params))
+    basis = (u.view(1, 1, -1), torch.stack([torch.ones_like(u), u], 1))
+    assert torch.autograd.gradcheck(lambda *t: proxy.ReluProxyNorm.apply(*t, basis, 0.03, True), (x, *params))
+    assert torch.autograd.gradcheck(lambda *t: proxy.ReluProxyNorm.apply(*t, basis, 0.03, True, (1, 1e-5)),
+                                    (x, *params))
+
+
+class _CountOps(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("spec", ["gn(groups=2)+pn", "in+pn", "ln+pn", "gn(groups=2)+pn(proxy_params=false)"])
+def test_relu_pn_after_group_statistics_is_one_autograd_node(spec: str) -> None:
+    """gn/in/ln (on N,C,*) + pn with ReLU: the standardization, affine, ReLU and proxy are one autograd Function
+    (no NativeGroupNormBackward0 of its own), with the step-by-step path's output bit for bit (float32)."""
+    torch.manual_seed(0)
+    layer = normkit.build(spec, 4)
+    x = torch.randn(3, 4, 5, requires_grad=True)
+    out = layer(x)
+    assert "NativeGroupNormBackward0" not in normkit.testing.autograd_node_names(out)
+    layer.act = _PlainReLU()
+    assert torch.equal(out, layer(x))
+
+
+def test_gn_pn_float32_gradients_match_the_float64_reference() -> None:
+    """The whole-layer Function's float32 gradients (other summation order than autograd's) stay within float32
+    rounding of the generic path's float64 gradients."""
+    torch.manual_seed(2)
+    layer = normkit.build("gn+pn", 16)
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.add_(0.5 * torch.randn_like(p))
+    x = torch.randn(8, 16, 4, 4)
+    g = torch.randn(8, 16, 4, 4)
+
+    def grads(model: torch.nn.Module, dtype: torch.dtype) -> list[torch.Tensor]:
+        model = model.to(dtype)
+        model.zero_grad()
+        xi = x.to(dtype, copy=True).requires_grad_()
+        model(xi).backward(g.to(dtype))
+        return [xi.grad, *(p.grad for p in model.parameters())]
+
+    reference = copy.deepcopy(layer)
+    reference.act = _PlainReLU()
+    for got, want in zip(grads(layer, torch.float32), grads(reference, torch.float64), strict=True):
+        torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-5)
+
+
+def test_gn_pn_training_step_runs_few_torch_ops() -> None:
+    """At tiny shapes a training call costs its torch ops' host work: gn+pn's forward + backward dispatches at most
+    51 aten ops (69 before the whole layer was one Function; torch's GroupNorm 9)."""
+    layer = normkit.build("gn+pn", 16)
+    x = torch.randn(8, 16, 4, 4, requires_grad=True)
+    layer(x).sum().backward()  # first call: builds the quantile cache; parameters now have gradients
+    x.grad = None
+    grad = torch.ones(8, 16, 4, 4)
+    with _CountOps() as counted:
+        layer(x).backward(grad)
+    assert len(counted.ops) <= 51, counted.ops

@@ -248,8 +248,11 @@ class NormLayer(FxLeaf):
         if self.round_before_gain and xf.dtype != in_dtype:
             return _contiguous_like(self._round_then_recover(xf, in_dtype), x)
         out = None
+        whole = False  # the post-activation step's fused path computed the whole layer
         if not self.probes and not self.recording and not self._syncing():
-            for step in self.steps:
+            # A post-activation step is offered the whole layer first (e.g. gn+pn as one autograd Function)
+            candidates = self.steps if self.post is None or ghost_batches else (self.post, *self.steps)
+            for step in candidates:
                 if ghost_batches and not type(step).__dict__.get("fused_ghost_batches", False):
                     continue
                 inp = x if step.fused_input_dtype else xf
@@ -260,10 +263,11 @@ class NormLayer(FxLeaf):
                         raise
                     raise self.step_error(step, inp, exc) from exc
                 if out is not None:
+                    whole = step is self.post
                     break
         if out is None:
             out = self._generic(xf)
-        elif self.has_activation or self.post is not None:
+        elif not whole and (self.has_activation or self.post is not None):
             out = self._after_norm(out, normalized_only=not self.applies_recovery)
         out = out.to(in_dtype) if out.dtype != in_dtype else out
         return _contiguous_like(out, x)

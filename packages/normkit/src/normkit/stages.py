@@ -282,7 +282,9 @@ class Step:
         raise NotImplementedError
 
     def fused_forward(self, x: Tensor, layer: StepHost) -> Tensor | None:
-        """Optionally compute partition+steps+recovery on the raw input in one go."""
+        """Optionally compute partition+steps+recovery on the raw input in one go. A post-activation
+        step's `fused_forward` is offered first and, when it returns a tensor, that is the whole layer's
+        output (steps, recovery, activation and itself)."""
         return None
 
     def describe(self) -> dict[str, Any]:
