@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/bench_host.py --rounds 31 --calls 100
     .venv/bin/python benchmarks/bench_host.py --case lnn --case bnn
     .venv/bin/python benchmarks/bench_host.py --cpu-time          # the thread's CPU time (a loaded machine)
+    .venv/bin/python benchmarks/bench_host.py --ops               # also the torch ops per call (exact)
 
 At these shapes (a few thousand values) the arithmetic costs a few microseconds, so what is timed
 is the host work per call: Python, argument checks, the number of aten operations and autograd
@@ -14,7 +15,8 @@ median over rounds of the time per call, and the ratio to torch's module. Target
 plain norms at most 1.3x their torch module, the composed ones (gn+pn, bnn, lnn) at most 2x.
 `--cpu-time` times with the thread's CPU time instead of the wall clock: on a machine shared with other
 jobs it leaves out the time slices spent waiting for a core (it still includes cache and memory
-contention), so it is the closer estimate of the idle figures there.
+contention), so it is the closer estimate of the idle figures there. `--ops` adds the aten operations one
+training call dispatches (counted with a `TorchDispatchMode`, after the warm-up): a figure no load changes.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 # name, normkit spec, input shape, channel_dim, torch module factory (channels -> module), target ratio
 CASES: list[tuple[str, str, tuple[int, ...], int, Callable[[int], nn.Module], float]] = [
@@ -54,6 +57,25 @@ def training_call(layer: nn.Module, shape: tuple[int, ...]) -> Callable[[], None
     return call
 
 
+class _CountOps(TorchDispatchMode):
+    """Counts the aten operations dispatched while active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def ops_per_call(call: Callable[[], None]) -> int:
+    """The aten operations of one call (forward, backward and gradient accumulation)."""
+    with _CountOps() as counter:
+        call()
+    return counter.count
+
+
 def per_call_seconds(call: Callable[[], None], calls: int, clock: Callable[[], float] = time.perf_counter) -> float:
     start = clock()
     for _ in range(calls):
@@ -62,8 +84,10 @@ def per_call_seconds(call: Callable[[], None], calls: int, clock: Callable[[], f
 
 
 def time_case(spec: str, shape: tuple[int, ...], channel_dim: int, native: Callable[[int], nn.Module],
-              rounds: int, calls: int, clock: Callable[[], float] = time.perf_counter) -> tuple[float, float]:
-    """Median microseconds per call of (normkit layer, torch module), blocks interleaved per round."""
+              rounds: int, calls: int, clock: Callable[[], float] = time.perf_counter
+              ) -> tuple[float, float, int, int]:
+    """Median microseconds per call of (normkit layer, torch module), blocks interleaved per round, and the
+    aten operations per call of each."""
     import normkit
 
     channels = shape[channel_dim]
@@ -75,7 +99,8 @@ def time_case(spec: str, shape: tuple[int, ...], channel_dim: int, native: Calla
     for _ in range(rounds):
         for kind, call in pair.items():
             times[kind].append(per_call_seconds(call, calls, clock))
-    return 1e6 * statistics.median(times["normkit"]), 1e6 * statistics.median(times["torch"])
+    return (1e6 * statistics.median(times["normkit"]), 1e6 * statistics.median(times["torch"]),
+            ops_per_call(pair["normkit"]), ops_per_call(pair["torch"]))
 
 
 def main() -> None:
@@ -84,6 +109,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=50, help="training calls per layer per round")
     parser.add_argument("--case", action="append", choices=NAMES, help="time only this layer (repeatable)")
     parser.add_argument("--cpu-time", action="store_true", help="the thread's CPU time instead of the wall clock")
+    parser.add_argument("--ops", action="store_true", help="also print the aten operations per training call")
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -91,16 +117,18 @@ def main() -> None:
           f"{os.getloadavg()[0]:.2f} at the start, {args.rounds} rounds of {args.calls} calls, "
           f"{'thread CPU time' if args.cpu_time else 'wall clock'}")
     clock = time.thread_time if args.cpu_time else time.perf_counter
-    print("| layer | input | torch module | torch us | normkit us | ratio | target |")
-    print("|---|---|---|---|---|---|---|")
+    ops_head, ops_rule = (" torch ops | normkit ops |", "---|---|") if args.ops else ("", "")
+    print(f"| layer | input | torch module | torch us | normkit us | ratio | target |{ops_head}")
+    print(f"|---|---|---|---|---|---|---|{ops_rule}")
     for name, spec, shape, channel_dim, native, target in CASES:
         if args.case and name not in args.case:
             continue
-        ours, theirs = time_case(spec, shape, channel_dim, native, args.rounds, args.calls, clock)
+        ours, theirs, our_ops, their_ops = time_case(spec, shape, channel_dim, native, args.rounds, args.calls, clock)
         ratio = ours / theirs
         module = type(native(shape[channel_dim])).__name__
+        ops = f" {their_ops} | {our_ops} |" if args.ops else ""
         print(f"| {name} | {'x'.join(map(str, shape))} | {module} | {theirs:.0f} | {ours:.0f} | {ratio:.2f}x | "
-              f"<= {target:.1f}x {'(met)' if ratio <= target else '(missed)'} |", flush=True)
+              f"<= {target:.1f}x {'(met)' if ratio <= target else '(missed)'} |{ops}", flush=True)
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 
