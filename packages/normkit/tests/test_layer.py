@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 import normkit
+import normkit.testing
 from normkit.stages import PostActivationStep
 from normkit.testing import temporary_plugin
 
@@ -60,6 +61,20 @@ class Proxyish(PostActivationStep):
         return {"toy_shift": True, "weight": False, "bias": False}
 
 
+class WholeLayerProxyish(Proxyish):
+    """Proxyish whose fused path computes the whole layer (group statistics included) on the raw input."""
+
+    name = "toy-whole"
+    fused_calls = 0
+
+    def fused_forward(self, x, layer):
+        if len(layer.steps) != 1:
+            return None
+        WholeLayerProxyish.fused_calls += 1
+        y = nn.functional.group_norm(x, layer.partition.groups, eps=layer.steps[0].eps)
+        return self.forward(y.reshape(*y.shape[:2], -1), None, layer).reshape(x.shape)
+
+
 class PostPlugin:
     @normkit.hookimpl
     def normkit_register_stages(self, register):
@@ -68,6 +83,8 @@ class PostPlugin:
 
         register("toy-post", factory, kind="post_activation", activation_param="act")
         register("needs-act", lambda ctx: Proxyish(), kind="post_activation")
+        register("toy-whole", lambda ctx, act="relu": WholeLayerProxyish(), kind="post_activation",
+                 activation_param="act")
 
 
 @pytest.fixture
@@ -86,6 +103,22 @@ def test_post_activation_step_brings_its_activation_and_owns_recovery(post_plugi
     assert isinstance(normkit.build("gn(groups=2)+toy-post", 4, activation="silu").act, nn.SiLU)
     with pytest.raises(normkit.SpecError, match="conflicts with the activation 'relu'"):
         normkit.build("gn(groups=2)+toy-post(act=silu)", 4, activation="relu")
+
+
+def test_post_activation_steps_fused_path_is_offered_the_whole_layer_first(post_plugin) -> None:
+    """A post step's fused_forward gets the raw input before the steps' own fused paths, and what it returns is
+    the layer's output (no second activation or post step applied after it); recording takes the generic path."""
+    layer = normkit.build("gn(groups=2)+toy-whole", 4)
+    with torch.no_grad():
+        layer.toy_shift.fill_(0.25)
+        layer.bias.fill_(-0.5)
+    x = torch.randn(2, 4, 3, 3, requires_grad=True)
+    before = WholeLayerProxyish.fused_calls
+    out = layer(x)
+    assert WholeLayerProxyish.fused_calls == before + 1
+    layer.recording = True  # the generic path: group statistics, then the post step once
+    torch.testing.assert_close(out, layer(x))
+    assert WholeLayerProxyish.fused_calls == before + 1
 
 
 def test_post_activation_step_without_activation_fails(post_plugin) -> None:
