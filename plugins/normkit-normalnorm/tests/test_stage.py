@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import normkit
+import normkit.testing
 import numpy as np
 import pytest
 import scipy.stats
@@ -230,3 +231,21 @@ def test_build_and_convert_resnet18() -> None:
     assert torch.isfinite(out).all()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
     assert all(int(m.num_batches_tracked) == 1 for m in layers)
+
+
+@pytest.mark.parametrize(("spec", "shape", "channel_dim"), [("lnn", (4, 8, 32), -1), ("gnn(groups=2)", (3, 4, 5), 1)])
+def test_fused_path_adds_no_view_nodes_for_three_dim_inputs(spec: str, shape: tuple[int, ...], channel_dim: int) -> None:
+    """An input already `(N, S, C)` / `(N, C, S)` reaches the fused function without a reshape (each view op is an
+    autograd node: host work in the forward and again in the backward at tiny shapes); outputs and gradients are
+    those of the reshaped 4-dim input."""
+    layer = normkit.build(spec, shape[channel_dim], channel_dim=channel_dim)
+    x = torch.randn(shape, requires_grad=True)
+    torch.manual_seed(0)
+    out = layer(x)
+    assert "ViewBackward0" not in normkit.testing.autograd_node_names(out)
+    out.backward(torch.ones(shape))
+    x4 = x.detach().unsqueeze(1 if channel_dim == -1 else 2).requires_grad_()  # the same values as (N, 1, S, C) / (N, C, 1, S)
+    torch.manual_seed(0)
+    out4 = layer(x4)
+    out4.backward(torch.ones(x4.shape))
+    assert torch.equal(out4.reshape(shape), out) and torch.equal(x4.grad.reshape(shape), x.grad)

@@ -129,7 +129,7 @@ class NormalityStep(Step):
             x = x.float()  # the PyTorch path computes in float32; the Triton kernel reads x as it is
         n, c = x.shape[0], layer.num_channels
         s = math.prod(x.shape[1:-1]) if layer.tokens else math.prod(x.shape[2:])  # explicit: N may be 0
-        x3 = x.reshape(n, s, c).transpose(1, 2) if layer.tokens else x.reshape(n, c, s)
+        x3 = _as_shape(x, (n, s, c)).transpose(1, 2) if layer.tokens else _as_shape(x, (n, c, s))
         batch = layer.partition.uses_batch
         if batch and layer.training and x3.shape[0] * x3.shape[2] < 2:
             raise layer.shape_error("needs more than 1 value per channel when training")
@@ -139,7 +139,7 @@ class NormalityStep(Step):
         else:
             y3 = self._call(kernel, x3, layer, tracks, layer.recovery_params(), _layer_buffers(layer, tracks),
                             layer.tokens)
-        return y3.transpose(1, 2).reshape(x.shape) if layer.tokens else y3.reshape(x.shape)
+        return _as_shape(y3.transpose(1, 2) if layer.tokens else y3, x.shape)
 
     def _call(self, kernel: Callable[..., Tensor], x3: Tensor, layer: NormLayer, tracks: bool,
               affine: tuple[Tensor | None, Tensor | None], buffers: tuple[Tensor, ...] | None,
@@ -206,6 +206,12 @@ def _ghost_noise(grouped: Tensor) -> Tensor:
     path's regrouped `(ghost, N/ghost * C, S)` batch, so the reference and fused paths add the same noise."""
     k, ghost, c, s = grouped.shape
     return standard_normal_like(grouped.new_empty(ghost, k * c, s), False).view(ghost, k, c, s).transpose(0, 1)
+
+
+def _as_shape(t: Tensor, shape: tuple[int, ...] | torch.Size) -> Tensor:
+    """`t.reshape(shape)`, or `t` itself when it has that shape already (no view op, no autograd view node:
+    at tiny shapes each costs host work in the forward and again in the backward)."""
+    return t if t.shape == shape else t.reshape(shape)
 
 
 def _layer_buffers(layer: NormLayer, tracks: bool) -> tuple[Tensor, Tensor, Tensor] | None:
