@@ -108,7 +108,8 @@ static inline float hash_normal(uint32_t i, uint32_t half, int32_t seed) {
 
 /* One row's standardization, lambda and transform (forward_math up to the noise): L, P and the
  * noise-free y of the row, its stats; returns noise * mean|y - mean y| (0 without noise). Without noise and
- * with `outr`, also the row's output y * weight + bias (neither NULL: affine_defaults), in the same pass. */
+ * with `outr`, also the row's output y * weight + bias (neither NULL: affine_defaults), in the same pass; then
+ * Pr and yr may be NULL (inference: only out is written). */
 static float transform_row(const float *xr, float *Lr, float *Pr, float *yr, float *st, float *h, int64_t n,
                            float eps, float alpha, float noise, float lambda_min, float lambda_max,
                            const float *weight, const float *bias, float *outr) {
@@ -145,7 +146,13 @@ static float transform_row(const float *xr, float *Lr, float *Pr, float *yr, flo
     const float inv_pos = 1 / (lam == 0 ? 1e-20f : lam), inv_neg = -1 / (lam == 2 ? 1e-20f : 2 - lam);
     /* 1/mu by the sign of h as one select on h >= 0 (the one mu takes): at h = 0, L = P = 0, so y is 0 with
      * either factor (before, a second select gave 0 there) */
-    if (outr && noise == 0) { /* the affine in the same pass: out written while the row is in registers */
+    if (outr && noise == 0 && !Pr) { /* inference: out only (P and y are not kept) */
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) {
+            float hv = h[j], mu = hv >= 0 ? lam : 2 - lam, pw = fast_expm1(mu * Lr[j]);
+            outr[j] = pw * (hv >= 0 ? inv_pos : inv_neg) * weight[j] + bias[j];
+        }
+    } else if (outr && noise == 0) { /* the affine in the same pass: out written while the row is in registers */
 #pragma omp simd
         for (int64_t j = 0; j < n; j++) {
             float hv = h[j], mu = hv >= 0 ? lam : 2 - lam, pw = fast_expm1(mu * Lr[j]);
@@ -496,7 +503,8 @@ void nn_groups_backward(const float *dy, const float *weight, const float *x, co
 }
 
 /* Inference (no noise, nothing saved for backward) of per-token layer statistics: out only, each row's
- * L, P and y in the thread's scratch ((2 + 4 threads) n floats, the first 2 n for affine_defaults).
+ * h and L in the thread's scratch ((2 + 4 threads) n floats: the first 2 n for affine_defaults, then 4 n per
+ * thread, of which this uses 2 n; P and y are not stored).
  * lnn under torch.no_grad() or in eval:
  * the same values as nn_rows_forward with noise 0. */
 void nn_rows_infer(const float *x, const float *weight, const float *bias, float *out, float *scratch,
@@ -508,12 +516,12 @@ void nn_rows_infer(const float *x, const float *weight, const float *bias, float
     scratch += 2 * n;
 #pragma omp parallel num_threads(threads)
     {
-        float *h = scratch + (int64_t)thread_id() * 4 * n, *Lr = h + n, *Pr = h + 2 * n, *yr = h + 3 * n;
+        float *h = scratch + (int64_t)thread_id() * 4 * n, *Lr = h + n;
         float st[NSTATS];
 #pragma omp for schedule(dynamic, 1)
         for (int64_t chunk = 0; chunk < chunks; chunk++)
         for (int64_t row = rows * chunk / chunks; row < rows * (chunk + 1) / chunks; row++)
-            transform_row(x + row * n, Lr, Pr, yr, st, h, n, eps, alpha, 0.0f, lambda_min, lambda_max, weight, bias,
+            transform_row(x + row * n, Lr, NULL, NULL, st, h, n, eps, alpha, 0.0f, lambda_min, lambda_max, weight, bias,
                           out + row * n);
     }
 }
