@@ -261,9 +261,11 @@ void nn_rows_forward(const float *x, const float *weight, const float *bias, flo
 }
 
 /* One row's backward_math: dx of the row from dy, x, L, P and its stats (weight: per position, or NULL);
- * scratch h, grad_a, jac, lam_terms: n floats each. */
+ * scratch h, grad_a, jac: n floats each. The row's five sums are made in the loop that computes their
+ * terms (GCC vectorizes a loop that both selects and sums with -fno-trapping-math), so the lambda terms
+ * are never stored and h, grad_a and jac are read back once, by the dx loop. */
 static void backward_row(const float *dyr, const float *xr, const float *weight, const float *Lr, const float *Pr,
-                         const float *st, float *dxr, float *h, float *grad_a, float *jac, float *lam_terms, int64_t n,
+                         const float *st, float *dxr, float *h, float *grad_a, float *jac, int64_t n,
                          float alpha, int lam_grads) {
     const float inv_n = 1.0f / (float)n;
     const float mean = st[0], rstd = st[2], lam = st[3], in_range = st[4], g1 = st[5], den = st[6];
@@ -271,29 +273,41 @@ static void backward_row(const float *dyr, const float *xr, const float *weight,
     const float inv_pos = 1 / (lam == 0 ? 1e-20f : lam), inv_neg = -1 / (lam == 2 ? 1e-20f : 2 - lam);
     const float k1 = (2 * inv_n) * (-0.5f * alpha / den - dvar * alpha * g1 / (den * den));
     const float k2 = alpha * g1 / ((float)n * den * den), k3 = alpha / ((float)n * den);
-#pragma omp simd
-    for (int64_t j = 0; j < n; j++) {
-        float hv = (xr[j] - mean) * rstd, a = fabsf(hv), l = Lr[j], pw = Pr[j];
-        float inverse_u = 1 / (1 + a);
-        float gx = weight ? dyr[j] * weight[j] : dyr[j];
-        h[j] = hv;
-        grad_a[j] = gx * ((pw + 1) * inverse_u);
-        if (lam_grads) {
+    float s_a = 0, s_ah = 0, s_lam = 0, s_j = 0, s_jh = 0;
+    if (lam_grads) {  /* two loops, not a test inside one: GCC would vectorize that with masked stores */
+#pragma omp simd reduction(+ : s_a, s_ah, s_lam, s_j, s_jh)
+        for (int64_t j = 0; j < n; j++) {
+            float hv = (xr[j] - mean) * rstd, a = fabsf(hv), l = Lr[j], pw = Pr[j];
+            float inverse_u = 1 / (1 + a);
+            float gx = weight ? dyr[j] * weight[j] : dyr[j];
+            float ga = gx * ((pw + 1) * inverse_u);
             float sl = copysignf(l, hv), inverse_mu = hv >= 0 ? inv_pos : inv_neg;
-            lam_terms[j] = gx * ((sl + sl * pw - pw * inverse_mu) * inverse_mu);
             float sign = copysignf(1.0f, hv);  /* at h = 0 (L = P = 0) q and P are 0: any sign and 1/mu do */
             float p = l + a * l, d = p - a, q = p * l - 2 * d, w = d + a * l;
-            jac[j] = k1 * w + k2 * (sign * q + sl * (w + d - 2 * mean_d)) + k3 * inverse_u;
+            float jv = k1 * w + k2 * (sign * q + sl * (w + d - 2 * mean_d)) + k3 * inverse_u;
+            h[j] = hv;
+            grad_a[j] = ga;
+            jac[j] = jv;
+            s_a += ga;
+            s_ah += ga * hv;
+            s_lam += gx * ((sl + sl * pw - pw * inverse_mu) * inverse_mu);
+            s_j += jv;
+            s_jh += jv * hv;
+        }
+    } else {
+#pragma omp simd reduction(+ : s_a, s_ah)
+        for (int64_t j = 0; j < n; j++) {
+            float hv = (xr[j] - mean) * rstd, pw = Pr[j];
+            float gx = weight ? dyr[j] * weight[j] : dyr[j];
+            float ga = gx * ((pw + 1) * (1 / (1 + fabsf(hv))));
+            h[j] = hv;
+            grad_a[j] = ga;
+            s_a += ga;
+            s_ah += ga * hv;
         }
     }
-    float s_a = 0, s_ah = 0;
-#pragma omp simd reduction(+ : s_a, s_ah)
-    for (int64_t j = 0; j < n; j++) { s_a += grad_a[j]; s_ah += grad_a[j] * h[j]; }
     float gh_mean = s_a * inv_n, ghh_mean = s_ah * inv_n;
     if (lam_grads) {
-        float s_lam = 0, s_j = 0, s_jh = 0;
-#pragma omp simd reduction(+ : s_lam, s_j, s_jh)
-        for (int64_t j = 0; j < n; j++) { s_lam += lam_terms[j]; s_j += jac[j]; s_jh += jac[j] * h[j]; }
         const float grad_lam = s_lam * in_range;
         gh_mean = gh_mean + grad_lam * (s_j * inv_n);
         ghh_mean = ghh_mean + grad_lam * (s_jh * inv_n);
@@ -316,7 +330,7 @@ void nn_rows_backward(const float *dy, const float *x, const float *weight, cons
     const int64_t rows = numel / n;
 #pragma omp parallel num_threads(threads)
     {
-        float *h = scratch + (int64_t)thread_id() * 4 * n, *grad_a = h + n, *jac = h + 2 * n, *lam_terms = h + 3 * n;
+        float *h = scratch + (int64_t)thread_id() * 4 * n, *grad_a = h + n, *jac = h + 2 * n;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t chunk = 0; chunk < chunks; chunk++)
         for (int64_t row = rows * chunk / chunks; row < rows * (chunk + 1) / chunks; row++) {
@@ -324,7 +338,7 @@ void nn_rows_backward(const float *dy, const float *x, const float *weight, cons
             float *dbias_part = dbias ? dbias + chunk * n : NULL;
             const float *dyr = dy + row * n;
             backward_row(dyr, x + row * n, weight, L + row * n, P + row * n, stats + row * NSTATS, dx + row * n,
-                         h, grad_a, jac, lam_terms, n, alpha, lam_grads);
+                         h, grad_a, jac, n, alpha, lam_grads);
             if (dweight_part) {
                 const float *yr = y + row * n;
 #pragma omp simd
@@ -495,8 +509,8 @@ void nn_groups_backward(const float *dy, const float *weight, const float *x, co
         for (int64_t g = 0; g < groups; g++) {
             gather_weighted(dy, gg, weight, g, segments, length, step, stride, s_inner, channels);
             gather(x, xg, g, segments, length, step, stride);
-            backward_row(gg, xg, NULL, L + g * n, P + g * n, stats + g * NSTATS, dxg, h, h + n, h + 2 * n, h + 3 * n,
-                         n, alpha, lam_grads);
+            backward_row(gg, xg, NULL, L + g * n, P + g * n, stats + g * NSTATS, dxg, h, h + n, h + 2 * n, n, alpha,
+                         lam_grads);
             scatter(dxg, dx, g, segments, length, step, stride);
         }
     }
