@@ -1,7 +1,7 @@
 /* Calls one of rows.c's functions on lnn's benchmark shape (32x65x768 float32 values, one thread), for counting
  * its instructions with valgrind, which runs this in seconds where it needs many minutes for Python and torch.
  * Why: on a shared VM without hardware counters a call's time scatters with the load, its instruction count
- * does not (docs/performance.md, "Issue 40, third round on the AVX2 machine"). Build with rows.py's flags:
+ * does not (docs/performance.md, "Issue 40 on the AVX2 machine: fewer instructions per value in rows.c"). Build with rows.py's flags:
  *
  *   gcc -O3 -march=native -ffp-contract=fast -fno-math-errno -fno-trapping-math -fopenmp \
  *       benchmarks/rows_kernel_calls.c plugins/normkit-normalnorm/src/normkit_normalnorm/rows.c -o rows_calls -lm
