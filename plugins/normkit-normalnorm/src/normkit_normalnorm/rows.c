@@ -4,8 +4,9 @@
  * through ctypes on a range of rows. It is compiled.py's forward_math/backward_math for the
  * partition "layer" with channels-last tokens, written as one pass per step over a row that stays
  * in L1: Inductor splits the same work into about ten loops over all rows (docs/performance.md).
- * Same formulas, constants and operation order as compiled.py and fastmath.py, and the same noise
- * (the hash of (seed, pair index), Box-Muller), so results agree to float32 rounding.
+ * Same formulas and constants as compiled.py and fastmath.py (the polynomials evaluated in another order:
+ * Estrin's scheme, see log_of_parts), and the same noise (the hash of (seed, pair index), Box-Muller), so
+ * results agree to float32 rounding.
  * Every loop is `omp simd` (vectorized with -fopenmp-simd; no OpenMP runtime is linked).
  */
 #include <math.h>
