@@ -4,8 +4,9 @@
  * through ctypes on a range of rows. It is compiled.py's forward_math/backward_math for the
  * partition "layer" with channels-last tokens, written as one pass per step over a row that stays
  * in L1: Inductor splits the same work into about ten loops over all rows (docs/performance.md).
- * Same formulas, constants and operation order as compiled.py and fastmath.py, and the same noise
- * (the hash of (seed, pair index), Box-Muller), so results agree to float32 rounding.
+ * Same formulas and constants as compiled.py and fastmath.py (the polynomials evaluated in another order:
+ * Estrin's scheme, see log_of_parts), and the same noise (the hash of (seed, pair index), Box-Muller), so
+ * results agree to float32 rounding.
  * Every loop is `omp simd` (vectorized with -fopenmp-simd; no OpenMP runtime is linked).
  */
 #include <math.h>
@@ -20,59 +21,65 @@
 static inline int32_t bits_of(float f) { int32_t i; memcpy(&i, &f, 4); return i; }
 static inline float float_of(int32_t i) { float f; memcpy(&f, &i, 4); return f; }
 
-/* fastmath.py: Cephes logf on (1 + f) 2^e */
+/* fastmath.py: Cephes logf on (1 + f) 2^e. Its polynomial by Estrin's scheme (powers f^2, f^4, f^8 and
+ * independent pairs) instead of Horner's: the same coefficients, but a chain of 4 dependent multiply-adds instead of 9,
+ * so the loops that call it are not bound by the multiply-add latency (docs/performance.md, issue 40). */
 static inline float log_of_parts(float f, float e) {
-    float z = f * f;
-    float p = 7.0376836292e-2f;
-    p = p * f + -1.1514610310e-1f; p = p * f + 1.1676998740e-1f; p = p * f + -1.2420140846e-1f;
-    p = p * f + 1.4249322787e-1f; p = p * f + -1.6668057665e-1f; p = p * f + 2.0000714765e-1f;
-    p = p * f + -2.4999993993e-1f; p = p * f + 3.3333331174e-1f;
+    float z = f * f, f4 = z * z;
+    float p01 = 3.3333331174e-1f + f * -2.4999993993e-1f, p23 = 2.0000714765e-1f + f * -1.6668057665e-1f;
+    float p45 = 1.4249322787e-1f + f * -1.2420140846e-1f, p67 = 1.1676998740e-1f + f * -1.1514610310e-1f;
+    float p = (p01 + z * p23) + f4 * ((p45 + z * p67) + f4 * 7.0376836292e-2f);
     float y = p * f * z + e * -2.12194440e-4f - 0.5f * z;
     return f + y + e * 0.693359375f;
 }
 
-/* (1 + f) 2^e == u, f in [sqrt(1/2) - 1, sqrt 2 - 1): the mantissa m in [0.5, 1) doubled below sqrt(1/2) */
-static inline float mantissa_part(float u) {
-    float m = float_of((bits_of(u) & 0x7FFFFF) | 0x3F000000);
-    return (m < 0.707106781186547524f ? m + m : m) - 1.0f;
+/* u == (1 + f) 2^e with f in [sqrt(1/2) - 1, sqrt 2 - 1), for positive normal u (fastmath._log_parts): the bits
+ * shifted by 1 - sqrt(1/2) before the exponent is read, so the exponent field itself steps at sqrt(1/2) (two
+ * integer adds instead of a compare and two selects; the same f and e). */
+static inline float log_split(float u, float *e) {
+    const int32_t shifted = bits_of(u) + (0x3F800000 - 0x3F3504F3);
+    *e = (float)((shifted >> 23) - 127);
+    return float_of((shifted & 0x7FFFFF) + 0x3F3504F3) - 1.0f;
 }
 
-static inline float exponent_part(float u) {
-    float m = float_of((bits_of(u) & 0x7FFFFF) | 0x3F000000);
-    return (float)(((bits_of(u) >> 23) & 0xFF) - 126) - (m < 0.707106781186547524f ? 1.0f : 0.0f);
+static inline float fast_log(float u) {
+    float e, f = log_split(u, &e);
+    return log_of_parts(f, e);
 }
-
-static inline float fast_log(float u) { return log_of_parts(mantissa_part(u), exponent_part(u)); }
 
 static inline float fast_log1p(float a) {
-    float u = a + 1.0f;
-    float f = mantissa_part(u), e = exponent_part(u);  /* both computed, then selected: no branch */
+    float u = a + 1.0f, e, f = log_split(u, &e);  /* both computed, then selected: no branch */
     int small = a < (float)(1.41421356237309505 - 1.0);
     float r = log_of_parts(small ? a : f, small ? 0.0f : e);
     return u < INFINITY ? r : u;
 }
 
+/* fastmath.py's expm1, written so that GCC keeps one copy of the polynomial per value (a clamp of k made its
+ * jump threading compute a second copy for k = 127): the clamps of t as single selects (vector min/max; NaN
+ * passes through), and 2^k as 2 * 2^(k - 1), which is a float32 for every k that occurs (-126 to 128, where
+ * 2^-127 flushes to 0: expm1 is -1 there either way). The polynomial by Estrin's scheme: a chain of 3
+ * dependent multiply-adds instead of 7. */
 static inline float fast_expm1(float t) {
     const float exp_max = 88.72283935546875f;
-    float c = t < -87.0f ? -87.0f : (t > exp_max ? exp_max : t);
+    float c = t < -87.0f ? -87.0f : t;
+    c = c > exp_max ? exp_max : c;
     float k = rintf(c * (float)(1.0 / 0.6931471805599453));
-    k = k > 127.0f ? 127.0f : k;
     float r = (c - k * 0.693359375f) - k * -2.12194440e-4f;
-    float p = 1.0f / 40320.0f;
-    p = p * r + (float)(1.0 / 5040.0); p = p * r + (float)(1.0 / 720.0); p = p * r + (float)(1.0 / 120.0);
-    p = p * r + (float)(1.0 / 24.0); p = p * r + (float)(1.0 / 6.0); p = p * r + 0.5f;
-    p = r + r * r * p;
-    float scale = float_of(((int32_t)k + 127) << 23);
-    float result = scale * p + (scale - 1.0f);
+    float r2 = r * r, r4 = r2 * r2;
+    float p = (0.5f + r * (float)(1.0 / 6.0)) + r2 * ((float)(1.0 / 24.0) + r * (float)(1.0 / 120.0))
+              + r4 * (((float)(1.0 / 720.0) + r * (float)(1.0 / 5040.0)) + r2 * (1.0f / 40320.0f));
+    p = r + r2 * p;
+    float half_scale = float_of(((int32_t)k + 126) << 23);
+    float result = 2.0f * (half_scale * p + (half_scale - 0.5f));
     return t > exp_max ? INFINITY : result;
 }
 
+/* fastmath.py's cos_2pi, its odd polynomial in w by Estrin's scheme (a chain of 3 multiply-adds, not 5) */
 static inline float cos_2pi(float u) {
     float w = (fabsf(u - 0.5f) - 0.25f) * (float)(2 * 3.14159265358979323846);
-    float w2 = w * w;
-    float p = (float)(-1.0 / 39916800.0);
-    p = p * w2 + (float)(1.0 / 362880.0); p = p * w2 + (float)(-1.0 / 5040.0); p = p * w2 + (float)(1.0 / 120.0);
-    p = p * w2 + (float)(-1.0 / 6.0);
+    float w2 = w * w, w4 = w2 * w2;
+    float p = ((float)(-1.0 / 6.0) + w2 * (float)(1.0 / 120.0))
+              + w4 * (((float)(-1.0 / 5040.0) + w2 * (float)(1.0 / 362880.0)) + w4 * (float)(-1.0 / 39916800.0));
     return (p * w2 + 1.0f) * w;
 }
 
@@ -102,7 +109,8 @@ static inline float hash_normal(uint32_t i, uint32_t half, int32_t seed) {
 
 /* One row's standardization, lambda and transform (forward_math up to the noise): L, P and the
  * noise-free y of the row, its stats; returns noise * mean|y - mean y| (0 without noise). Without noise and
- * with `outr`, also the row's output y * weight + bias (neither NULL: affine_defaults), in the same pass. */
+ * with `outr`, also the row's output y * weight + bias (neither NULL: affine_defaults), in the same pass; then
+ * Pr and yr may be NULL (inference: only out is written). */
 static float transform_row(const float *xr, float *Lr, float *Pr, float *yr, float *st, float *h, int64_t n,
                            float eps, float alpha, float noise, float lambda_min, float lambda_max,
                            const float *weight, const float *bias, float *outr) {
@@ -120,18 +128,14 @@ static float transform_row(const float *xr, float *Lr, float *Pr, float *yr, flo
     float var = sdd == INFINITY ? INFINITY : (sdd - sd * sd * inv_n) * inv_n;
     var = var < 0 ? 0 : var;
     const float rstd = 1.0f / sqrtf(var + eps);
-    /* Loops that select (?:) store per value and loops that sum read back: GCC does not vectorize a
-     * loop with both (its if-conversion gives up on `omp simd` reductions). */
-#pragma omp simd
-    for (int64_t j = 0; j < n; j++) {
-        float hv = (xr[j] - mean) * rstd;
-        h[j] = hv;
-        Lr[j] = fast_log1p(fabsf(hv));
-    }
+    /* log1p|h| and the sums for lambda in one loop: with -fno-trapping-math GCC vectorizes a loop that both
+     * selects (inside log1p) and sums (before, two loops with h and L read back) */
     float s_d = 0, s_hd = 0, s_dd = 0, s_aq = 0, s_1 = 0;
 #pragma omp simd reduction(+ : s_d, s_hd, s_dd, s_aq, s_1)
     for (int64_t j = 0; j < n; j++) {
-        float hv = h[j], a = fabsf(hv), l = Lr[j];
+        float hv = (xr[j] - mean) * rstd, a = fabsf(hv), l = fast_log1p(a);
+        h[j] = hv;
+        Lr[j] = l;
         float p = l + a * l, d = p - a, q = p * l - 2 * d;
         s_d += d; s_hd += hv * d; s_dd += d * d; s_aq += a * q; s_1 += copysignf(l, hv);
     }
@@ -141,11 +145,19 @@ static float transform_row(const float *xr, float *Lr, float *Pr, float *yr, flo
     const float raw = 1 - alpha * g1 / den;
     const float lam = raw < lambda_min ? lambda_min : (raw > lambda_max ? lambda_max : raw);
     const float inv_pos = 1 / (lam == 0 ? 1e-20f : lam), inv_neg = -1 / (lam == 2 ? 1e-20f : 2 - lam);
-    if (outr && noise == 0) { /* the affine in the same pass: out written while the row is in registers */
+    /* 1/mu by the sign of h as one select on h >= 0 (the one mu takes): at h = 0, L = P = 0, so y is 0 with
+     * either factor (before, a second select gave 0 there) */
+    if (outr && noise == 0 && !Pr) { /* inference: out only (P and y are not kept) */
 #pragma omp simd
         for (int64_t j = 0; j < n; j++) {
             float hv = h[j], mu = hv >= 0 ? lam : 2 - lam, pw = fast_expm1(mu * Lr[j]);
-            float yv = pw * (hv > 0 ? inv_pos : (hv < 0 ? inv_neg : 0.0f));
+            outr[j] = pw * (hv >= 0 ? inv_pos : inv_neg) * weight[j] + bias[j];
+        }
+    } else if (outr && noise == 0) { /* the affine in the same pass: out written while the row is in registers */
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) {
+            float hv = h[j], mu = hv >= 0 ? lam : 2 - lam, pw = fast_expm1(mu * Lr[j]);
+            float yv = pw * (hv >= 0 ? inv_pos : inv_neg);
             Pr[j] = pw;
             yr[j] = yv;
             outr[j] = yv * weight[j] + bias[j];
@@ -155,7 +167,7 @@ static float transform_row(const float *xr, float *Lr, float *Pr, float *yr, flo
         for (int64_t j = 0; j < n; j++) {
             float hv = h[j], mu = hv >= 0 ? lam : 2 - lam, pw = fast_expm1(mu * Lr[j]);
             Pr[j] = pw;
-            yr[j] = pw * (hv > 0 ? inv_pos : (hv < 0 ? inv_neg : 0.0f));
+            yr[j] = pw * (hv >= 0 ? inv_pos : inv_neg);
         }
     }
     st[0] = mean; st[1] = var; st[2] = rstd; st[3] = lam; st[4] = lam == raw ? 1.0f : 0.0f;
@@ -250,9 +262,11 @@ void nn_rows_forward(const float *x, const float *weight, const float *bias, flo
 }
 
 /* One row's backward_math: dx of the row from dy, x, L, P and its stats (weight: per position, or NULL);
- * scratch h, grad_a, jac, lam_terms: n floats each. */
+ * scratch h, grad_a, jac: n floats each. The row's five sums are made in the loop that computes their
+ * terms (GCC vectorizes a loop that both selects and sums with -fno-trapping-math), so the lambda terms
+ * are never stored and h, grad_a and jac are read back once, by the dx loop. */
 static void backward_row(const float *dyr, const float *xr, const float *weight, const float *Lr, const float *Pr,
-                         const float *st, float *dxr, float *h, float *grad_a, float *jac, float *lam_terms, int64_t n,
+                         const float *st, float *dxr, float *h, float *grad_a, float *jac, int64_t n,
                          float alpha, int lam_grads) {
     const float inv_n = 1.0f / (float)n;
     const float mean = st[0], rstd = st[2], lam = st[3], in_range = st[4], g1 = st[5], den = st[6];
@@ -260,29 +274,41 @@ static void backward_row(const float *dyr, const float *xr, const float *weight,
     const float inv_pos = 1 / (lam == 0 ? 1e-20f : lam), inv_neg = -1 / (lam == 2 ? 1e-20f : 2 - lam);
     const float k1 = (2 * inv_n) * (-0.5f * alpha / den - dvar * alpha * g1 / (den * den));
     const float k2 = alpha * g1 / ((float)n * den * den), k3 = alpha / ((float)n * den);
-#pragma omp simd
-    for (int64_t j = 0; j < n; j++) {
-        float hv = (xr[j] - mean) * rstd, a = fabsf(hv), l = Lr[j], pw = Pr[j];
-        float inverse_u = 1 / (1 + a);
-        float gx = weight ? dyr[j] * weight[j] : dyr[j];
-        h[j] = hv;
-        grad_a[j] = gx * ((pw + 1) * inverse_u);
-        if (lam_grads) {
-            float sl = copysignf(l, hv), inverse_mu = hv > 0 ? inv_pos : (hv < 0 ? inv_neg : 0.0f);
-            lam_terms[j] = gx * ((sl + sl * pw - pw * inverse_mu) * inverse_mu);
-            float sign = hv > 0 ? 1.0f : (hv < 0 ? -1.0f : 0.0f);
+    float s_a = 0, s_ah = 0, s_lam = 0, s_j = 0, s_jh = 0;
+    if (lam_grads) {  /* two loops, not a test inside one: GCC would vectorize that with masked stores */
+#pragma omp simd reduction(+ : s_a, s_ah, s_lam, s_j, s_jh)
+        for (int64_t j = 0; j < n; j++) {
+            float hv = (xr[j] - mean) * rstd, a = fabsf(hv), l = Lr[j], pw = Pr[j];
+            float inverse_u = 1 / (1 + a);
+            float gx = weight ? dyr[j] * weight[j] : dyr[j];
+            float ga = gx * ((pw + 1) * inverse_u);
+            float sl = copysignf(l, hv), inverse_mu = hv >= 0 ? inv_pos : inv_neg;
+            float sign = copysignf(1.0f, hv);  /* at h = 0 (L = P = 0) q and P are 0: any sign and 1/mu do */
             float p = l + a * l, d = p - a, q = p * l - 2 * d, w = d + a * l;
-            jac[j] = k1 * w + k2 * (sign * q + sl * (w + d - 2 * mean_d)) + k3 * inverse_u;
+            float jv = k1 * w + k2 * (sign * q + sl * (w + d - 2 * mean_d)) + k3 * inverse_u;
+            h[j] = hv;
+            grad_a[j] = ga;
+            jac[j] = jv;
+            s_a += ga;
+            s_ah += ga * hv;
+            s_lam += gx * ((sl + sl * pw - pw * inverse_mu) * inverse_mu);
+            s_j += jv;
+            s_jh += jv * hv;
+        }
+    } else {
+#pragma omp simd reduction(+ : s_a, s_ah)
+        for (int64_t j = 0; j < n; j++) {
+            float hv = (xr[j] - mean) * rstd, pw = Pr[j];
+            float gx = weight ? dyr[j] * weight[j] : dyr[j];
+            float ga = gx * ((pw + 1) * (1 / (1 + fabsf(hv))));
+            h[j] = hv;
+            grad_a[j] = ga;
+            s_a += ga;
+            s_ah += ga * hv;
         }
     }
-    float s_a = 0, s_ah = 0;
-#pragma omp simd reduction(+ : s_a, s_ah)
-    for (int64_t j = 0; j < n; j++) { s_a += grad_a[j]; s_ah += grad_a[j] * h[j]; }
     float gh_mean = s_a * inv_n, ghh_mean = s_ah * inv_n;
     if (lam_grads) {
-        float s_lam = 0, s_j = 0, s_jh = 0;
-#pragma omp simd reduction(+ : s_lam, s_j, s_jh)
-        for (int64_t j = 0; j < n; j++) { s_lam += lam_terms[j]; s_j += jac[j]; s_jh += jac[j] * h[j]; }
         const float grad_lam = s_lam * in_range;
         gh_mean = gh_mean + grad_lam * (s_j * inv_n);
         ghh_mean = ghh_mean + grad_lam * (s_jh * inv_n);
@@ -305,7 +331,7 @@ void nn_rows_backward(const float *dy, const float *x, const float *weight, cons
     const int64_t rows = numel / n;
 #pragma omp parallel num_threads(threads)
     {
-        float *h = scratch + (int64_t)thread_id() * 4 * n, *grad_a = h + n, *jac = h + 2 * n, *lam_terms = h + 3 * n;
+        float *h = scratch + (int64_t)thread_id() * 4 * n, *grad_a = h + n, *jac = h + 2 * n;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t chunk = 0; chunk < chunks; chunk++)
         for (int64_t row = rows * chunk / chunks; row < rows * (chunk + 1) / chunks; row++) {
@@ -313,7 +339,7 @@ void nn_rows_backward(const float *dy, const float *x, const float *weight, cons
             float *dbias_part = dbias ? dbias + chunk * n : NULL;
             const float *dyr = dy + row * n;
             backward_row(dyr, x + row * n, weight, L + row * n, P + row * n, stats + row * NSTATS, dx + row * n,
-                         h, grad_a, jac, lam_terms, n, alpha, lam_grads);
+                         h, grad_a, jac, n, alpha, lam_grads);
             if (dweight_part) {
                 const float *yr = y + row * n;
 #pragma omp simd
@@ -484,15 +510,16 @@ void nn_groups_backward(const float *dy, const float *weight, const float *x, co
         for (int64_t g = 0; g < groups; g++) {
             gather_weighted(dy, gg, weight, g, segments, length, step, stride, s_inner, channels);
             gather(x, xg, g, segments, length, step, stride);
-            backward_row(gg, xg, NULL, L + g * n, P + g * n, stats + g * NSTATS, dxg, h, h + n, h + 2 * n, h + 3 * n,
-                         n, alpha, lam_grads);
+            backward_row(gg, xg, NULL, L + g * n, P + g * n, stats + g * NSTATS, dxg, h, h + n, h + 2 * n, n, alpha,
+                         lam_grads);
             scatter(dxg, dx, g, segments, length, step, stride);
         }
     }
 }
 
 /* Inference (no noise, nothing saved for backward) of per-token layer statistics: out only, each row's
- * L, P and y in the thread's scratch ((2 + 4 threads) n floats, the first 2 n for affine_defaults).
+ * h and L in the thread's scratch ((2 + 4 threads) n floats: the first 2 n for affine_defaults, then 4 n per
+ * thread, of which this uses 2 n; P and y are not stored).
  * lnn under torch.no_grad() or in eval:
  * the same values as nn_rows_forward with noise 0. */
 void nn_rows_infer(const float *x, const float *weight, const float *bias, float *out, float *scratch,
@@ -504,12 +531,12 @@ void nn_rows_infer(const float *x, const float *weight, const float *bias, float
     scratch += 2 * n;
 #pragma omp parallel num_threads(threads)
     {
-        float *h = scratch + (int64_t)thread_id() * 4 * n, *Lr = h + n, *Pr = h + 2 * n, *yr = h + 3 * n;
+        float *h = scratch + (int64_t)thread_id() * 4 * n, *Lr = h + n;
         float st[NSTATS];
 #pragma omp for schedule(dynamic, 1)
         for (int64_t chunk = 0; chunk < chunks; chunk++)
         for (int64_t row = rows * chunk / chunks; row < rows * (chunk + 1) / chunks; row++)
-            transform_row(x + row * n, Lr, Pr, yr, st, h, n, eps, alpha, 0.0f, lambda_min, lambda_max, weight, bias,
+            transform_row(x + row * n, Lr, NULL, NULL, st, h, n, eps, alpha, 0.0f, lambda_min, lambda_max, weight, bias,
                           out + row * n);
     }
 }
@@ -533,7 +560,7 @@ void nn_channels_eval(const float *x, const float *weight, const float *bias, co
         for (int64_t j = 0; j < s; j++) {
             float hv = (xr[j] - m) * k, mu = hv >= 0 ? l : 2 - l;
             float pw = fast_expm1(mu * fast_log1p(fabsf(hv)));
-            float yv = pw * (hv > 0 ? inv_pos : (hv < 0 ? inv_neg : 0.0f));
+            float yv = pw * (hv >= 0 ? inv_pos : inv_neg);
             outr[j] = yv * w + b;
         }
     }
