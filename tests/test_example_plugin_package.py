@@ -7,8 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "normkit-example"
 
 
