@@ -7,8 +7,10 @@ each other carry `@pytest.mark.xdist_group(NAME)` and run one after another on o
 - "ray": tests that start a local Ray instance (they share /tmp/ray, its ports and its memory);
 - "signals": tests that signal a real process or read a pseudo-terminal, and tests that watch
   process trees in /proc under short timeouts;
-- "subprocess-suites": tests that run a whole child pytest or build virtual environments and wheels,
-  each keeping both cores busy on its own;
+- "subprocess-suites": tests that run a whole child pytest keeping both cores busy on its own (the
+  Triton interpreter suite). A child that runs on one core needs no group: the isolated installs
+  (tests/test_isolated_install.py, one test per package, sharing one wheelhouse per run) and the
+  example plugin's tests spread over both workers, so no long chain of them holds one worker;
 - "gloo": tests whose processes meet in a torch.distributed gloo group (the ranks wait for each other,
   so a rank starved of CPU by another such test stalls the whole group).
 

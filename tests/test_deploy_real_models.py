@@ -154,10 +154,10 @@ def test_to_torch_gives_back_library_modules_that_timm_reparameterizes() -> None
     from timm.utils.model import reparameterize_model
 
     torch.manual_seed(0)
-    model = _with_statistics(timm.create_model("fastvit_t8", num_classes=5))
+    model = _with_statistics(timm.create_model("fastvit_t8", num_classes=5), 32)  # 32 px: 1x1 after the last stage
     normkit.convert(model, "bn")
-    _with_statistics(model)
-    x = torch.randn(2, 3, 64, 64)
+    _with_statistics(model, 32)
+    x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         want = model(x)
     with pytest.raises(AssertionError):  # timm's fuser checks isinstance(..., nn.BatchNorm2d)
@@ -169,7 +169,7 @@ def test_to_torch_gives_back_library_modules_that_timm_reparameterizes() -> None
         torch.testing.assert_close(fused(x), want, rtol=1e-4, atol=1e-6)
 
     block = nn.Sequential(ConvNormAct(3, 8, 3, act_layer=nn.SiLU), ConvNormAct(8, 8, 1, apply_act=False))
-    block = _with_statistics(block)
+    block = _with_statistics(block, 32)
     convnext = timm.create_model("convnext_atto", num_classes=5).eval()
     for module, spec in ((block, "bn"), (convnext, "ln")):
         normkit.convert(module, spec)

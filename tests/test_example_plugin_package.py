@@ -7,12 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "normkit-example"
 
 
-@pytest.mark.xdist_group("subprocess-suites")
+# No xdist group: the child pytest runs in one process (-n 0), on one core beside the other worker.
 def test_example_plugin_installs_is_discovered_and_passes_its_tests(tmp_path: Path) -> None:
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",

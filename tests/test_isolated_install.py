@@ -13,15 +13,16 @@ package forgets to declare is therefore missing, as it would be for a user.
 from __future__ import annotations
 
 import importlib.metadata as md
+import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,39 +93,42 @@ def _isolated_env(package: str, root: Path, wheelhouse: Path) -> Path:
     return python
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheelhouse")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--isolated", "--no-deps", "--no-build-isolation",
-                    "--no-index", "--disable-pip-version-check", "-w", str(out), *map(str, PACKAGES.values())],
-                   check=True, capture_output=True, text=True)
-    return out
+    """The packages' wheels, built once for the run: xdist workers share their base temporary
+    directory's parent (this run's own), and a file lock makes the first worker build while the other waits."""
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "normkit-wheelhouse"
+    with FileLock(f"{shared}.lock"):
+        if not (shared / "complete").exists():
+            shutil.rmtree(shared, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--isolated", "--no-deps",
+                            "--no-build-isolation", "--no-index", "--disable-pip-version-check", "-w", str(shared),
+                            *map(str, PACKAGES.values())], check=True, capture_output=True, text=True)
+            (shared / "complete").touch()
+    return shared
 
 
-def _check(package: str, root: Path, wheelhouse: Path) -> tuple[str, subprocess.CompletedProcess]:
+def _check(package: str, root: Path, wheelhouse: Path) -> subprocess.CompletedProcess:
     try:
         python = _isolated_env(package, root, wheelhouse)
     except subprocess.CalledProcessError as exc:
-        return package, subprocess.CompletedProcess(exc.cmd, exc.returncode, exc.stdout or "", exc.stderr or "")
+        return subprocess.CompletedProcess(exc.cmd, exc.returncode, exc.stdout or "", exc.stderr or "")
     freeze = subprocess.run([str(python), "-c", "import importlib.metadata as md; print(sorted("
                              "d.name for d in md.distributions() if d.name.startswith('normkit')))"],
                             capture_output=True, text=True)
     out = subprocess.run([str(python), str(CHECK), package], capture_output=True, text=True, timeout=300,
                          cwd=root)
     out.stdout = f"installed: {freeze.stdout}{out.stdout}"
-    return package, out
+    return out
 
 
-def _results(tmp_path: Path, wheelhouse: Path) -> Iterator[tuple[str, subprocess.CompletedProcess]]:
-    with ThreadPoolExecutor(max_workers=2) as pool:  # the machine's two cores
-        yield from pool.map(lambda p: _check(p, tmp_path / p, wheelhouse), PACKAGES)
-
-
-@pytest.mark.xdist_group("subprocess-suites")
-def test_every_package_installed_alone_builds_and_checks_what_it_registers(tmp_path: Path, wheelhouse: Path) -> None:
-    failures = {p: (out.stdout + out.stderr)[-3000:] for p, out in _results(tmp_path, wheelhouse)
-                if out.returncode != 0}
-    assert not failures, "\n\n".join(f"{p}:\n{text}" for p, text in failures.items())
+# One test per package, on one core each: xdist spreads them over both workers (no xdist group).
+@pytest.mark.parametrize("package", list(PACKAGES))
+def test_every_package_installed_alone_builds_and_checks_what_it_registers(package: str, tmp_path: Path,
+                                                                         wheelhouse: Path) -> None:
+    out = _check(package, tmp_path, wheelhouse)
+    assert out.returncode == 0, f"{package}:\n{(out.stdout + out.stderr)[-3000:]}"
 
 
 def test_the_use_install_lists_every_package_of_the_checkout_and_no_test_dependency() -> None:
