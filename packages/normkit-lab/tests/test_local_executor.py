@@ -44,6 +44,86 @@ def test_two_jobs_give_the_numbers_of_sequential_execution(tmp_path, capsys):
     assert out.count("epoch 2/2") == 4  # epoch events travel from the workers to this process
 
 
+def _pool_workers(parent: int) -> set[int]:
+    """The live spawned worker processes whose parent is `parent` (Linux /proc)."""
+    from pathlib import Path
+
+    found = set()
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text()
+            fields = stat[stat.rfind(")") + 2:].split()
+            if int(fields[1]) == parent and fields[0] != "Z" and \
+                    b"--multiprocessing-fork" in (entry / "cmdline").read_bytes():
+                found.add(int(entry.name))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def test_a_sequential_compare_starts_its_worker_processes_once_for_every_look(tmp_path):
+    """Issue 39: each look of `--seeds auto --jobs 2` started a new pool, whose workers imported torch and the
+    plugins again (seconds of CPU a round). Now the looks share one pool, shut down when the comparison ends."""
+    import os
+
+    cfg = config.build_config({"dataset": "digits", "norms": "bn,gn", "seeds": "auto", "max_seeds": 5, "epochs": 1,
+                               "batch_size": 128, "device": "cpu"})
+    compare.check(cfg, parallel=2)
+    store = compare.create_store(cfg, tmp_path / "par")
+    seen: set[int] = set()
+
+    class WorkersSeen(Progress):
+        def run_start(self, run_id):
+            seen.update(_pool_workers(os.getpid()))
+            super().run_start(run_id)
+
+    compare.run_compare(cfg, store, executor=make_executor(ExecutorOptions(jobs=2)), progress=WorkersSeen())
+    looks = json.loads((store.path / "looks.json").read_text())["looks"]
+    assert len(looks) == 2 and len({(r["norm"], r["seed"]) for r in store.rows()}) == 10  # 3 seeds, then 5
+    assert len(seen) == 2, f"worker processes {sorted(seen)} over {len(looks)} looks"
+    assert _pool_workers(os.getpid()) == set()  # the pool is shut down with the comparison
+
+
+@pytest.mark.slow
+def test_a_worker_killed_between_rounds_costs_no_run_and_ctrl_c_between_rounds_stops_the_pool(tmp_path):
+    """The pool a session keeps between rounds: a worker killed while it idles (out of memory, say) breaks
+    it, and the next round starts a new one without counting its runs as lost; a Ctrl-C between rounds
+    stops the workers with the session."""
+    import os
+    import signal
+    import time
+
+    from normkit_lab.executors.local import LocalExecutor
+    from normkit_lab.runs.execute import Job
+
+    cfg = config.build_config({"dataset": "digits", "norms": "bn,gn", "seeds": 2, "epochs": 1, "batch_size": 128,
+                               "device": "cpu"})
+    compare.check(cfg, parallel=2)
+    store = compare.create_store(cfg, tmp_path / "out")
+    executor = LocalExecutor(ExecutorOptions(jobs=2))
+    ended = []
+
+    def on_event(kind, value):
+        if kind == "end":
+            ended.append((value.norm, value.seed, value.status))
+
+    with pytest.raises(KeyboardInterrupt), executor.session():
+        executor.run([Job.make(cfg, RunId.of(norm, 0), store) for norm in cfg.norms], on_event)
+        first = _pool_workers(os.getpid())
+        assert len(first) == 2
+        os.kill(min(first), signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while min(first) in _pool_workers(os.getpid()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        executor.run([Job.make(cfg, RunId.of(norm, 1), store) for norm in cfg.norms], on_event)
+        second = _pool_workers(os.getpid())
+        assert len(second) == 2 and not second & first
+        raise KeyboardInterrupt  # Ctrl-C while the comparison decides whether to start another round
+    assert _pool_workers(os.getpid()) == set()
+    assert sorted(ended) == [("bn", 0, "ok"), ("bn", 1, "ok"), ("gn", 0, "ok"), ("gn", 1, "ok")]
+    assert {row["status"] for row in store.rows()} == {"ok"}
+
+
 def test_worker_count_and_thread_split_on_cpu():
     assert worker_count(ExecutorOptions(), "cpu") == 1
     assert worker_count(ExecutorOptions(jobs=3), "cpu") == 3

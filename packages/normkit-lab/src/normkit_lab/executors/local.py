@@ -90,9 +90,14 @@ class _Pool:
                                        initargs=(os.getpid(), f"{__name__}:_init_worker", events, slot_queue))
         return cls(executor, events, (workers, None if slots is None else tuple(slots)))
 
+    @property
+    def broken(self) -> bool:
+        """A worker died while the pool was idle (between rounds): it takes no more jobs."""
+        return bool(getattr(self.executor, "_broken", False))
+
     def submit(self, job: Job, wait_for_holder: bool) -> Future[Any]:
-        """`_work(job)` in a worker; on a pool that broke while idle (a worker killed between rounds), a
-        future holding BrokenProcessPool, so the job is handled as every other job of a broken pool."""
+        """`_work(job)` in a worker; on a pool that broke after `broken` was asked (a worker killed as a
+        round starts), a future holding BrokenProcessPool, so the job is handled as every job of a broken pool."""
         try:
             return self.executor.submit(_work, job, wait_for_holder)
         except BrokenProcessPool as exc:
@@ -104,7 +109,7 @@ class _Pool:
         """Shut the workers down when they are done, or (`stop`: Ctrl-C, SIGTERM, an error) at once, each
         run in progress keeping its last epoch's checkpoint."""
         if stop:
-            for process in list(getattr(self.executor, "_processes", None) or {}.values()):
+            for process in list((getattr(self.executor, "_processes", None) or {}).values()):
                 if process.is_alive():
                     process.terminate()
         self.executor.shutdown(wait=True, cancel_futures=stop)
@@ -167,7 +172,7 @@ class LocalExecutor:
     def _pool_for(self, workers: int, slots: list[str] | None) -> _Pool:
         """The session's pool, started now if there is none (or it was started for other slots)."""
         key = (workers, None if slots is None else tuple(slots))
-        if self._pool is not None and self._pool.key != key:
+        if self._pool is not None and (self._pool.key != key or self._pool.broken):
             self._close(stop=False)
         if self._pool is None:
             self._pool = _Pool.start(workers, slots)
