@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import signal
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -275,10 +276,26 @@ def _init_worker(events: Any, slot_queue: Any) -> None:
     _SLOT = slot_queue.get()  # one slot per worker of the pool (a pool whose worker died is not refilled)
     if _SLOT is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = _SLOT
+    signal.signal(signal.SIGINT, _idle_interrupt)
+
+
+def _idle_interrupt(signum: int, frame: Any) -> None:
+    """A Ctrl-C that reaches a worker waiting for its next job (between rounds): nothing of it to stop,
+    and normkit, which gets it too, stops the pool; raised in the pool's own loop it would print a
+    traceback. A Python handler, not SIG_IGN, which the programs a run starts would inherit."""
 
 
 def _work(job: Job, wait_for_holder: bool) -> str:
-    """Run one job in this worker; "ran", "skipped" (finished already) or "busy" (held elsewhere)."""
+    """Run one job in this worker (a Ctrl-C interrupts it as in normkit's own process); "ran", "skipped"
+    (finished already) or "busy" (held elsewhere)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return _work_on(job, wait_for_holder)
+    finally:
+        signal.signal(signal.SIGINT, _idle_interrupt)
+
+
+def _work_on(job: Job, wait_for_holder: bool) -> str:
     if _SLOT is not None:
         job = job.with_train(device="cuda")
     result = run_job(job, lambda kind, value: _EVENTS.put((kind, value)), wait=wait_for_holder)
