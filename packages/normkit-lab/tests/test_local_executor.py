@@ -44,6 +44,123 @@ def test_two_jobs_give_the_numbers_of_sequential_execution(tmp_path, capsys):
     assert out.count("epoch 2/2") == 4  # epoch events travel from the workers to this process
 
 
+def pool_workers() -> set[int]:
+    """This process's live spawned worker processes (Linux /proc)."""
+    import os
+    from pathlib import Path
+
+    from normkit_lab.processes import descendants
+
+    def is_worker(pid: int) -> bool:
+        try:
+            return b"--multiprocessing-fork" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+
+    return {pid for pid in descendants(os.getpid()) if is_worker(pid)}
+
+
+def test_a_sequential_compare_starts_its_worker_processes_once_for_every_look(tmp_path):
+    """Issue 39: each look of `--seeds auto --jobs 2` started a new pool, whose workers imported torch and the
+    plugins again (seconds of CPU a round). Now the looks share one pool, shut down when the comparison ends."""
+
+    cfg = config.build_config({"dataset": "digits", "norms": "bn,gn", "seeds": "auto", "max_seeds": 5, "epochs": 1,
+                               "batch_size": 128, "device": "cpu"})
+    compare.check(cfg, parallel=2)
+    store = compare.create_store(cfg, tmp_path / "par")
+    seen: set[int] = set()
+
+    class WorkersSeen(Progress):
+        def run_start(self, run_id):
+            seen.update(pool_workers())
+            super().run_start(run_id)
+
+    compare.run_compare(cfg, store, executor=make_executor(ExecutorOptions(jobs=2)), progress=WorkersSeen())
+    looks = json.loads((store.path / "looks.json").read_text())["looks"]
+    assert len(looks) == 2 and len({(r["norm"], r["seed"]) for r in store.rows()}) == 10  # 3 seeds, then 5
+    assert len(seen) == 2, f"worker processes {sorted(seen)} over {len(looks)} looks"
+    assert pool_workers() == set()  # the pool is shut down with the comparison
+
+
+@pytest.mark.slow
+def test_a_suite_with_two_jobs_starts_its_worker_processes_once_for_every_workload(tmp_path):
+    """Issue 39: each workload's tuning runs, and each round of its seeds, started a new pool whose workers
+    imported torch and the plugins again. Now the whole suite shares one pool, shut down when it ends."""
+    import normkit
+    from normkit.testing import temporary_plugin
+    from normkit_lab.suite.run import SuitePlan, create_suite, run_suite
+    from normkit_lab.suite.scorecard import write_scorecard
+
+    small = {"question": "does it train?", "target": 50.0, "tune": {"lr": [0.05]},
+             "config": {"model": "small-cnn", "dataset": "digits", "batch_size": 128, "epochs": 1}}
+
+    class TwoWorkloads:
+        @normkit.hookimpl
+        def normkit_register_workloads(self, register):
+            register("pool-a", small)
+            register("pool-b", small)
+
+    seen: set[int] = set()
+
+    class WorkersSeen(Progress):
+        def run_start(self, run_id):
+            seen.update(pool_workers())
+            super().run_start(run_id)
+
+    with temporary_plugin(TwoWorkloads(), "two-workloads"):
+        suite = create_suite(SuitePlan.make("bn,gn", seeds=3, workloads=["pool-a", "pool-b"]), tmp_path / "suite",
+                             parallel=2)
+        run_suite(suite, executor=make_executor(ExecutorOptions(jobs=2)), progress=WorkersSeen, parallel=2)
+        card = write_scorecard(suite)
+    assert card["missing"] == [] and card["failed_runs"] == {} and all(w["complete"] for w in card["workloads"])
+    assert len(seen) == 2, f"worker processes {sorted(seen)} over the suite's 2 workloads"
+    assert pool_workers() == set()
+
+
+@pytest.mark.slow
+def test_a_worker_killed_between_rounds_costs_no_run_and_ctrl_c_between_rounds_stops_the_pool(tmp_path, capfd):
+    """The pool a session keeps between rounds: a worker killed while it idles (out of memory, say) breaks
+    it, and the next round starts a new one without counting its runs as lost; a Ctrl-C between rounds
+    stops the workers with the session."""
+    import os
+    import signal
+    import time
+
+    from normkit_lab.executors.local import LocalExecutor
+    from normkit_lab.runs.execute import Job
+
+    cfg = config.build_config({"dataset": "digits", "norms": "bn,gn", "seeds": 2, "epochs": 1, "batch_size": 128,
+                               "device": "cpu"})
+    compare.check(cfg, parallel=2)
+    store = compare.create_store(cfg, tmp_path / "out")
+    executor = LocalExecutor(ExecutorOptions(jobs=2))
+    ended = []
+
+    def on_event(kind, value):
+        if kind == "end":
+            ended.append((value.norm, value.seed, value.status))
+
+    with pytest.raises(KeyboardInterrupt), executor.session():
+        executor.run([Job.make(cfg, RunId.of(norm, 0), store) for norm in cfg.norms], on_event)
+        first = pool_workers()
+        assert len(first) == 2
+        for pid in first:  # a Ctrl-C reaching the idle workers alone: they wait on, without a traceback
+            os.kill(pid, signal.SIGINT)
+        time.sleep(1.0)
+        assert pool_workers() == first
+        os.kill(min(first), signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while min(first) in pool_workers() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        executor.run([Job.make(cfg, RunId.of(norm, 1), store) for norm in cfg.norms], on_event)
+        second = pool_workers()
+        assert len(second) == 2 and not second & first
+        raise KeyboardInterrupt  # Ctrl-C while the comparison decides whether to start another round
+    assert pool_workers() == set() and "Traceback" not in capfd.readouterr().err
+    assert sorted(ended) == [("bn", 0, "ok"), ("bn", 1, "ok"), ("gn", 0, "ok"), ("gn", 1, "ok")]
+    assert {row["status"] for row in store.rows()} == {"ok"}
+
+
 def test_worker_count_and_thread_split_on_cpu():
     assert worker_count(ExecutorOptions(), "cpu") == 1
     assert worker_count(ExecutorOptions(jobs=3), "cpu") == 3

@@ -1,7 +1,8 @@
 """Executors: where the runs of a plan train. Each is a small adapter over `execute.run_job`.
 
     executor = make_executor(ExecutorOptions(kind="local", jobs=2))
-    executor.run(jobs, on_event)   # returns when every job is in the store (or was skipped)
+    with executor.session():         # one command: its rounds share what the executor started
+        executor.run(jobs, on_event)   # returns when every job is in the store (or was skipped)
 
 `on_event(kind, value)` is called in this process for each run's "start", "epoch", "end" and
 "skip" (a run another process finished or holds), so one progress display and the summary follow

@@ -5,6 +5,7 @@ imports the executors themselves.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -46,3 +47,7 @@ class ExecutorOptions:
 class Executor(Protocol):
     def run(self, jobs: list[Job], on_event: Events) -> None:
         """Train every job not yet in the store; return when all are recorded (or skipped)."""
+
+    def session(self) -> contextlib.AbstractContextManager[None]:
+        """The span of one command (a comparison's rounds, a suite's workloads): what `run` starts that
+        can serve later calls (the local executor's worker processes) is kept until it ends."""

@@ -65,6 +65,10 @@ class RayExecutor:
         if options.ray_address:
             _probe(options.ray_address)  # an address nothing listens at: before any store is created too
 
+    def session(self) -> contextlib.AbstractContextManager[None]:
+        """Nothing is kept across calls: each `run` starts (or joins) Ray and shuts it down."""
+        return contextlib.nullcontext()
+
     def run(self, jobs: list[Job], on_event: Events) -> None:
         if not jobs:
             return

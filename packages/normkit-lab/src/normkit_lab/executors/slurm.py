@@ -24,6 +24,7 @@ run on this machine, all at once): for tests and for trying a configuration with
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import shutil
@@ -142,6 +143,10 @@ class SlurmExecutor:
                               "cluster=local)")
         with tempfile.TemporaryDirectory(prefix="normkit-slurm-") as scratch:  # bad parameters fail now
             self._executor(Path(scratch), self.params)
+
+    def session(self) -> contextlib.AbstractContextManager[None]:
+        """Nothing is kept across calls: each `run` submits its jobs and waits for them."""
+        return contextlib.nullcontext()
 
     def run(self, jobs: list[Job], on_event: Events) -> None:
         if not jobs:

@@ -214,21 +214,22 @@ def run_compare(cfg: CompareConfig, store: ResultsDir, *, progress: Progress | N
                               f"{missing[0].label()}); their processes may have been stopped from outside, so "
                               f"train them with: normkit compare --resume {store.path}")
 
-    try:
-        run_all(tuning)
-        chosen = None
-        if cfg.tune:
-            chosen, table = choose(cfg, store.runs(), trainer.tuning_score, _tuning_column(cfg))
-            store.write_tuning(table)
-            if on_tuned is not None:
-                on_tuned(table)
-        if cfg.looks is None:
-            run_all([run_id for run_id in compare_plan(cfg, chosen) if run_id not in finished])
-        else:  # sequential seeds: the same plan and executor, one look at a time (study/rounds.py)
-            run_rounds(cfg, store, chosen, run_all, lambda: results_of(cfg, store).summary())
-    finally:
-        progress.close()
-        _record_load(store)
+    with executor.session():  # one pool of workers (--jobs N) for the tuning runs and every look
+        try:
+            run_all(tuning)
+            chosen = None
+            if cfg.tune:
+                chosen, table = choose(cfg, store.runs(), trainer.tuning_score, _tuning_column(cfg))
+                store.write_tuning(table)
+                if on_tuned is not None:
+                    on_tuned(table)
+            if cfg.looks is None:
+                run_all([run_id for run_id in compare_plan(cfg, chosen) if run_id not in finished])
+            else:  # sequential seeds: the same plan and executor, one look at a time (study/rounds.py)
+                run_rounds(cfg, store, chosen, run_all, lambda: results_of(cfg, store).summary())
+        finally:
+            progress.close()
+            _record_load(store)
     results = results_of(cfg, store)
     write_summary(store, results)
     return results

@@ -35,7 +35,7 @@ import normkit
 from normkit_lab import safe_yaml
 from normkit_lab.analysis.report import write_summary
 from normkit_lab.errors import ConfigError, one_line, short_repr
-from normkit_lab.executors import Executor
+from normkit_lab.executors import Executor, ExecutorOptions, make_executor
 from normkit_lab.records import RUNTIME_KEYS
 from normkit_lab.spec import CompareConfig
 from normkit_lab.store import locks
@@ -408,10 +408,13 @@ def run_suite(suite: Suite, *, executor: Executor | None = None, progress: Calla
     each task's progress; `allow_version_change` lets a resume continue under other versions, as
     `normkit compare --resume`."""
     ready = suite.ready if suite.ready is not None else prepare(suite, parallel, allow_version_change)
-    for item in ready:
-        if on_task is not None:
-            on_task(item.task, item.cfg, item.excluded)
-        if item.cfg is None or item.store is None:
-            continue
-        results = run_compare(item.cfg, item.store, executor=executor, progress=progress() if progress else None)
-        write_summary(item.store, results, figures=True)  # the task's report.html with its figures, as compare
+    executor = executor or make_executor(ExecutorOptions())
+    with executor.session():  # one pool of workers (--jobs N) for every workload and round
+        for item in ready:
+            if on_task is not None:
+                on_task(item.task, item.cfg, item.excluded)
+            if item.cfg is None or item.store is None:
+                continue
+            results = run_compare(item.cfg, item.store, executor=executor,
+                                  progress=progress() if progress else None)
+            write_summary(item.store, results, figures=True)  # the task's report.html with its figures, as compare
