@@ -126,7 +126,7 @@ def _metric_panel(ax: Any, summary: Summary, drawn: list[NormSummary]) -> None:
     good = "right" if metric.higher_is_better else "left"
     looks = ", looks" if any(s.verdict is not None and s.verdict.look is not None for s in drawn) else ""
     ax.set(xlabel=f"{summary.label} ({_unit(summary)}): norm - {summary.baseline}  ({good} is better)",
-           title=f"Paired difference to {summary.baseline}, mean and interval adjusted for "
+           title=f"Paired difference to {summary.baseline}:\nmean and interval adjusted for "
                  f"{plural(len(drawn), 'comparison')} (Holm{looks})")
     ax.grid(axis="x", alpha=0.3)
     ax.legend(loc="lower left", fontsize=8)
