@@ -73,9 +73,6 @@ class ProxyNorm(PostActivationStep):
                 layer.register_parameter(name, nn.Parameter(torch.zeros(layer.num_channels)))
         self._moved = tuple(n for n in ("weight", "bias") if getattr(layer, n, None) is not None)
 
-    def _u(self, device: torch.device, dtype: torch.dtype) -> Tensor:
-        return self._proxy(device, dtype)[0].view(-1)
-
     def _proxy(self, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """The quantiles u as `(1, 1, samples)` and the `(samples, 2)` basis of columns 1 and u, made once per
         device and dtype (ReluProxyNorm's backward sums against both columns in one matmul)."""
@@ -88,7 +85,7 @@ class ProxyNorm(PostActivationStep):
     def proxy_statistics(self, layer: NormLayer, device: torch.device,
                          dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """Per-channel mean and biased variance of `phi(gamma*Y + beta)`, differentiable, `(C,)` each."""
-        u = self._u(device, dtype).view(1, -1)  # (1, n)
+        u = self._proxy(device, dtype)[0].view(1, -1)  # (1, n)
         y = u.expand(layer.num_channels, -1)
         if self.proxy_params:
             y = layer.proxy_beta.to(dtype).view(-1, 1) + (1 + layer.proxy_gamma.to(dtype)).view(-1, 1) * u
