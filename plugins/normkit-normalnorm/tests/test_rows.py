@@ -154,23 +154,35 @@ def test_taken_for_per_token_layer_steps_from_its_own_threshold(monkeypatch):
 
 
 def test_layer_output_equals_the_eager_paths_function(monkeypatch):
-    """Through the layer (kernel=auto, noise off): the rows path and the eager fused path give the
-    same function to float32 rounding."""
+    """Through the layer (kernel=auto, noise off): the rows path and the eager fused path (float32)
+    both give the float64 eager function, to float32 rounding.
+
+    Judged against float64, not against each other: each float32 path loses up to ~6e-4 (absolute,
+    on outputs and gradients of size ~1-8) on rows with an outlier, through the one-pass moments
+    of the Newton step; measured over 200 seeds on an AVX2 machine (CI failed once comparing the
+    two float32 paths at 1e-4 on an unseeded input). A wrong term in lambda moves them by >1e-2.
+    """
     monkeypatch.setattr(rows, "MIN_ELEMENTS", 1024)
+    g = torch.Generator().manual_seed(7)
     lnn = build("lnn(noise=0)", 32, channel_dim=-1)
-    x = torch.randn(3, 20, 32).exp()
+    x = torch.randn(3, 20, 32, generator=g).exp()
     with torch.no_grad():
-        lnn.weight.uniform_(0.5, 1.5)
-        lnn.bias.normal_()
-    leaf = x.clone().requires_grad_()
-    out = lnn(leaf)
-    out.backward(torch.ones_like(out))
+        lnn.weight.copy_(torch.rand(32, generator=g) + 0.5)
+        lnn.bias.copy_(torch.randn(32, generator=g))
+
+    def run(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        leaf = x.to(dtype).clone().requires_grad_()
+        out = lnn.to(dtype)(leaf)
+        out.backward(torch.ones_like(out))
+        return out.detach().double(), leaf.grad.double()
+
+    rows_path = run(torch.float32)
     monkeypatch.setenv("NORMKIT_NN_COMPILE", "0")
-    leaf2 = x.clone().requires_grad_()
-    out2 = lnn(leaf2)
-    out2.backward(torch.ones_like(out2))
-    torch.testing.assert_close(out, out2, rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(leaf.grad, leaf2.grad, rtol=1e-4, atol=1e-4)
+    eager_path = run(torch.float32)
+    exact = run(torch.float64)
+    for path in (rows_path, eager_path):
+        for got, want in zip(path, exact):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=2e-3)
 
 
 def test_without_a_c_compiler_the_other_paths_run_once_warned():
