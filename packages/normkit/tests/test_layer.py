@@ -8,7 +8,7 @@ from torch import nn
 
 import normkit
 import normkit.testing
-from normkit.stages import PostActivationStep
+from normkit.stages import Partition, PostActivationStep
 from normkit.testing import temporary_plugin
 
 
@@ -180,3 +180,22 @@ def test_bad_constructor_arguments() -> None:
         normkit.build("bn", 4, channel_dim=2)
     with pytest.raises(normkit.SpecError, match="num_channels must be a positive int"):
         normkit.build("bn", 0)
+
+
+@pytest.mark.parametrize(("partition", "shape", "tokens", "groups", "values"), [
+    (Partition("layer"), (2, 8, 3, 5), False, 1, 8 * 15),
+    (Partition("layer"), (2, 3, 5, 8), True, 1, 8),  # per token: its channels only
+    (Partition("instance"), (2, 8, 3, 5), False, 8, 15),
+    (Partition("instance"), (2, 3, 5, 8), True, 8, 15),
+    (Partition("group", groups=4), (2, 8, 3, 5), False, 4, 2 * 15),
+    (Partition("group", groups=4), (2, 8), False, 4, 2),
+    (Partition("instance"), (2, 8), False, 8, 1),  # one value per group: no variance
+])
+def test_partition_counts_its_groups_and_their_values(partition, shape, tokens, groups, values):
+    assert partition.groups_per_sample(8) == groups
+    assert partition.values_per_group(shape, 8, tokens) == values
+
+
+def test_a_batch_partition_has_no_groups_per_sample():
+    with pytest.raises(ValueError, match="pools samples"):
+        Partition("batch").groups_per_sample(8)

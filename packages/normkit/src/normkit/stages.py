@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
@@ -49,6 +49,22 @@ class Partition:
     def uses_batch(self) -> bool:
         """True when statistics pool over the batch (needs running statistics for eval)."""
         return self.kind == "batch"
+
+    def groups_per_sample(self, num_channels: int) -> int:
+        """Statistics groups in each sample (each token, for channels-last tokens) of a layer/instance/group
+        partition: 1, C or `groups`. A batch partition has none per sample: ValueError."""
+        if self.kind == "batch":
+            raise ValueError("a batch partition pools samples: it has no groups per sample")
+        return {"layer": 1, "instance": num_channels, "group": self.groups}[self.kind]
+
+    def values_per_group(self, shape: Sequence[int], num_channels: int, tokens: bool) -> int:
+        """Values that share one set of statistics under a layer/instance/group partition, for an input of
+        `shape` (`N, C, *`, or `N, *, C` with `tokens`): at least 2 for a variance (torch's native group
+        norm refuses fewer)."""
+        spatial = math.prod(shape[1:-1]) if tokens else math.prod(shape[2:])
+        if tokens and self.kind == "layer":  # per token over its channels
+            spatial = 1
+        return num_channels // self.groups_per_sample(num_channels) * spatial
 
     def check(self, num_channels: int, owner: str) -> None:
         if self.ghost is not None:
@@ -464,7 +480,8 @@ class Standardize(Step):
         if len(layer.steps) != 1 and sum(not s.needs_conv for s in layer.steps) != 1:  # one step: itself
             return None
         partition = layer.partition
-        if partition.kind in ("instance", "group") and _group_size(x, layer) < 2:
+        if partition.kind in ("instance", "group") and partition.values_per_group(x.shape, layer.num_channels,
+                                                                                    layer.tokens) < 2:
             return None  # one value per group: torch's kernel refuses it; the generic path gives 0 + bias
         weight, bias = layer.recovery_params()
         tracks = partition.uses_batch and self.track_running_stats
@@ -493,13 +510,6 @@ class Standardize(Step):
             groups=partition.groups, weight=weight, bias=bias, eps=self.eps,
             running_mean=running[0], running_var=running[1],
             use_batch_stats=layer.training or not tracks, factor=factor)
-
-
-def _group_size(x: Tensor, layer: StepHost) -> int:
-    """Values per (sample, group) of an instance/group partition: C/groups times the spatial size."""
-    spatial = math.prod(x.shape[1:-1]) if layer.tokens else math.prod(x.shape[2:])
-    groups = layer.num_channels if layer.partition.kind == "instance" else layer.partition.groups
-    return layer.num_channels // groups * spatial
 
 
 class Centre(Step):

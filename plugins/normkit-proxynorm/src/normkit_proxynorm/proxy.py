@@ -103,10 +103,11 @@ class ProxyNorm(PostActivationStep):
             return None
         n, c = x.shape[0], layer.num_channels
         s = math.prod(x.shape[2:])
-        groups = {"layer": 1, "instance": c, "group": layer.partition.groups}[layer.partition.kind]
-        if n * s == 0 or c // groups * s < 2:  # nothing to normalize, or one value per group: the generic path
-            return None
-        return self._relu_proxy(x.reshape(n, c, s), layer, (groups, layer.steps[0].eps)).reshape(x.shape)
+        partition = layer.partition
+        if n * s == 0 or partition.values_per_group(x.shape, c, tokens=False) < 2:  # nothing to normalize, or
+            return None  # one value per group: the generic path
+        standardize = (partition.groups_per_sample(c), layer.steps[0].eps)
+        return self._relu_proxy(x.reshape(n, c, s), layer, standardize).reshape(x.shape)
 
     def _relu_proxy(self, x3: Tensor, layer: NormLayer, standardize: tuple[int, float] | None) -> Tensor:
         dtype = x3.dtype if x3.dtype in _FLOAT32_OR_WIDER else torch.promote_types(x3.dtype, torch.float32)
