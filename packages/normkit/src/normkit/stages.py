@@ -61,9 +61,10 @@ class Partition:
         """Values that share one set of statistics under a layer/instance/group partition, for an input of
         `shape` (`N, C, *`, or `N, *, C` with `tokens`): at least 2 for a variance (torch's native group
         norm refuses fewer)."""
-        spatial = math.prod(shape[1:-1]) if tokens else math.prod(shape[2:])
         if tokens and self.kind == "layer":  # per token over its channels
             spatial = 1
+        else:
+            spatial = math.prod(shape[1:-1] if tokens else shape[2:])
         return num_channels // self.groups_per_sample(num_channels) * spatial
 
     def check(self, num_channels: int, owner: str) -> None:
