@@ -90,3 +90,23 @@ def test_the_scorecard_page_shows_the_adjusted_interval_beside_the_verdict() -> 
     html = page._workload(workload)
     assert "+1.00 [-0.30, +2.30]" in html and "[adj. CI]" in html
     assert "+0.10" not in html and "95% CI" not in html
+
+
+def test_a_comparison_undecided_at_its_first_look_says_why_its_interval_is_so_wide() -> None:
+    """A budget that allows one look (the six-norm suite's ViT: +0.75 [-775.72, +777.21]) prints the interval
+    that look tests at; the page says why it is that wide and what would decide it. Decided, or later looks: no note."""
+    from normkit_lab.suite import page
+
+    norm = {"norm": "ln", "excluded": "", "verdict": "inconclusive", "diff_mean": 0.75, "diff_ci95_low": -0.2,
+            "diff_ci95_high": 1.7, "diff_adj_low": -775.72, "diff_adj_high": 777.21, "mde": 0.47, "tuned": {},
+            "tuned_at_edge": [], "metric_mean": 95.5, "metric_sem": 0.4, "reached": 3, "runs": 3, "failed": 0,
+            "tuning_failed": 0, "error": None, "steps_to_target": 500, "cpu_s_to_target": 25.0, "look": 1,
+            "diff_n": 3, "stop": "undecided at budget"}
+    workload = {"norms": [norm], "higher_is_better": True, "task": "vit", "held_out": False, "complete": True,
+                "dir": "vit", "question": "q", "recipe": "r", "budget": "b", "tune_seeds": [12], "seeds": [0, 1, 2],
+                "metric_label": "test accuracy", "unit": "%", "baseline": "bn", "target_field": "val_acc",
+                "target": 93.0, "metric": "test_acc"}
+    html = page._workload(workload)
+    assert "(look 1, 3 seeds; undecided at budget)" in html and "(look 1, undecided): a first look spends" in html
+    for changes in ({"look": 2, "diff_n": 5}, {"verdict": "better", "stop": "difference shown"}):
+        assert "a first look spends" not in page._workload({**workload, "norms": [{**norm, **changes}]})

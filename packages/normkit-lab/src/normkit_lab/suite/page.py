@@ -164,7 +164,16 @@ def _workload(w: dict[str, Any]) -> str:
             f"<th>vs {_e(w['baseline'])} [adj. CI]</th><th class='l'>verdict (Holm)</th><th>MDE</th>"
             f"<th>reached</th><th>steps to target</th><th>CPU s to target</th></tr>{''.join(rows)}</table></div>"
             + ("<p class='scope'>(edge): tuning chose the smallest or largest candidate, so the best value may lie "
-               "beyond the workload's grid.</p>" if any(n["tuned_at_edge"] for n in w["norms"]) else ""))
+               "beyond the workload's grid.</p>" if any(n["tuned_at_edge"] for n in w["norms"]) else "")
+            + ("<p class='scope'>(look 1, undecided): a first look spends almost none of the design's alpha, so the "
+               "interval it tests at is very wide; the MDE is the difference the full design would detect at the "
+               "spread seen, and more seeds (a larger --max-cpu-minutes or --max-seeds) are what would decide it.</p>"
+               if any(_undecided_at_first_look(n) for n in w["norms"]) else ""))
+
+
+def _undecided_at_first_look(n: dict[str, Any]) -> bool:
+    """A sequential comparison that stopped (budget or max seeds) after its first look."""
+    return n.get("look") == 1 and str(n.get("stop") or "").startswith("undecided")
 
 
 def _seeds_text(card: dict[str, Any]) -> str:
