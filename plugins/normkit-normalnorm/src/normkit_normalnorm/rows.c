@@ -324,14 +324,14 @@ static void backward_row(const float *dyr, const float *xr, const float *weight,
 /* backward_math over all rows on `threads` threads, in `chunks` chunks of rows handed out
  * dynamically: dx, and per-chunk dweight/dbias partial sums (chunks * n each, zeroed by the caller;
  * NULL when not wanted), which the caller adds in chunk order: the same sums whichever thread did a
- * chunk. dy, x, y, L, P and stats as written by nn_rows_forward; scratch: threads * 4 n floats. */
+ * chunk. dy, x, y, L, P and stats as written by nn_rows_forward; scratch: threads * 3 n floats. */
 void nn_rows_backward(const float *dy, const float *x, const float *weight, const float *y, const float *L,
                       const float *P, const float *stats, float *dx, float *dweight, float *dbias, float *scratch,
                       int64_t numel, int64_t n, float alpha, int lam_grads, int threads, int64_t chunks) {
     const int64_t rows = numel / n;
 #pragma omp parallel num_threads(threads)
     {
-        float *h = scratch + (int64_t)thread_id() * 4 * n, *grad_a = h + n, *jac = h + 2 * n;
+        float *h = scratch + (int64_t)thread_id() * 3 * n, *grad_a = h + n, *jac = h + 2 * n;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t chunk = 0; chunk < chunks; chunk++)
         for (int64_t row = rows * chunk / chunks; row < rows * (chunk + 1) / chunks; row++) {
@@ -497,7 +497,7 @@ static void gather_weighted(const float *dy, float *dst, const float *weight, in
 }
 
 /* backward_math per group: dx (x's layout) from dy (x's layout) times the per-channel weight (NULL: none), x,
- * and L, P, stats as nn_groups_forward wrote them. scratch: threads * 7 n floats. */
+ * and L, P, stats as nn_groups_forward wrote them. scratch: threads * 6 n floats. */
 void nn_groups_backward(const float *dy, const float *weight, const float *x, const float *L, const float *P,
                         const float *stats, float *dx, float *scratch, int64_t groups, int64_t segments, int64_t length,
                         int64_t step, int64_t stride, int64_t s_inner, int64_t channels, float alpha, int lam_grads,
@@ -505,7 +505,7 @@ void nn_groups_backward(const float *dy, const float *weight, const float *x, co
     const int64_t n = segments * length;
 #pragma omp parallel num_threads(threads)
     {
-        float *gg = scratch + (int64_t)thread_id() * 7 * n, *xg = gg + n, *dxg = gg + 2 * n, *h = gg + 3 * n;
+        float *gg = scratch + (int64_t)thread_id() * 6 * n, *xg = gg + n, *dxg = gg + 2 * n, *h = gg + 3 * n;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t g = 0; g < groups; g++) {
             gather_weighted(dy, gg, weight, g, segments, length, step, stride, s_inner, channels);

@@ -266,7 +266,7 @@ class RowsFunction(torch.autograd.Function):
         chunks = min(CHUNKS, rows_x.numel() // n)
         dweight = torch.zeros(chunks, n) if want_w else None  # per-chunk partial sums, added in chunk order
         dbias = torch.zeros(chunks, n) if want_b else None
-        scratch = torch.empty(threads, 4 * n)
+        scratch = torch.empty(threads, 3 * n)  # h, grad_a, jac (rows.c's backward_row)
         library().nn_rows_backward(dy.data_ptr(), rows_x.data_ptr(), _ptr(weight), y.data_ptr(), log1p_a.data_ptr(),
                                    power.data_ptr(), stats.data_ptr(), dx.data_ptr(), _ptr(dweight), _ptr(dbias),
                                    scratch.data_ptr(), rows_x.numel(), n, ctx.cfg.alpha,
@@ -349,7 +349,7 @@ class GroupsFunction(torch.autograd.Function):
             count, runs, length, step, stride = ctx.layout
             threads = torch.get_num_threads()
             dx = torch.empty_like(mem)
-            work = scratch_flat(SCRATCH_SLOT, threads * 7 * runs * length)
+            work = scratch_flat(SCRATCH_SLOT, threads * 6 * runs * length)
             s_inner, channels = (0, mem.shape[2]) if cfg.tokens else mem.shape[1:][::-1]
             library().nn_groups_backward(dy.data_ptr(), _ptr(weight), mem.data_ptr(), pointers[1], pointers[2],
                                          pointers[3], dx.data_ptr(), work.data_ptr(), count, runs, length, step,
