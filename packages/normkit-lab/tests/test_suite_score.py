@@ -74,20 +74,28 @@ def test_a_choice_at_an_end_of_the_grid_is_flagged() -> None:
     assert at_edge({"lr": 0.05}, tune) == ["lr"] and at_edge({"lr": 0.02}, tune) == []
 
 
+def _page_row(**changes: object) -> dict:
+    """One norm's entry of a scorecard workload (an inconclusive ln against bn), with `changes`."""
+    return {"norm": "ln", "excluded": "", "verdict": "inconclusive", "diff_mean": 1.0, "diff_ci95_low": 0.1,
+            "diff_ci95_high": 1.9, "diff_adj_low": -0.3, "diff_adj_high": 2.3, "mde": 1.5, "tuned": {},
+            "tuned_at_edge": [], "metric_mean": 90.0, "metric_sem": 0.5, "reached": 3, "runs": 3, "failed": 0,
+            "tuning_failed": 0, "error": None, "steps_to_target": None, "cpu_s_to_target": None, **changes}
+
+
+def _workload_html(norm: dict) -> str:
+    """The scorecard page's table of a workload with this one norm."""
+    from normkit_lab.suite import page
+
+    return page._workload({"norms": [norm], "higher_is_better": True, "task": "demo", "held_out": False,
+                           "complete": True, "dir": "demo", "question": "q", "recipe": "r", "budget": "b",
+                           "tune_seeds": [3], "seeds": [0, 1, 2], "metric_label": "test accuracy", "unit": "%",
+                           "baseline": "bn", "target_field": "val_acc", "target": 0.5, "metric": "test_acc"})
+
+
 def test_the_scorecard_page_shows_the_adjusted_interval_beside_the_verdict() -> None:
     """The workload table printed the unadjusted 95% interval beside the Holm verdict (here [+0.10, +1.90], which
     excludes 0 beside `inconclusive`); it shows the interval the verdict was decided on."""
-    from normkit_lab.suite import page
-
-    norm = {"norm": "ln", "excluded": "", "verdict": "inconclusive", "diff_mean": 1.0, "diff_ci95_low": 0.1,
-            "diff_ci95_high": 1.9, "diff_adj_low": -0.3, "diff_adj_high": 2.3, "mde": 1.5, "tuned": {},
-            "tuned_at_edge": [], "metric_mean": 90.0, "metric_sem": 0.5, "reached": 3, "runs": 3, "failed": 0,
-            "tuning_failed": 0, "error": None, "steps_to_target": None, "cpu_s_to_target": None}
-    workload = {"norms": [norm], "higher_is_better": True, "task": "demo", "held_out": False, "complete": True,
-                "dir": "demo", "question": "q", "recipe": "r", "budget": "b", "tune_seeds": [3], "seeds": [0, 1, 2],
-                "metric_label": "test accuracy", "unit": "%", "baseline": "bn", "target_field": "val_acc",
-                "target": 0.5, "metric": "test_acc"}
-    html = page._workload(workload)
+    html = _workload_html(_page_row())
     assert "+1.00 [-0.30, +2.30]" in html and "[adj. CI]" in html
     assert "+0.10" not in html and "95% CI" not in html
 
@@ -95,18 +103,9 @@ def test_the_scorecard_page_shows_the_adjusted_interval_beside_the_verdict() -> 
 def test_a_comparison_undecided_at_its_first_look_says_why_its_interval_is_so_wide() -> None:
     """A budget that allows one look (the six-norm suite's ViT: +0.75 [-775.72, +777.21]) prints the interval
     that look tests at; the page says why it is that wide and what would decide it. Decided, or later looks: no note."""
-    from normkit_lab.suite import page
-
-    norm = {"norm": "ln", "excluded": "", "verdict": "inconclusive", "diff_mean": 0.75, "diff_ci95_low": -0.2,
-            "diff_ci95_high": 1.7, "diff_adj_low": -775.72, "diff_adj_high": 777.21, "mde": 0.47, "tuned": {},
-            "tuned_at_edge": [], "metric_mean": 95.5, "metric_sem": 0.4, "reached": 3, "runs": 3, "failed": 0,
-            "tuning_failed": 0, "error": None, "steps_to_target": 500, "cpu_s_to_target": 25.0, "look": 1,
-            "diff_n": 3, "stop": "undecided at budget"}
-    workload = {"norms": [norm], "higher_is_better": True, "task": "vit", "held_out": False, "complete": True,
-                "dir": "vit", "question": "q", "recipe": "r", "budget": "b", "tune_seeds": [12], "seeds": [0, 1, 2],
-                "metric_label": "test accuracy", "unit": "%", "baseline": "bn", "target_field": "val_acc",
-                "target": 93.0, "metric": "test_acc"}
-    html = page._workload(workload)
+    first_look = {"diff_mean": 0.75, "diff_adj_low": -775.72, "diff_adj_high": 777.21, "mde": 0.47, "look": 1,
+                  "diff_n": 3, "stop": "undecided at budget"}
+    html = _workload_html(_page_row(**first_look))
     assert "(look 1, 3 seeds; undecided at budget)" in html and "(look 1, undecided): a first look spends" in html
     for changes in ({"look": 2, "diff_n": 5}, {"verdict": "better", "stop": "difference shown"}):
-        assert "a first look spends" not in page._workload({**workload, "norms": [{**norm, **changes}]})
+        assert "a first look spends" not in _workload_html(_page_row(**{**first_look, **changes}))
