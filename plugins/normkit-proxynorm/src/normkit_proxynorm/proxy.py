@@ -25,7 +25,7 @@ PROXY_PARAMS = ("proxy_beta", "proxy_gamma")
 # The proxy's statistics cost samples x channels per forward; past this the estimate is exact to
 # float32 anyway (200 already is), so a larger value is a typo that would allocate gigabytes.
 MAX_SAMPLES = 100_000
-_FLOAT32_OR_WIDER = (torch.float32, torch.float64)  # computed in as they are
+_FLOAT32_OR_WIDER = (torch.float32, torch.float64)  # computed in as they are (torch.promote_types is an aten op)
 
 
 def proxy_quantiles(samples: int, *, device: torch.device | None = None,
