@@ -199,3 +199,27 @@ def test_partition_counts_its_groups_and_their_values(partition, shape, tokens, 
 def test_a_batch_partition_has_no_groups_per_sample():
     with pytest.raises(ValueError, match="pools samples"):
         Partition("batch").groups_per_sample(8)
+
+
+def test_registered_reads_parameters_and_buffers_as_getattr_does_reparametrized_ones_included():
+    """`registered` skips nn.Module's slow attribute fallback on the per-call paths; a parametrized weight
+    (torch.nn.utils.parametrize moves it out of `_parameters`) still reads as its computed value, so the
+    fused paths apply what the layer's `weight` attribute says."""
+    from torch.nn.utils import parametrize
+
+    class Double(nn.Module):
+        def forward(self, w: torch.Tensor) -> torch.Tensor:
+            return 2 * w
+
+    layer = normkit.build("bn", 4)
+    weight, bias, mean = layer.registered("weight", "bias", "running_mean")
+    assert weight is layer.weight and bias is layer.bias and mean is layer.running_mean
+    parametrize.register_parametrization(layer, "weight", Double())
+    with torch.no_grad():
+        layer.parametrizations.weight.original.copy_(torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    assert torch.equal(layer.registered("weight")[0], torch.tensor([2.0, 4.0, 6.0, 8.0]))
+    assert torch.equal(layer.recovery_params()[0], torch.tensor([2.0, 4.0, 6.0, 8.0]))
+    x = torch.randn(3, 4, 5).abs() + 1
+    layer.eval()
+    expected = torch.nn.functional.batch_norm(x, layer.running_mean, layer.running_var, layer.weight, layer.bias)
+    torch.testing.assert_close(layer(x), expected)

@@ -233,7 +233,8 @@ class StepHost(Protocol):
 
     The stage model is typed against this protocol, not against the layer, so `stages.py` does
     not import the layer that uses it. Buffers and parameters a step registered in `setup`
-    (`running_mean`, ...) are plain attributes of the host.
+    (`running_mean`, ...) are plain attributes of the host; `registered(*names)` reads several at
+    once without nn.Module's slow attribute fallback (for per-call paths).
     """
 
     spec: str
@@ -252,6 +253,8 @@ class StepHost(Protocol):
     def record(self, key: str, value: Tensor | Callable[[], Tensor]) -> None: ...
 
     def recovery_params(self) -> tuple[Tensor | None, Tensor | None]: ...
+
+    def registered(self, *names: str) -> tuple[Tensor | None, ...]: ...
 
     def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None: ...
 
@@ -429,9 +432,10 @@ class Standardize(Step):
         """Bump num_batches_tracked and return the EMA factor, or None when not updating."""
         if not (layer.training and layer.partition.uses_batch and self.track_running_stats):
             return None
-        layer.num_batches_tracked.add_(1)
+        (tracked,) = layer.registered("num_batches_tracked")
+        tracked.add_(1)
         if self.momentum is None:
-            return 1.0 / float(layer.num_batches_tracked)
+            return 1.0 / float(tracked)
         return self.momentum
 
     def statistics(self, x: Tensor, groups: Groups, layer: StepHost) -> tuple[Tensor, Tensor]:
