@@ -18,6 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from normkit_normalnorm import compiled, rows
 from normkit_normalnorm.functional import normality_norm
 from normkit_normalnorm.fused import FusedConfig
+from normkit_normalnorm.stage import NormalityStep
 
 pytestmark = pytest.mark.skipif(rows.library() is None, reason="no C compiler for rows.c")
 
@@ -410,15 +411,49 @@ def test_small_training_steps_take_the_grouped_functions_with_the_eager_paths_no
         torch.testing.assert_close(got, want, rtol=1e-4, atol=EAGER_ATOL)
 
 
-def test_grouped_layout_covers_dense_layouts_only():
-    x3 = torch.randn(2, 6, 5)
-    assert rows.grouped_layout(x3, "batch", 1, False) == (6, 2, 5, 5, 30)
-    assert rows.grouped_layout(x3, "group", 3, False) == (6, 1, 10, 10, 0)
-    assert rows.grouped_layout(x3, "instance", 1, False) == (12, 1, 5, 5, 0)
-    assert rows.grouped_layout(x3, "layer", 1, False) == (2, 1, 30, 30, 0)
-    assert rows.grouped_layout(x3.transpose(1, 2).contiguous().transpose(1, 2), "layer", 1, True) == (10, 1, 6, 6, 0)
-    assert rows.grouped_layout(x3.transpose(1, 2).contiguous().transpose(1, 2), "batch", 1, True) is None
-    assert rows.grouped_layout(x3[:, :, ::2], "batch", 1, False) is None
+def test_grouped_layout_describes_the_groups_in_memory_order():
+    """(count, runs, length, step, stride, s_inner, channels, dims) of rows.c's grouped functions, for a tensor in
+    memory order: (N, C, *) by channels, (N, *, C) for channels-last tokens, whose only grouping is per token."""
+    assert rows.grouped_layout((2, 6, 5), "batch", 1, False) == (6, 2, 5, 5, 30, 5, 6, (0, 2))
+    assert rows.grouped_layout((2, 6, 5), "group", 3, False) == (6, 1, 10, 10, 0, 5, 6, (0, 2))
+    assert rows.grouped_layout((2, 6, 5), "instance", 1, False) == (12, 1, 5, 5, 0, 5, 6, (0, 2))
+    assert rows.grouped_layout((2, 6, 5), "layer", 1, False) == (2, 1, 30, 30, 0, 5, 6, (0, 2))
+    assert rows.grouped_layout((2, 6, 1, 5), "batch", 1, False) == (6, 2, 5, 5, 30, 5, 6, (0, 2, 3))
+    assert rows.grouped_layout((2, 5, 6), "layer", 1, True) == (10, 1, 6, 6, 0, 0, 6, (0, 1))
+    assert rows.grouped_layout((2, 5, 3, 6), "layer", 1, True) == (30, 1, 6, 6, 0, 0, 6, (0, 1, 2))
+    assert rows.grouped_layout((2, 5, 6), "batch", 1, True) is None
+
+
+@pytest.mark.parametrize(("spec", "shape", "channel_dim"), [
+    ("bnn", (8, 16, 4, 4), 1), ("lnn", (4, 8, 32), -1), ("lnn", (2, 3, 5, 12), -1), ("gnn(groups=4)", (4, 16, 3, 3), 1),
+    ("bnn(momentum=none)", (6, 4, 3), 1)])
+def test_the_layers_direct_call_equals_the_functional_route_bit_for_bit(spec, shape, channel_dim, monkeypatch):
+    """The layer calls rows.c's grouped functions on its input as it is (stage.py's `_small_step`: no views of x,
+    no autograd node but the Function's); `normality_compiled` reaches the same function through the (N, C, S)
+    view. Two training steps each way under one seed: outputs, gradients and running buffers identical."""
+    direct = _training_steps(spec, shape, channel_dim, "GroupsFunctionBackward")
+    monkeypatch.setattr(NormalityStep, "_small_step", lambda *_: None)  # the functional route only
+    functional = _training_steps(spec, shape, channel_dim, None)
+    for got, want in zip(direct, functional, strict=True):
+        assert torch.equal(got, want)
+
+
+def _training_steps(spec: str, shape: tuple[int, ...], channel_dim: int, node: str | None) -> list[torch.Tensor]:
+    """Two seeded training steps of a fresh layer; `node`: the output's autograd node, when given."""
+    torch.manual_seed(0)
+    layer = build(spec, shape[channel_dim], channel_dim=channel_dim)
+    with torch.no_grad():
+        layer.weight.uniform_(0.5, 1.5)
+        layer.bias.normal_()
+    results = []
+    for _ in range(2):
+        x = (torch.randn(shape).exp() - 0.8).requires_grad_()
+        out = layer(x)
+        assert node is None or type(out.grad_fn).__name__ == node  # the Function itself: no view of x around it
+        out.backward(torch.randn(shape))
+        results += [out.detach(), x.grad, layer.weight.grad.clone(), layer.bias.grad.clone(),
+                    *(b.clone() for b in layer.buffers())]
+    return results
 
 
 @pytest.mark.parametrize("affine", ["weight and bias", "weight", "bias", "none"])

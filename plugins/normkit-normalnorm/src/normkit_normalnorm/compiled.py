@@ -40,6 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from normkit.autograd import once_differentiable
 from normkit.stages import Partition
 from torch import Tensor
 
@@ -96,8 +97,7 @@ def normality_compiled(x3: Tensor, weight: Tensor | None, bias: Tensor | None, *
     running statistics: rows.c's inference function from rows.MIN_ELEMENTS without gradients. Everything
     else (float64 under MIN_ELEMENTS, other devices, this path off): the eager path."""
     tracked = partition == "batch" and running_mean is not None
-    wants_grad = torch.is_grad_enabled() and (x3.requires_grad or (weight is not None and weight.requires_grad)
-                                              or (bias is not None and bias.requires_grad))
+    wants_grad = needs_grad(x3, weight, bias)
     numel = x3.numel()
     setting = _setting()  # read once per call (a look-up in os.environ costs about a microsecond)
     on = numel >= 1 and _real_cpu(x3, setting)
@@ -121,19 +121,20 @@ def normality_compiled(x3: Tensor, weight: Tensor | None, bias: Tensor | None, *
                       running_var, running_lambda, momentum, lambda_min, lambda_max, detach_lambda,
                       num_batches_tracked)
     factor = ema_factor(momentum, num_batches_tracked) if tracked and training else 0.0
-    cfg = _config(partition, groups, tokens, training, eps, alpha, noise, factor, lambda_min, lambda_max,
-                  detach_lambda, wants_grad)
+    cfg = fused_config(partition, groups, tokens, training, eps, alpha, noise, factor, lambda_min, lambda_max,
+                       detach_lambda, wants_grad)
     if in_c and wants_grad and numel >= rows.MIN_ELEMENTS and rows.eligible(x3, weight, bias, cfg):  # token rows
         if rows.library() is not None:
             return rows.normality_rows(x3, weight, bias, _seed(training, noise), cfg)
         # no row kernel here: the same math and hash noise on torch ops, so noise never depends on a compiler
         return CompiledFunction.apply(x3, weight, bias, _seed(training, noise), cfg, True)[0]
-    if in_c and numel < MIN_ELEMENTS and x3.dtype == torch.float32:  # a small step: rows.c's grouped functions
-        layout = rows.grouped_layout(x3, partition, groups, tokens)
+    if in_c and x3.dtype == torch.float32:  # a small step: rows.c's grouped functions
+        mem = x3.transpose(1, 2) if tokens else x3  # in memory order
+        layout = takes_grouped_step(mem, weight, bias, partition, groups, tokens, training, wants_grad)
         running = (running_mean, running_var, running_lambda) if tracked and training else None
-        if (layout is not None and rows.enabled() and rows.library() is not None and _dense_float32(weight)
-                and _dense_float32(bias) and (running is None or all(map(_dense_float32, running)))):
-            return rows.normality_groups(x3, weight, bias, cfg, layout, running)
+        if layout is not None and (running is None or all(map(_dense_float32, running))):
+            out = rows.normality_groups(mem, weight, bias, cfg, layout, running)
+            return out.transpose(1, 2) if tokens else out
     if not wants_grad or numel < MIN_ELEMENTS:
         return _eager(x3, weight, bias, partition, groups, tokens, training, eps, alpha, noise, running_mean,
                       running_var, running_lambda, momentum, lambda_min, lambda_max, detach_lambda,
@@ -145,13 +146,36 @@ def normality_compiled(x3: Tensor, weight: Tensor | None, bias: Tensor | None, *
     return out
 
 
+def needs_grad(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> bool:
+    """Whether this call records a gradient: grad mode on and an input that requires one."""
+    return torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)
+                                        or (bias is not None and bias.requires_grad))
+
+
+def takes_grouped_step(mem: Tensor, weight: Tensor | None, bias: Tensor | None, partition: str, groups: int,
+                       tokens: bool, training: bool, wants_grad: bool) -> rows.GroupLayout | None:
+    """The grouped layout when a float32 step on `mem` (the input in memory order, its C paths on) runs rows.c's
+    grouped functions, else None: from 1 to MIN_ELEMENTS values, dense, weight and bias dense float32, except a
+    per-token training step with gradients from rows.MIN_ELEMENTS (the row kernel's). The caller has ruled out
+    eval with running statistics. Shared by `normality_compiled` and the layer's direct call (stage.py)."""
+    numel, setting = mem.numel(), _setting()
+    if not (0 < numel < MIN_ELEMENTS and _on(setting) and setting != "eager" and mem.is_contiguous()
+            and rows.enabled() and _dense_float32(weight) and _dense_float32(bias)):
+        return None
+    if wants_grad and training and tokens and partition == "layer" and numel >= rows.MIN_ELEMENTS:
+        return None
+    if rows.library() is None:
+        return None
+    return rows.grouped_layout(mem.shape, partition, groups, tokens)
+
+
 def _dense_float32(t: Tensor | None) -> bool:
     """None, or a contiguous float32 tensor (what rows.c reads by address)."""
     return t is None or (t.dtype == torch.float32 and t.is_contiguous())
 
 
 @functools.lru_cache(maxsize=256)
-def _config(*fields: Any) -> FusedConfig:
+def fused_config(*fields: Any) -> FusedConfig:
     """FusedConfig built once per distinct call (hashing its fields is cheaper than building it)."""
     return FusedConfig(*fields)
 
@@ -214,7 +238,7 @@ class CompiledFunction(torch.autograd.Function):
         return (out, *stats)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
+    @once_differentiable
     def backward(ctx: Any, grad_out: Tensor, *_grad_stats: Any) -> tuple[Tensor | None, ...]:
         x3, weight, y, log1p_a, power, *stats = ctx.saved_tensors
         kind = "backward large" if x3.numel() >= LARGE_ELEMENTS else "backward"

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from normkit.autograd import once_differentiable
 from normkit.stages import Groups, Partition
 from torch import Tensor
 
@@ -116,7 +117,7 @@ class NormalityFunction(torch.autograd.Function):
         return out
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
+    @once_differentiable
     def backward(ctx: Any, grad3: Tensor) -> tuple[Tensor | None, ...]:
         x3, dx_dh, dx_dlam, dlam_dh, y, weight, bias = ctx.saved_tensors
         cfg, groups = ctx.cfg, ctx.groups

@@ -33,6 +33,7 @@ AVX2, which has no masked instructions (the AVX-512 build vectorized them anyway
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import math
 import os
@@ -42,9 +43,10 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
+from normkit.autograd import once_differentiable
 from torch import Tensor
 
 from normkit_normalnorm.fused import FusedConfig
@@ -254,7 +256,7 @@ class RowsFunction(torch.autograd.Function):
         return out.transpose(1, 2)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
+    @once_differentiable
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
         rows_x, weight, y, log1p_a, power, stats = ctx.saved_tensors
         n = rows_x.shape[-1]
@@ -277,27 +279,50 @@ class RowsFunction(torch.autograd.Function):
                 dweight.sum(0) if want_w else None, dbias.sum(0) if want_b else None, None, None)
 
 
-def grouped_layout(x3: Tensor, partition: str, groups: int, tokens: bool) -> tuple[int, int, int, int, int] | None:
-    """rows.c's description of the normalization groups of a dense `(N, C, S)` view, (groups, runs per group,
-    run length, step between groups, stride between runs) over its memory, or None (another layout)."""
-    n, c, s = x3.shape
-    if tokens:  # memory (N, S, C): only per-token rows are runs of it
-        return (n * s, 1, c, c, 0) if partition == "layer" and x3.transpose(1, 2).is_contiguous() else None
-    if not x3.is_contiguous():
-        return None
+class GroupLayout(NamedTuple):
+    """rows.c's description of the normalization groups of a dense tensor in memory order: `count` groups, each
+    `runs` runs of `length` values, `step` apart between groups and `stride` apart between runs; `s_inner` values
+    per channel run (0: channels last, the channel is the index modulo `channels`); `dims`: the tensor's dims the
+    weight and bias gradients sum over."""
+
+    count: int
+    runs: int
+    length: int
+    step: int
+    stride: int
+    s_inner: int
+    channels: int
+    dims: tuple[int, ...]
+
+
+@functools.lru_cache(maxsize=1024)
+def grouped_layout(shape: tuple[int, ...] | torch.Size, partition: str, groups: int, tokens: bool
+                   ) -> GroupLayout | None:
+    """The groups of a contiguous tensor of `shape` in memory order: `(N, ..., C)` for channels-last tokens (then
+    only per-token layer statistics are runs of it; None for other partitions), else `(N, C, ...)`. Cached: a
+    layer sees a few shapes, and this runs on every small step."""
+    n, rank = shape[0], len(shape)
+    if tokens:
+        c = shape[-1]
+        return GroupLayout(math.prod(shape[:-1]), 1, c, c, 0, 0, c, tuple(range(rank - 1))) \
+            if partition == "layer" else None
+    c, s = shape[1], math.prod(shape[2:])
+    dims = (0, *range(2, rank))
     if partition == "batch":
-        return (c, n, s, s, c * s)
+        return GroupLayout(c, n, s, s, c * s, s, c, dims)
     size = {"layer": c * s, "group": c // groups * s, "instance": s}[partition]
-    return (n * c * s // size, 1, size, size, 0)
+    return GroupLayout(n * c * s // size, 1, size, size, 0, s, c, dims)
 
 
-def normality_groups(x3: Tensor, weight: Tensor | None, bias: Tensor | None, cfg: FusedConfig,
-                     layout: tuple[int, int, int, int, int], running: tuple[Tensor, Tensor, Tensor] | None) -> Tensor:
-    """`normality_norm`'s training step for any partition in two calls into rows.c (forward, backward), with
-    the eager path's noise (`standard_normal_like`: torch.randn's values, so torch.manual_seed gives the same
-    draw as there). For the steps under the compiled paths' thresholds, where the eager path costs ~180 torch
-    ops. `running`: a batch partition's (running_mean, running_var, running_lambda), updated in place."""
-    return GroupsFunction.apply(x3, weight, bias, cfg, layout, running)
+def normality_groups(mem: Tensor, weight: Tensor | None, bias: Tensor | None, cfg: FusedConfig, layout: GroupLayout,
+                     running: tuple[Tensor, Tensor, Tensor] | None) -> Tensor:
+    """`normality_norm`'s training step for any partition in two calls into rows.c (forward, backward), on a
+    contiguous tensor in memory order (`grouped_layout`), returned in its shape, with the eager path's noise
+    (`standard_normal_like`: torch.randn's values, so torch.manual_seed gives the same draw as there). For the
+    steps under the compiled paths' thresholds, where the eager path costs ~180 torch ops; the layer calls it on
+    its input as it is (no view, so no view's autograd node either). `running`: a batch partition's
+    (running_mean, running_var, running_lambda), updated in place."""
+    return GroupsFunction.apply(mem, weight, bias, cfg, layout, running)
 
 
 class GroupsFunction(torch.autograd.Function):
@@ -308,58 +333,54 @@ class GroupsFunction(torch.autograd.Function):
     weight/bias gradient sums stay torch's (their summation order)."""
 
     @staticmethod
-    def forward(ctx: Any, x3: Tensor, weight: Tensor | None, bias: Tensor | None, cfg: FusedConfig,
-                layout: tuple[int, int, int, int, int], running: tuple[Tensor, Tensor, Tensor] | None) -> Tensor:
-        mem = x3.transpose(1, 2) if cfg.tokens else x3  # dense, in memory order
-        count, runs, length, step, stride = layout
-        numel, threads = mem.numel(), torch.get_num_threads()
-        work = scratch_flat(SCRATCH_SLOT, numel + threads * 5 * runs * length)  # the noise, then rows.c's scratch
-        z = None
-        if cfg.training and cfg.noise:  # standard_normal_like's draw in memory order (tokens: N, S, C)
-            z = work[:numel].normal_()
+    def forward(ctx: Any, mem: Tensor, weight: Tensor | None, bias: Tensor | None, cfg: FusedConfig,
+                layout: GroupLayout, running: tuple[Tensor, Tensor, Tensor] | None) -> Tensor:
+        count, runs, length, step, stride, s_inner, channels, _ = layout
+        numel, threads, values = mem.numel(), torch.get_num_threads(), runs * length
+        work = scratch_flat(SCRATCH_SLOT, numel + threads * 5 * values)  # the noise, then rows.c's scratch
+        # standard_normal_like's draw in memory order (tokens: N, S, C)
+        z = work[:numel].normal_().data_ptr() if cfg.training and cfg.noise else None
         if numel < SMALL_SAVED or not cfg.grad_enabled:  # one allocation from the heap: no page faults
-            saved = torch.empty(3 * numel + count * NSTATS)
-            pointers = [saved.data_ptr() + 4 * k * numel for k in range(4)]
+            saved = (torch.empty(3 * numel + count * NSTATS),)
+            base = saved[0].data_ptr()
+            pointers = (base, base + 4 * numel, base + 8 * numel, base + 12 * numel)
         else:  # saved for backward: recycled (workspace.py)
             saved = (borrow(mem), borrow(mem), borrow(mem), torch.empty(count * NSTATS))
-            pointers = [t.data_ptr() for t in saved]
+            pointers = tuple(t.data_ptr() for t in saved)
         out = torch.empty_like(mem)
-        lo = -math.inf if cfg.lambda_min is None else cfg.lambda_min
-        hi = math.inf if cfg.lambda_max is None else cfg.lambda_max
-        values = runs * length
-        rm, rv, rl = (None, None, None) if running is None else running
-        library().nn_groups_forward(mem.data_ptr(), _ptr(z), _ptr(weight), _ptr(bias), pointers[0], out.data_ptr(),
-                                    pointers[1], pointers[2], pointers[3], _ptr(rm), _ptr(rv), _ptr(rl),
-                                    values / max(values - 1, 1), cfg.momentum, work.data_ptr() + 4 * numel, count,
-                                    runs, length, step, stride, 0 if cfg.tokens else x3.shape[2], x3.shape[1],
-                                    cfg.eps, cfg.alpha, cfg.noise, lo, hi, threads)
-        ctx.cfg, ctx.layout, ctx.pointers = cfg, layout, pointers
-        ctx.save_for_backward(mem, weight, bias, *(saved if isinstance(saved, tuple) else (saved,)))
-        return out.transpose(1, 2) if cfg.tokens else out
+        rm, rv, rl = (None, None, None) if running is None else (t.data_ptr() for t in running)
+        library().nn_groups_forward(mem.data_ptr(), z, _ptr(weight), _ptr(bias), pointers[0], out.data_ptr(),
+                                    pointers[1], pointers[2], pointers[3], rm, rv, rl, values / max(values - 1, 1),
+                                    cfg.momentum, work.data_ptr() + 4 * numel, count, runs, length, step, stride,
+                                    s_inner, channels, cfg.eps, cfg.alpha, cfg.noise,
+                                    -math.inf if cfg.lambda_min is None else cfg.lambda_min,
+                                    math.inf if cfg.lambda_max is None else cfg.lambda_max, threads)
+        # x and the weight through save_for_backward (autograd's check that nothing changed them in place); the
+        # buffers rows.c wrote are this Function's own, kept on ctx (cheaper at these sizes)
+        ctx.cfg, ctx.layout, ctx.pointers, ctx.saved, ctx.has_bias = cfg, layout, pointers, saved, bias is not None
+        ctx.save_for_backward(mem, weight)
+        return out
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, grad3: Tensor) -> tuple[Tensor | None, ...]:
-        mem, weight, bias, *saved = ctx.saved_tensors
-        cfg, pointers = ctx.cfg, ctx.pointers
-        dy = (grad3.transpose(1, 2) if cfg.tokens else grad3).contiguous()
-        dims = (0, 1) if cfg.tokens else (0, 2)
-        dx = None
-        if ctx.needs_input_grad[0]:
-            count, runs, length, step, stride = ctx.layout
+    @once_differentiable
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        mem, weight = ctx.saved_tensors
+        count, runs, length, step, stride, s_inner, channels, dims = ctx.layout
+        pointers, saved, needs = ctx.pointers, ctx.saved, ctx.needs_input_grad
+        dy = grad.contiguous()
+        dx = dweight = dbias = None
+        if needs[0]:
             threads = torch.get_num_threads()
             dx = torch.empty_like(mem)
-            work = scratch_flat(SCRATCH_SLOT, threads * 6 * runs * length)
-            s_inner, channels = (0, mem.shape[2]) if cfg.tokens else mem.shape[1:][::-1]
             library().nn_groups_backward(dy.data_ptr(), _ptr(weight), mem.data_ptr(), pointers[1], pointers[2],
-                                         pointers[3], dx.data_ptr(), work.data_ptr(), count, runs, length, step,
-                                         stride, s_inner, channels, cfg.alpha, int(not cfg.detach_lambda), threads)
-            dx = dx.transpose(1, 2) if cfg.tokens else dx
-        dweight = dbias = None
-        if weight is not None and ctx.needs_input_grad[1]:
+                                         pointers[3], dx.data_ptr(),
+                                         scratch_flat(SCRATCH_SLOT, threads * 6 * runs * length).data_ptr(), count,
+                                         runs, length, step, stride, s_inner, channels, ctx.cfg.alpha,
+                                         int(not ctx.cfg.detach_lambda), threads)
+        if weight is not None and needs[1]:
             y = saved[0] if len(saved) > 1 else saved[0].as_strided(mem.shape, mem.stride())
             dweight = (dy * y).sum(dims)
-        if bias is not None and ctx.needs_input_grad[2]:
+        if ctx.has_bias and needs[2]:
             dbias = dy.sum(dims)
         if len(saved) > 1 and graph_freed_after_this_backward():
             give_back(*saved[:3])

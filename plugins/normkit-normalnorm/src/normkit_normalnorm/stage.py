@@ -16,7 +16,8 @@ from normkit import NormkitError, SpecError
 from normkit.stages import BuildContext, GhostRegroup, Groups, Standardize, Step, ghost_regroup
 from torch import Tensor
 
-from normkit_normalnorm.compiled import normality_compiled
+from normkit_normalnorm import rows
+from normkit_normalnorm.compiled import fused_config, needs_grad, normality_compiled, takes_grouped_step
 from normkit_normalnorm.functional import normality_norm
 from normkit_normalnorm.yeojohnson import (
     clamp_lambda,
@@ -125,6 +126,10 @@ class NormalityStep(Step):
             # functionalize and torch.jit.trace records as different graphs on each call; under
             # torch.compile or jit tracing the reference path (same function) is traced.
             return None
+        if kernel is normality_compiled:
+            out = self._small_step(x, layer, tracks)
+            if out is not None:
+                return out
         if on_torch and x.dtype in (torch.float16, torch.bfloat16):
             x = x.float()  # the PyTorch path computes in float32; the Triton kernel reads x as it is
         n, c = x.shape[0], layer.num_channels
@@ -140,6 +145,32 @@ class NormalityStep(Step):
             y3 = self._call(kernel, x3, layer, tracks, layer.recovery_params(), _layer_buffers(layer, tracks),
                             layer.tokens)
         return _as_shape(y3.transpose(1, 2) if layer.tokens else y3, x.shape)
+
+    def _small_step(self, x: Tensor, layer: NormLayer, tracks: bool) -> Tensor | None:
+        """A small float32 CPU step in one call of rows.c's grouped functions on `x` itself, or None (the general
+        route below). The same function `normality_compiled` calls for these steps, with what it would decide
+        decided here (`compiled.takes_grouped_step`): at tiny shapes the layer's cost is its host work, and the
+        general route spends more of it on views of x, keyword arguments and repeated checks than rows.c
+        spends on the arithmetic (docs/performance.md, "Host work per training call")."""
+        if not (type(x) is Tensor and x.dtype == torch.float32 and x.device.type == "cpu" and x.is_contiguous()):
+            return None
+        partition, training = layer.partition, layer.training
+        if partition.ghost is not None or (tracks and not training):
+            return None
+        weight, bias = layer.recovery_params()
+        wants_grad = needs_grad(x, weight, bias)
+        layout = takes_grouped_step(x, weight, bias, partition.kind, partition.groups, layer.tokens, training,
+                                    wants_grad)
+        if layout is None or (partition.kind == "batch" and training and layout.runs * layout.length < 2):
+            return None  # the general route (its one-line error for one value per channel)
+        running = layer.registered("running_mean", "running_var", "running_lambda") if tracks else None
+        if running is not None and not all(t.dtype == torch.float32 and t.is_contiguous() for t in running):
+            return None
+        factor = self._standardize.update_factor(layer) if tracks else None
+        cfg = fused_config(partition.kind, partition.groups, layer.tokens, training, self.eps, self.alpha,
+                           self.noise, 0.0 if factor is None else factor, self.lambda_min, self.lambda_max,
+                           self.detach_lambda, wants_grad)
+        return rows.normality_groups(x, weight, bias, cfg, layout, running)
 
     def _call(self, kernel: Callable[..., Tensor], x3: Tensor, layer: NormLayer, tracks: bool,
               affine: tuple[Tensor | None, Tensor | None], buffers: tuple[Tensor, ...] | None,

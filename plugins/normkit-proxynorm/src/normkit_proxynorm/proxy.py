@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from normkit import SpecError
+from normkit.autograd import once_differentiable
 from normkit.stages import Groups, PostActivationStep, Standardize
 
 if TYPE_CHECKING:
@@ -207,7 +208,7 @@ class ReluProxyNorm(torch.autograd.Function):
         return centred * rstd if scale else centred
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
+    @once_differentiable
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         x, weight, w, beta, slope, basis, z, centred, zp, mean, rstd, *stats = ctx.saved_tensors
         n = zp.shape[2]
