@@ -5,6 +5,7 @@
     .venv/bin/python benchmarks/bench_host.py --case lnn --case bnn
     .venv/bin/python benchmarks/bench_host.py --cpu-time          # the thread's CPU time (a loaded machine)
     .venv/bin/python benchmarks/bench_host.py --ops               # also the torch ops per call (exact)
+    .venv/bin/python benchmarks/bench_host.py --instructions      # x86 instructions per call (valgrind), no timing
 
 At these shapes (a few thousand values) the arithmetic costs a few microseconds, so what is timed
 is the host work per call: Python, argument checks, the number of aten operations and autograd
@@ -17,6 +18,12 @@ plain norms at most 1.3x their torch module, the composed ones (gn+pn, bnn, lnn)
 jobs it leaves out the time slices spent waiting for a core (it still includes cache and memory
 contention), so it is the closer estimate of the idle figures there. `--ops` adds the aten operations one
 training call dispatches (counted with a `TorchDispatchMode`, after the warm-up): a figure no load changes.
+`--instructions` counts instead of timing: the machine instructions one training call executes (Python,
+torch, rows.c, libc: everything in the process), under valgrind's callgrind with counting switched on
+(`callgrind_control`) only around `--calls` calls after the warm-up, averaged. Exact up to a few hundred
+instructions and independent of load, so it shows what a change saved on a noisy machine; it is not
+time (instructions differ in cost: rows.c's vector arithmetic runs fewer of them per cycle than Python's
+interpreter). Needs valgrind; a few minutes (the start-up runs under valgrind too).
 """
 
 from __future__ import annotations
@@ -24,8 +31,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -103,6 +114,59 @@ def time_case(spec: str, shape: tuple[int, ...], channel_dim: int, native: Calla
             ops_per_call(pair["normkit"]), ops_per_call(pair["torch"]))
 
 
+def count_child(names: list[str], calls: int, folder: str) -> None:
+    """Runs under callgrind (counting off): per case, warm both layers up, then count `calls` calls of each,
+    dumping the counts to `folder` as `<case>-<kind>` (callgrind_control switches counting on this process)."""
+    import normkit
+
+    pid = str(os.getpid())
+    for name, spec, shape, channel_dim, native, _ in CASES:
+        if name not in names:
+            continue
+        channels = shape[channel_dim]
+        pair = {"normkit": training_call(normkit.build(spec, channels, channel_dim=channel_dim), shape),
+                "torch": training_call(native(channels), shape)}
+        for kind, call in pair.items():
+            for _ in range(20):
+                call()
+            subprocess.run(["callgrind_control", "--zero", pid], capture_output=True, check=True)
+            subprocess.run(["callgrind_control", "--instr=on", pid], capture_output=True, check=True)
+            for _ in range(calls):
+                call()
+            subprocess.run(["callgrind_control", "--instr=off", pid], capture_output=True, check=True)
+            subprocess.run(["callgrind_control", f"--dump={name}-{kind}", pid], capture_output=True, check=True)
+
+
+def instructions(names: list[str], calls: int) -> dict[str, dict[str, float]]:
+    """Instructions per training call of each case's normkit layer and torch module (see the docstring)."""
+    with tempfile.TemporaryDirectory(prefix="normkit-callgrind-") as folder:
+        out = Path(folder) / "callgrind.out"
+        command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+                   sys.executable, __file__, "--count-child", folder, "--calls", str(calls),
+                   *(arg for name in names for arg in ("--case", name))]
+        subprocess.run(command, capture_output=True, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        counts: dict[str, dict[str, float]] = {}
+        for dump in Path(folder).glob("callgrind.out.*"):
+            text = dump.read_text(errors="replace")
+            label = next(line.split()[-1] for line in text.splitlines() if line.startswith("desc: Trigger"))
+            total = next(int(line.split()[1]) for line in text.splitlines() if line.startswith("totals:"))
+            name, kind = label.rsplit("-", 1)
+            counts.setdefault(name, {})[kind] = total / calls
+    return counts
+
+
+def print_instructions(names: list[str], calls: int) -> None:
+    counts = instructions(names, calls)
+    print("| layer | input | torch module | torch instructions | normkit instructions | ratio |")
+    print("|---|---|---|---|---|---|")
+    for name, _, shape, channel_dim, native, _ in CASES:
+        if name in counts:
+            theirs, ours = counts[name]["torch"], counts[name]["normkit"]
+            module = type(native(shape[channel_dim])).__name__
+            print(f"| {name} | {'x'.join(map(str, shape))} | {module} | {theirs / 1e3:.0f}k | {ours / 1e3:.0f}k | "
+                  f"{ours / theirs:.2f}x |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds (median reported)")
@@ -110,9 +174,20 @@ def main() -> None:
     parser.add_argument("--case", action="append", choices=NAMES, help="time only this layer (repeatable)")
     parser.add_argument("--cpu-time", action="store_true", help="the thread's CPU time instead of the wall clock")
     parser.add_argument("--ops", action="store_true", help="also print the aten operations per training call")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count machine instructions per call under valgrind instead of timing")
+    parser.add_argument("--count-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
+    if args.count_child:
+        count_child(args.case or NAMES, args.calls, args.count_child)
+        return
+    if args.instructions:
+        print(f"torch {torch.__version__}, 1 thread, instructions per training call (callgrind, mean of "
+              f"{args.calls} calls after 20 warm-up calls)")
+        print_instructions(args.case or NAMES, args.calls)
+        return
     print(f"torch {torch.__version__}, 1 thread, {os.cpu_count()} cores, load average "
           f"{os.getloadavg()[0]:.2f} at the start, {args.rounds} rounds of {args.calls} calls, "
           f"{'thread CPU time' if args.cpu_time else 'wall clock'}")
