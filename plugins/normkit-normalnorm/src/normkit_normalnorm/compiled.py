@@ -130,9 +130,9 @@ def normality_compiled(x3: Tensor, weight: Tensor | None, bias: Tensor | None, *
         return CompiledFunction.apply(x3, weight, bias, _seed(training, noise), cfg, True)[0]
     if in_c and x3.dtype == torch.float32:  # a small step: rows.c's grouped functions
         mem = x3.transpose(1, 2) if tokens else x3  # in memory order
-        layout = takes_grouped_step(mem, weight, bias, partition, groups, tokens, training, wants_grad)
         running = (running_mean, running_var, running_lambda) if tracked and training else None
-        if layout is not None and (running is None or all(map(_dense_float32, running))):
+        layout = takes_grouped_step(mem, weight, bias, running, partition, groups, tokens, training, wants_grad)
+        if layout is not None:
             out = rows.normality_groups(mem, weight, bias, cfg, layout, running)
             return out.transpose(1, 2) if tokens else out
     if not wants_grad or numel < MIN_ELEMENTS:
@@ -152,15 +152,18 @@ def needs_grad(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> bool:
                                         or (bias is not None and bias.requires_grad))
 
 
-def takes_grouped_step(mem: Tensor, weight: Tensor | None, bias: Tensor | None, partition: str, groups: int,
-                       tokens: bool, training: bool, wants_grad: bool) -> rows.GroupLayout | None:
+def takes_grouped_step(mem: Tensor, weight: Tensor | None, bias: Tensor | None,
+                       running: tuple[Tensor, Tensor, Tensor] | None, partition: str, groups: int, tokens: bool,
+                       training: bool, wants_grad: bool) -> rows.GroupLayout | None:
     """The grouped layout when a float32 step on `mem` (the input in memory order, its C paths on) runs rows.c's
-    grouped functions, else None: from 1 to MIN_ELEMENTS values, dense, weight and bias dense float32, except a
-    per-token training step with gradients from rows.MIN_ELEMENTS (the row kernel's). The caller has ruled out
-    eval with running statistics. Shared by `normality_compiled` and the layer's direct call (stage.py)."""
+    grouped functions, else None: from 1 to MIN_ELEMENTS values, dense, weight, bias and the running buffers
+    (`running`, those the step updates, or None) dense float32, except a per-token training step with gradients
+    from rows.MIN_ELEMENTS (the row kernel's). The caller has ruled out eval with running statistics. Shared by
+    `normality_compiled` and the layer's direct call (stage.py)."""
     numel, setting = mem.numel(), _setting()
     if not (0 < numel < MIN_ELEMENTS and _on(setting) and setting != "eager" and mem.is_contiguous()
-            and rows.enabled() and _dense_float32(weight) and _dense_float32(bias)):
+            and rows.enabled() and _dense_float32(weight) and _dense_float32(bias)
+            and (running is None or all(map(_dense_float32, running)))):
         return None
     if wants_grad and training and tokens and partition == "layer" and numel >= rows.MIN_ELEMENTS:
         return None

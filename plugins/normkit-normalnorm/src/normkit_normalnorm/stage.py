@@ -159,13 +159,11 @@ class NormalityStep(Step):
             return None
         weight, bias = layer.recovery_params()
         wants_grad = needs_grad(x, weight, bias)
-        layout = takes_grouped_step(x, weight, bias, partition.kind, partition.groups, layer.tokens, training,
-                                    wants_grad)
+        running = layer.registered("running_mean", "running_var", "running_lambda") if tracks else None
+        layout = takes_grouped_step(x, weight, bias, running, partition.kind, partition.groups, layer.tokens,
+                                    training, wants_grad)
         if layout is None or (partition.kind == "batch" and training and layout.runs * layout.length < 2):
             return None  # the general route (its one-line error for one value per channel)
-        running = layer.registered("running_mean", "running_var", "running_lambda") if tracks else None
-        if running is not None and not all(t.dtype == torch.float32 and t.is_contiguous() for t in running):
-            return None
         factor = self._standardize.update_factor(layer) if tracks else None
         cfg = fused_config(partition.kind, partition.groups, layer.tokens, training, self.eps, self.alpha,
                            self.noise, 0.0 if factor is None else factor, self.lambda_min, self.lambda_max,
