@@ -65,7 +65,7 @@ class FusedConfig:
         """Group count for native_group_norm; None for batch or per-token layer statistics."""
         if self.partition == "batch" or (self.partition == "layer" and self.tokens):
             return None
-        return {"layer": 1, "group": self.groups, "instance": num_channels}[self.partition]
+        return Partition(self.partition, self.groups).groups_per_sample(num_channels)
 
 
 class NormalityFunction(torch.autograd.Function):
