@@ -517,6 +517,49 @@ void nn_groups_backward(const float *dy, const float *weight, const float *x, co
     }
 }
 
+/* The grouped functions with their arguments packed by rows.py (`_GROUPS_POINTERS`, `packed_configs`): ctypes
+ * converts every argument of a call from Python, about a thousand machine instructions each, which for the small
+ * steps these functions serve cost more than their arithmetic; two byte strings cost two. `pointers`: int64 values
+ * (addresses, 0 for NULL, then the thread count); `config`: the integers as int64 and the floats as doubles,
+ * rounded to float here as ctypes' c_float would round them. Read with memcpy (no alignment assumed). */
+typedef struct {
+    int64_t x, z, weight, bias, y, out, L, P, stats, running_mean, running_var, running_lambda, scratch, threads;
+} groups_forward_pointers;
+typedef struct {
+    int64_t dy, weight, x, L, P, stats, dx, scratch, threads;
+} groups_backward_pointers;
+typedef struct {
+    int64_t groups, segments, length, step, stride, s_inner, channels, lam_grads;
+    double unbiased, factor, eps, alpha, noise, lambda_min, lambda_max;
+} groups_config;
+
+#define ADDRESS(type, value) ((type *)(intptr_t)(value))
+
+void nn_groups_forward_packed(const char *pointers, const char *config) {
+    groups_forward_pointers p;
+    groups_config c;
+    memcpy(&p, pointers, sizeof p);
+    memcpy(&c, config, sizeof c);
+    nn_groups_forward(ADDRESS(const float, p.x), ADDRESS(const float, p.z), ADDRESS(const float, p.weight),
+                      ADDRESS(const float, p.bias), ADDRESS(float, p.y), ADDRESS(float, p.out), ADDRESS(float, p.L),
+                      ADDRESS(float, p.P), ADDRESS(float, p.stats), ADDRESS(float, p.running_mean),
+                      ADDRESS(float, p.running_var), ADDRESS(float, p.running_lambda), (float)c.unbiased,
+                      (float)c.factor, ADDRESS(float, p.scratch), c.groups, c.segments, c.length, c.step, c.stride,
+                      c.s_inner, c.channels, (float)c.eps, (float)c.alpha, (float)c.noise, (float)c.lambda_min,
+                      (float)c.lambda_max, (int)p.threads);
+}
+
+void nn_groups_backward_packed(const char *pointers, const char *config) {
+    groups_backward_pointers p;
+    groups_config c;
+    memcpy(&p, pointers, sizeof p);
+    memcpy(&c, config, sizeof c);
+    nn_groups_backward(ADDRESS(const float, p.dy), ADDRESS(const float, p.weight), ADDRESS(const float, p.x),
+                       ADDRESS(const float, p.L), ADDRESS(const float, p.P), ADDRESS(const float, p.stats),
+                       ADDRESS(float, p.dx), ADDRESS(float, p.scratch), c.groups, c.segments, c.length, c.step,
+                       c.stride, c.s_inner, c.channels, (float)c.alpha, (int)c.lam_grads, (int)p.threads);
+}
+
 /* Inference (no noise, nothing saved for backward) of per-token layer statistics: out only, each row's
  * h and L in the thread's scratch ((2 + 4 threads) n floats: the first 2 n for affine_defaults, then 4 n per
  * thread, of which this uses 2 n; P and y are not stored).

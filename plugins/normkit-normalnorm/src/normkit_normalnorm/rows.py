@@ -39,6 +39,7 @@ import math
 import os
 import shlex
 import shutil
+import struct
 import subprocess
 import tempfile
 import threading
@@ -49,6 +50,7 @@ import torch
 from normkit.autograd import once_differentiable
 from torch import Tensor
 
+from normkit_normalnorm import switches
 from normkit_normalnorm.fused import FusedConfig
 from normkit_normalnorm.workspace import borrow, give_back, graph_freed_after_this_backward, scratch_flat
 
@@ -67,7 +69,7 @@ _P, _I64, _F, _I32, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctyp
 
 
 def enabled() -> bool:
-    return os.environ.get("NORMKIT_NN_ROWS", "1").strip().lower() not in ("0", "false", "no", "off")
+    return switches.setting("NORMKIT_NN_ROWS", "1") not in ("0", "false", "no", "off")
 
 
 def eligible(x3: Tensor, weight: Tensor | None, bias: Tensor | None, cfg: FusedConfig) -> bool:
@@ -173,6 +175,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.nn_groups_forward.restype = None
     lib.nn_groups_backward.argtypes = [_P] * 8 + [_I64] * 7 + [_F, _INT, _INT]
     lib.nn_groups_backward.restype = None
+    for packed in (lib.nn_groups_forward_packed, lib.nn_groups_backward_packed):
+        packed.argtypes, packed.restype = [ctypes.c_char_p, ctypes.c_char_p], None
     lib.nn_rows_infer.argtypes = [_P] * 5 + [_I64, _I64, _F, _F, _F, _F, _INT, _I64]
     lib.nn_rows_infer.restype = None
     lib.nn_channels_eval.argtypes = [_P] * 7 + [_I64, _I64, _I64, _INT]
@@ -325,6 +329,27 @@ def normality_groups(mem: Tensor, weight: Tensor | None, bias: Tensor | None, cf
     return GroupsFunction.apply(mem, weight, bias, cfg, layout, running)
 
 
+# rows.c's `nn_groups_*_packed` arguments (see there): per call the addresses and the thread count, per
+# configuration and layout the integers and floats (`packed_configs`), as the C structs lay them out
+_GROUPS_FORWARD = struct.Struct("14q")
+_GROUPS_BACKWARD = struct.Struct("9q")
+_GROUPS_CONFIG = struct.Struct("8q7d")
+
+
+@functools.lru_cache(maxsize=256)
+def packed_configs(cfg: FusedConfig, layout: GroupLayout) -> bytes:
+    """The integer and float arguments of rows.c's grouped functions for this configuration and layout, packed
+    once (a layer's steps repeat a few of them)."""
+    values = layout.runs * layout.length
+    return _GROUPS_CONFIG.pack(*layout[:7], int(not cfg.detach_lambda), values / max(values - 1, 1), cfg.momentum,
+                               cfg.eps, cfg.alpha, cfg.noise, -math.inf if cfg.lambda_min is None else cfg.lambda_min,
+                               math.inf if cfg.lambda_max is None else cfg.lambda_max)
+
+
+def _address(t: Tensor | None) -> int:
+    return 0 if t is None else t.data_ptr()
+
+
 class GroupsFunction(torch.autograd.Function):
     """Forward and backward each one call into rows.c's grouped functions; saves x, the noisy values y, and
     log1p|h|, the power term (group-major) and the per-group statistics. rows.c also writes the affine output,
@@ -335,11 +360,11 @@ class GroupsFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, mem: Tensor, weight: Tensor | None, bias: Tensor | None, cfg: FusedConfig,
                 layout: GroupLayout, running: tuple[Tensor, Tensor, Tensor] | None) -> Tensor:
-        count, runs, length, step, stride, s_inner, channels, _ = layout
-        numel, threads, values = mem.numel(), torch.get_num_threads(), runs * length
+        count, values = layout.count, layout.runs * layout.length
+        numel, threads = mem.numel(), torch.get_num_threads()
         work = scratch_flat(SCRATCH_SLOT, numel + threads * 5 * values)  # the noise, then rows.c's scratch
         # standard_normal_like's draw in memory order (tokens: N, S, C)
-        z = work[:numel].normal_().data_ptr() if cfg.training and cfg.noise else None
+        z = work[:numel].normal_().data_ptr() if cfg.training and cfg.noise else 0
         if numel < SMALL_SAVED or not cfg.grad_enabled:  # one allocation from the heap: no page faults
             saved = (torch.empty(3 * numel + count * NSTATS),)
             base = saved[0].data_ptr()
@@ -348,16 +373,16 @@ class GroupsFunction(torch.autograd.Function):
             saved = (borrow(mem), borrow(mem), borrow(mem), torch.empty(count * NSTATS))
             pointers = tuple(t.data_ptr() for t in saved)
         out = torch.empty_like(mem)
-        rm, rv, rl = (None, None, None) if running is None else (t.data_ptr() for t in running)
-        library().nn_groups_forward(mem.data_ptr(), z, _ptr(weight), _ptr(bias), pointers[0], out.data_ptr(),
-                                    pointers[1], pointers[2], pointers[3], rm, rv, rl, values / max(values - 1, 1),
-                                    cfg.momentum, work.data_ptr() + 4 * numel, count, runs, length, step, stride,
-                                    s_inner, channels, cfg.eps, cfg.alpha, cfg.noise,
-                                    -math.inf if cfg.lambda_min is None else cfg.lambda_min,
-                                    math.inf if cfg.lambda_max is None else cfg.lambda_max, threads)
+        rm, rv, rl = (0, 0, 0) if running is None else (t.data_ptr() for t in running)
+        configs = packed_configs(cfg, layout)
+        library().nn_groups_forward_packed(
+            _GROUPS_FORWARD.pack(mem.data_ptr(), z, _address(weight), _address(bias), pointers[0], out.data_ptr(),
+                                 pointers[1], pointers[2], pointers[3], rm, rv, rl, work.data_ptr() + 4 * numel,
+                                 threads), configs)
         # x and the weight through save_for_backward (autograd's check that nothing changed them in place); the
         # buffers rows.c wrote are this Function's own, kept on ctx (cheaper at these sizes)
-        ctx.cfg, ctx.layout, ctx.pointers, ctx.saved, ctx.has_bias = cfg, layout, pointers, saved, bias is not None
+        ctx.configs, ctx.layout, ctx.pointers, ctx.saved = configs, layout, pointers, saved
+        ctx.has_bias = bias is not None
         ctx.save_for_backward(mem, weight)
         return out
 
@@ -365,18 +390,17 @@ class GroupsFunction(torch.autograd.Function):
     @once_differentiable
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         mem, weight = ctx.saved_tensors
-        count, runs, length, step, stride, s_inner, channels, dims = ctx.layout
+        runs, length, dims = ctx.layout.runs, ctx.layout.length, ctx.layout.dims
         pointers, saved, needs = ctx.pointers, ctx.saved, ctx.needs_input_grad
         dy = grad.contiguous()
         dx = dweight = dbias = None
         if needs[0]:
             threads = torch.get_num_threads()
             dx = torch.empty_like(mem)
-            library().nn_groups_backward(dy.data_ptr(), _ptr(weight), mem.data_ptr(), pointers[1], pointers[2],
-                                         pointers[3], dx.data_ptr(),
-                                         scratch_flat(SCRATCH_SLOT, threads * 6 * runs * length).data_ptr(), count,
-                                         runs, length, step, stride, s_inner, channels, ctx.cfg.alpha,
-                                         int(not ctx.cfg.detach_lambda), threads)
+            scratch = scratch_flat(SCRATCH_SLOT, threads * 6 * runs * length)
+            library().nn_groups_backward_packed(
+                _GROUPS_BACKWARD.pack(dy.data_ptr(), _address(weight), mem.data_ptr(), pointers[1], pointers[2],
+                                      pointers[3], dx.data_ptr(), scratch.data_ptr(), threads), ctx.configs)
         if weight is not None and needs[1]:
             y = saved[0] if len(saved) > 1 else saved[0].as_strided(mem.shape, mem.stride())
             dweight = (dy * y).sum(dims)
