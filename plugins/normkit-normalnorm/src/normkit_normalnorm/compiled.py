@@ -33,7 +33,6 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -44,7 +43,7 @@ from normkit.autograd import once_differentiable
 from normkit.stages import Partition
 from torch import Tensor
 
-from normkit_normalnorm import fastmath, rows
+from normkit_normalnorm import fastmath, rows, switches
 from normkit_normalnorm.functional import ema_factor, normality_norm, update_running
 from normkit_normalnorm.fused import FusedConfig
 
@@ -67,7 +66,7 @@ KIND_OPTIONS: dict[str, dict[str, Any]] = {"forward": {}, "backward": {}, "backw
 
 
 def _setting() -> str:
-    return os.environ.get("NORMKIT_NN_COMPILE", "1").strip().lower()
+    return switches.setting("NORMKIT_NN_COMPILE", "1")
 
 
 def enabled() -> bool:
@@ -99,7 +98,7 @@ def normality_compiled(x3: Tensor, weight: Tensor | None, bias: Tensor | None, *
     tracked = partition == "batch" and running_mean is not None
     wants_grad = needs_grad(x3, weight, bias)
     numel = x3.numel()
-    setting = _setting()  # read once per call (a look-up in os.environ costs about a microsecond)
+    setting = _setting()  # read once per call
     on = numel >= 1 and _real_cpu(x3, setting)
     in_c = on and setting != "eager"  # rows.c's paths (NORMKIT_NN_COMPILE=eager runs only this file's math)
     running_eval = tracked and not training
