@@ -120,8 +120,10 @@ class NormLayer(FxLeaf):
         of its host work (docs/performance.md, "Host work per training call"). A name reparametrized away
         (`torch.nn.utils.parametrize` moves it out of `_parameters`) is read through `getattr`."""
         params, buffers = self._parameters, self._buffers
-        return tuple([params[name] if name in params else buffers[name] if name in buffers else getattr(self, name)
-                      for name in names])
+        found = []  # a loop, not a comprehension: no function object per call (Python 3.11)
+        for name in names:
+            found.append(params[name] if name in params else buffers[name] if name in buffers else getattr(self, name))
+        return tuple(found)
 
     def train(self, mode: bool = True) -> NormLayer:
         """As nn.Module.train, except that a frozen layer stays in eval (FrozenBatchNorm2d)."""
@@ -229,10 +231,11 @@ class NormLayer(FxLeaf):
     # -- forward ----------------------------------------------------------------------------
 
     def _check(self, x: Tensor) -> None:
-        if x.dim() < 2:
-            raise self.shape_error(f"expects at least 2 dims (N, C, ...), got shape {tuple(x.shape)}")
-        cdim = 1 if self.channel_dim == 1 else x.dim() - 1
-        if x.shape[cdim] != self.num_channels:
+        shape = x.shape
+        if len(shape) < 2:
+            raise self.shape_error(f"expects at least 2 dims (N, C, ...), got shape {tuple(shape)}")
+        if shape[self.channel_dim] != self.num_channels:
+            cdim = 1 if self.channel_dim == 1 else len(shape) - 1
             layout = "N,C,*" if self.channel_dim == 1 else "N,*,C"
             raise self.shape_error(
                 f"expects {self.num_channels} channels in dim {cdim} ({layout}), got shape {tuple(x.shape)}"

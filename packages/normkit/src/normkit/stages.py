@@ -482,7 +482,8 @@ class Standardize(Step):
         Steps that only act on the conv feeding the norm (`needs_conv`, e.g. `ws`) are identities
         on the values, so `gn+ws` still takes the native kernel.
         """
-        if len(layer.steps) != 1 and sum(not s.needs_conv for s in layer.steps) != 1:  # one step: itself
+        steps = layer.steps
+        if len(steps) != 1 and [s.needs_conv for s in steps].count(False) != 1:  # one step: itself
             return None
         partition = layer.partition
         if partition.kind in ("instance", "group") and partition.values_per_group(x.shape, layer.num_channels,

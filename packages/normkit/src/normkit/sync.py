@@ -43,8 +43,7 @@ def warn_if_per_process(layer: torch.nn.Module) -> None:
     global _warned_per_process
     if _warned_per_process or torch.compiler.is_compiling() or torch.jit.is_tracing():
         return
-    import torch.distributed as dist
-
+    dist = torch.distributed  # imported by torch itself; no import statement on every training call
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         _warned_per_process = True
         warnings.warn(PerProcessBatchStatistics(
