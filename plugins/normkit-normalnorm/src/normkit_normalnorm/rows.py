@@ -52,7 +52,13 @@ from torch import Tensor
 
 from normkit_normalnorm import switches
 from normkit_normalnorm.fused import FusedConfig
-from normkit_normalnorm.workspace import borrow, give_back, graph_freed_after_this_backward, scratch_flat
+from normkit_normalnorm.workspace import (
+    borrow,
+    give_back,
+    graph_freed_after_this_backward,
+    scratch_exact,
+    scratch_flat,
+)
 
 SOURCE = Path(__file__).with_name("rows.c")
 MIN_ELEMENTS = 1 << 14  # per-token training steps from here take the row kernel (hash noise); below, normality_groups
@@ -332,7 +338,7 @@ def normality_groups(mem: Tensor, weight: Tensor | None, bias: Tensor | None, cf
 # rows.c's `nn_groups_*_packed` arguments (see there): per call the addresses and the thread count, per
 # configuration and layout the integers and floats (`packed_configs`), as the C structs lay them out
 _GROUPS_FORWARD = struct.Struct("14q")
-_GROUPS_BACKWARD = struct.Struct("9q")
+_GROUPS_BACKWARD = struct.Struct("10q")
 _GROUPS_CONFIG = struct.Struct("8q7d")
 
 
@@ -355,16 +361,17 @@ class GroupsFunction(torch.autograd.Function):
     log1p|h|, the power term (group-major) and the per-group statistics. rows.c also writes the affine output,
     multiplies the incoming gradient by the weight and updates the running buffers, and the temporaries live in
     per-thread scratch (workspace.py): these small steps cost their torch ops' host work, not arithmetic. The
-    weight/bias gradient sums stay torch's (their summation order)."""
+    weight/bias gradient sums stay torch's (their summation order); rows.c makes the weight's product dy * y in
+    place of y when the graph is freed after this backward (the same products, one torch op fewer)."""
 
     @staticmethod
     def forward(ctx: Any, mem: Tensor, weight: Tensor | None, bias: Tensor | None, cfg: FusedConfig,
                 layout: GroupLayout, running: tuple[Tensor, Tensor, Tensor] | None) -> Tensor:
         count, values = layout.count, layout.runs * layout.length
         numel, threads = mem.numel(), torch.get_num_threads()
-        work = scratch_flat(SCRATCH_SLOT, numel + threads * 5 * values)  # the noise, then rows.c's scratch
+        work = scratch_flat(SCRATCH_SLOT, threads * 5 * values)  # rows.c's scratch
         # standard_normal_like's draw in memory order (tokens: N, S, C)
-        z = work[:numel].normal_().data_ptr() if cfg.training and cfg.noise else 0
+        z = scratch_exact(SCRATCH_SLOT, numel).normal_().data_ptr() if cfg.training and cfg.noise else 0
         if numel < SMALL_SAVED or not cfg.grad_enabled:  # one allocation from the heap: no page faults
             saved = (torch.empty(3 * numel + count * NSTATS),)
             base = saved[0].data_ptr()
@@ -377,7 +384,7 @@ class GroupsFunction(torch.autograd.Function):
         configs = packed_configs(cfg, layout)
         library().nn_groups_forward_packed(
             _GROUPS_FORWARD.pack(mem.data_ptr(), z, _address(weight), _address(bias), pointers[0], out.data_ptr(),
-                                 pointers[1], pointers[2], pointers[3], rm, rv, rl, work.data_ptr() + 4 * numel,
+                                 pointers[1], pointers[2], pointers[3], rm, rv, rl, work.data_ptr(),
                                  threads), configs)
         # x and the weight through save_for_backward (autograd's check that nothing changed them in place); the
         # buffers rows.c wrote are this Function's own, kept on ctx (cheaper at these sizes)
@@ -394,18 +401,21 @@ class GroupsFunction(torch.autograd.Function):
         pointers, saved, needs = ctx.pointers, ctx.saved, ctx.needs_input_grad
         dy = grad.contiguous()
         dx = dweight = dbias = None
+        wants_weight, freed = weight is not None and needs[1], graph_freed_after_this_backward()
+        in_place = wants_weight and freed and needs[0]  # rows.c turns y into dy * y (nothing reads y again)
         if needs[0]:
             threads = torch.get_num_threads()
             dx = torch.empty_like(mem)
             scratch = scratch_flat(SCRATCH_SLOT, threads * 6 * runs * length)
             library().nn_groups_backward_packed(
                 _GROUPS_BACKWARD.pack(dy.data_ptr(), _address(weight), mem.data_ptr(), pointers[1], pointers[2],
-                                      pointers[3], dx.data_ptr(), scratch.data_ptr(), threads), ctx.configs)
-        if weight is not None and needs[1]:
+                                      pointers[3], dx.data_ptr(), scratch.data_ptr(), pointers[0] if in_place else 0,
+                                      threads), ctx.configs)
+        if wants_weight:
             y = saved[0] if len(saved) > 1 else saved[0].as_strided(mem.shape, mem.stride())
-            dweight = (dy * y).sum(dims)
+            dweight = (y if in_place else dy * y).sum(dims)
         if ctx.has_bias and needs[2]:
             dbias = dy.sum(dims)
-        if len(saved) > 1 and graph_freed_after_this_backward():
+        if len(saved) > 1 and freed:
             give_back(*saved[:3])
         return dx, dweight, dbias, None, None, None

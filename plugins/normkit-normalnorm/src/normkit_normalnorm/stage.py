@@ -152,7 +152,7 @@ class NormalityStep(Step):
         decided here (`compiled.takes_grouped_step`): at tiny shapes the layer's cost is its host work, and the
         general route spends more of it on views of x, keyword arguments and repeated checks than rows.c
         spends on the arithmetic (docs/performance.md, "Host work per training call")."""
-        if not (type(x) is Tensor and x.dtype == torch.float32 and x.device.type == "cpu" and x.is_contiguous()):
+        if not (type(x) is Tensor and x.dtype == torch.float32 and x.is_cpu and x.is_contiguous()):
             return None
         partition, training = layer.partition, layer.training
         if partition.ghost is not None or (tracks and not training):

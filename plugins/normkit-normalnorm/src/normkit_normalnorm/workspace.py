@@ -24,6 +24,7 @@ from torch import Tensor
 _local = threading.local()
 _pool: dict[tuple[torch.dtype, int], list[Tensor]] = {}
 _pool_lock = threading.Lock()
+EXACT_SIZES = 8  # sizes kept per slot by scratch_exact
 
 
 def scratch(slot: int, like: Tensor) -> Tensor:
@@ -51,6 +52,19 @@ def scratch_flat(slot: int, numel: int, dtype: torch.dtype = torch.float32) -> T
     """A contiguous CPU scratch vector of at least `numel` values (this thread's; no torch op when it is big
     enough): for callers that pass its address to C, or slice it once."""
     return _flat(slot, dtype, numel)
+
+
+def scratch_exact(slot: int, numel: int) -> Tensor:
+    """A float32 CPU scratch vector of exactly `numel` values (this thread's), for a caller that fills all of it
+    with one torch op: a slice of a larger buffer would be one more op, which at the small steps that use this
+    costs more than the fill. Keeps the last EXACT_SIZES sizes per slot (a layer sees a few shapes)."""
+    sizes = _local.__dict__.setdefault("exact", {}).setdefault(slot, {})
+    flat = sizes.get(numel)
+    if flat is None:
+        if len(sizes) >= EXACT_SIZES:
+            sizes.clear()
+        flat = sizes[numel] = torch.empty(numel)
+    return flat
 
 
 def _flat(slot: int, dtype: torch.dtype, numel: int) -> Tensor:
@@ -95,5 +109,6 @@ def graph_freed_after_this_backward() -> bool:
 def release() -> None:
     """Free this thread's scratch buffers and the pool of borrowed buffers (both refill on demand)."""
     _local.__dict__.pop("slots", None)
+    _local.__dict__.pop("exact", None)
     with _pool_lock:
         _pool.clear()
