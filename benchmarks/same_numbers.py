@@ -1,6 +1,7 @@
 """Are two `normkit compare` results directories the same numbers? For a refactor that must not change
 results: every value of runs.jsonl, summary.json and summary.csv is compared exactly (floats by repr),
-with the columns that measure the machine masked (seconds, samples/s, peak MB, host, torch version).
+with the columns that measure the machine masked (seconds, CPU seconds, samples/s, peak MB, load average,
+host, torch version).
 
     python benchmarks/same_numbers.py RESULTS_BEFORE RESULTS_AFTER      # exit 0: identical, 1: not
 
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 MASKED = frozenset({"epoch_time_s", "throughput", "peak_mem_mb", "time_per_epoch_s", "throughput_samples_s", "host",
-                    "torch_version"})
+                    "torch_version", "cpu_time_s", "cpu_time_per_epoch_s", "load_avg", "load_avg_max"})
 FILES = ("runs.jsonl", "summary.json", "summary.csv")
 
 

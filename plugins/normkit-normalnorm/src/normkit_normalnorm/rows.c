@@ -437,12 +437,12 @@ static void scatter_affine(const float *yg, float *y, float *out, const float *w
  * weight/bias: per channel (channel_at), or NULL. running_mean/var/lambda: a batch partition's running buffers
  * (one per group), moved towards the group's mean, variance times `unbiased` and lambda by `factor` as torch's
  * lerp_ does; NULL: none. scratch: threads * 5 n floats. */
-void nn_groups_forward(const float *x, const float *z, const float *weight, const float *bias, float *y, float *out,
-                       float *L, float *P, float *stats, float *running_mean, float *running_var,
-                       float *running_lambda, float unbiased, float factor, float *scratch,
-                       int64_t groups, int64_t segments, int64_t length, int64_t step, int64_t stride,
-                       int64_t s_inner, int64_t channels, float eps, float alpha, float noise, float lambda_min,
-                       float lambda_max, int threads) {
+static void nn_groups_forward(const float *x, const float *z, const float *weight, const float *bias, float *y,
+                              float *out, float *L, float *P, float *stats, float *running_mean, float *running_var,
+                              float *running_lambda, float unbiased, float factor, float *scratch, int64_t groups,
+                              int64_t segments, int64_t length, int64_t step, int64_t stride, int64_t s_inner,
+                              int64_t channels, float eps, float alpha, float noise, float lambda_min,
+                              float lambda_max, int threads) {
     const int64_t n = segments * length;
 #pragma omp parallel num_threads(threads)
     {
@@ -498,10 +498,10 @@ static void gather_weighted(const float *dy, float *dst, const float *weight, in
 
 /* backward_math per group: dx (x's layout) from dy (x's layout) times the per-channel weight (NULL: none), x,
  * and L, P, stats as nn_groups_forward wrote them. scratch: threads * 6 n floats. */
-void nn_groups_backward(const float *dy, const float *weight, const float *x, const float *L, const float *P,
-                        const float *stats, float *dx, float *scratch, int64_t groups, int64_t segments, int64_t length,
-                        int64_t step, int64_t stride, int64_t s_inner, int64_t channels, float alpha, int lam_grads,
-                        int threads) {
+static void nn_groups_backward(const float *dy, const float *weight, const float *x, const float *L, const float *P,
+                               const float *stats, float *dx, float *scratch, int64_t groups, int64_t segments,
+                               int64_t length, int64_t step, int64_t stride, int64_t s_inner, int64_t channels,
+                               float alpha, int lam_grads, int threads) {
     const int64_t n = segments * length;
 #pragma omp parallel num_threads(threads)
     {

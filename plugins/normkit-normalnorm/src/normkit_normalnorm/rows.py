@@ -177,10 +177,6 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.nn_rows_forward.restype = None
     lib.nn_rows_backward.argtypes = [_P] * 11 + [_I64, _I64, _F, _INT, _INT, _I64]
     lib.nn_rows_backward.restype = None
-    lib.nn_groups_forward.argtypes = [_P] * 12 + [_F, _F, _P] + [_I64] * 7 + [_F] * 5 + [_INT]
-    lib.nn_groups_forward.restype = None
-    lib.nn_groups_backward.argtypes = [_P] * 8 + [_I64] * 7 + [_F, _INT, _INT]
-    lib.nn_groups_backward.restype = None
     for packed in (lib.nn_groups_forward_packed, lib.nn_groups_backward_packed):
         packed.argtypes, packed.restype = [ctypes.c_char_p, ctypes.c_char_p], None
     lib.nn_rows_infer.argtypes = [_P] * 5 + [_I64, _I64, _F, _F, _F, _F, _INT, _I64]
