@@ -409,11 +409,14 @@ def _training_step(spec: str, shape: tuple[int, ...], channel_dim: int) -> tuple
 
 @pytest.mark.parametrize(("spec", "shape", "channel_dim"), [
     ("bnn", (8, 16, 4, 4), 1), ("lnn", (4, 8, 32), -1), ("lnn", (4, 8, 6, 6), 1), ("gnn(groups=4)", (4, 16, 3, 3), 1),
-    ("inn", (4, 8, 5, 5), 1), ("bnn(detach_lambda=true,lambda_min=0.9,noise=0.7)", (8, 16, 9), 1)])
+    ("inn", (4, 8, 5, 5), 1), ("bnn(detach_lambda=true,lambda_min=0.9,noise=0.7)", (8, 16, 9), 1),
+    # every float rows.c receives packed (eps, alpha, noise, the clamp, the momentum) distinct from the others
+    ("lnn(alpha=0.5,eps=0.001,noise=0.3,lambda_min=0.8,lambda_max=1.2)", (4, 8, 32), -1),
+    ("bnn(alpha=0.7,eps=0.01,momentum=0.3,noise=0.2)", (8, 6, 3, 3), 1)])
 def test_small_training_steps_take_the_grouped_functions_with_the_eager_paths_noise(spec, shape, channel_dim,
                                                                                      monkeypatch):
     """Under the compiled paths' thresholds a float32 training step of any partition is two calls into rows.c
-    (nn_groups_forward/backward), drawing torch.randn's noise as the eager path does: outputs, gradients and
+    (nn_groups_forward_packed/backward_packed), drawing torch.randn's noise as the eager path does: outputs, gradients and
     running buffers agree with the eager path's to float32 rounding under the same seed."""
     calls = []
     original = rows.normality_groups
