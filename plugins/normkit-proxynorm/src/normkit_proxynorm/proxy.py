@@ -112,9 +112,11 @@ class ProxyNorm(PostActivationStep):
 
     def _relu_proxy(self, x3: Tensor, layer: NormLayer, standardize: tuple[int, float] | None) -> Tensor:
         dtype = x3.dtype if x3.dtype in _FLOAT32_OR_WIDER else torch.promote_types(x3.dtype, torch.float32)
-        weight, bias = _affine_params(layer, dtype)
-        beta, gamma = ((_as(layer.proxy_beta, dtype), _as(layer.proxy_gamma, dtype)) if self.proxy_params
-                       else (None, None))
+        if self.proxy_params:  # registered(): the module's dicts, not nn.Module's __getattr__ fallback
+            weight, bias, beta, gamma = (_as(t, dtype) for t in layer.registered("weight", "bias", *PROXY_PARAMS))
+        else:
+            weight, bias = (_as(t, dtype) for t in layer.registered("weight", "bias"))
+            beta = gamma = None
         return ReluProxyNorm.apply(_as(x3, dtype), weight, bias, beta, gamma, self._proxy(x3.device, dtype), self.eps,
                                    self.scale, standardize)
 
