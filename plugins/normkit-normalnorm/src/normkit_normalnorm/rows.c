@@ -517,12 +517,12 @@ static void nn_groups_backward(const float *dy, const float *weight, const float
     }
 }
 
-/* The grouped functions with their arguments packed by rows.py (`_GROUPS_POINTERS`, `packed_configs`): ctypes
- * converts every argument of a call from Python, about a thousand machine instructions each, which for the small
- * steps these functions serve cost more than their arithmetic; two byte strings cost two. `pointers`: int64 values
- * (addresses, 0 for NULL, then the thread count; the backward's `product`: y, to be multiplied by dy in place,
- * or 0); `config`: the integers as int64 and the floats as doubles,
- * rounded to float here as ctypes' c_float would round them. Read with memcpy (no alignment assumed). */
+/* The grouped functions with their arguments packed by rows.py (`_GROUPS_FORWARD`, `_GROUPS_BACKWARD`,
+ * `packed_configs`): ctypes converts every argument of a call from Python, about a thousand machine instructions
+ * each, which for the small steps these functions serve cost more than their arithmetic; two byte strings cost
+ * two. `pointers`: int64 values (addresses, 0 for NULL, then the thread count; the backward's `product`: y, to be
+ * multiplied by dy in place, or 0); `config`: the integers as int64 and the floats as doubles, rounded to float
+ * here as ctypes' c_float would round them. Read with memcpy (no alignment assumed). */
 typedef struct {
     int64_t x, z, weight, bias, y, out, L, P, stats, running_mean, running_var, running_lambda, scratch, threads;
 } groups_forward_pointers;

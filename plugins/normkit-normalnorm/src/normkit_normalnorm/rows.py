@@ -185,8 +185,9 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.nn_channels_eval.restype = None
 
 
-def _ptr(t: Tensor | None) -> int | None:
-    return None if t is None else t.data_ptr()
+def _ptr(t: Tensor | None) -> int:
+    """The tensor's address, 0 (NULL) for None: for ctypes' c_void_p arguments and the packed ones alike."""
+    return 0 if t is None else t.data_ptr()
 
 
 def inference(x3: Tensor, weight: Tensor | None, bias: Tensor | None, *, partition: str, tokens: bool,
@@ -348,10 +349,6 @@ def packed_configs(cfg: FusedConfig, layout: GroupLayout) -> bytes:
                                math.inf if cfg.lambda_max is None else cfg.lambda_max)
 
 
-def _address(t: Tensor | None) -> int:
-    return 0 if t is None else t.data_ptr()
-
-
 class GroupsFunction(torch.autograd.Function):
     """Forward and backward each one call into rows.c's grouped functions; saves x, the noisy values y, and
     log1p|h|, the power term (group-major) and the per-group statistics. rows.c also writes the affine output,
@@ -379,7 +376,7 @@ class GroupsFunction(torch.autograd.Function):
         rm, rv, rl = (0, 0, 0) if running is None else (t.data_ptr() for t in running)
         configs = packed_configs(cfg, layout)
         library().nn_groups_forward_packed(
-            _GROUPS_FORWARD.pack(mem.data_ptr(), z, _address(weight), _address(bias), pointers[0], out.data_ptr(),
+            _GROUPS_FORWARD.pack(mem.data_ptr(), z, _ptr(weight), _ptr(bias), pointers[0], out.data_ptr(),
                                  pointers[1], pointers[2], pointers[3], rm, rv, rl, work.data_ptr(),
                                  threads), configs)
         # x and the weight through save_for_backward (autograd's check that nothing changed them in place); the
@@ -404,7 +401,7 @@ class GroupsFunction(torch.autograd.Function):
             dx = torch.empty_like(mem)
             scratch = scratch_flat(SCRATCH_SLOT, threads * 6 * runs * length)
             library().nn_groups_backward_packed(
-                _GROUPS_BACKWARD.pack(dy.data_ptr(), _address(weight), mem.data_ptr(), pointers[1], pointers[2],
+                _GROUPS_BACKWARD.pack(dy.data_ptr(), _ptr(weight), mem.data_ptr(), pointers[1], pointers[2],
                                       pointers[3], dx.data_ptr(), scratch.data_ptr(), pointers[0] if in_place else 0,
                                       threads), ctx.configs)
         if wants_weight:

@@ -3,8 +3,8 @@
 Read at each call, not once at import, so a switch set while a program runs (a test, a notebook) takes
 effect at the next step. An unset variable costs `os.environ.get` a KeyError raised and caught twice,
 about 8,000 machine instructions; a small step reads two switches, and its whole host work is 550,000
-(lnn) to 715,000 (bnn) (docs/performance.md, "Host work per training call"). The mapping's own dict answers "unset"
-in about a hundred.
+(lnn) to 715,000 (bnn) instructions (docs/performance.md, "Host work per training call"). The mapping's
+own dict answers "unset" in about a hundred.
 """
 
 from __future__ import annotations
