@@ -159,7 +159,7 @@ class NormalityStep(Step):
             return None
         weight, bias = layer.recovery_params()
         wants_grad = needs_grad(x, weight, bias)
-        running = layer.registered("running_mean", "running_var", "running_lambda") if tracks else None
+        running = _layer_buffers(layer, tracks)
         layout = takes_grouped_step(x, weight, bias, running, partition.kind, partition.groups, layer.tokens,
                                     training, wants_grad)
         if layout is None or (partition.kind == "batch" and training and layout.runs * layout.length < 2):
@@ -245,7 +245,7 @@ def _as_shape(t: Tensor, shape: tuple[int, ...] | torch.Size) -> Tensor:
 
 def _layer_buffers(layer: NormLayer, tracks: bool) -> tuple[Tensor, Tensor, Tensor] | None:
     """The layer's (running_mean, running_var, running_lambda) when it tracks them, else None."""
-    return (layer.running_mean, layer.running_var, layer.running_lambda) if tracks else None
+    return layer.registered("running_mean", "running_var", "running_lambda") if tracks else None
 
 
 def _validate(noise: float | None, alpha: float, eps: float, momentum: float | None,
