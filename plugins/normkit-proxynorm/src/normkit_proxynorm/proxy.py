@@ -112,11 +112,9 @@ class ProxyNorm(PostActivationStep):
 
     def _relu_proxy(self, x3: Tensor, layer: NormLayer, standardize: tuple[int, float] | None) -> Tensor:
         dtype = x3.dtype if x3.dtype in _FLOAT32_OR_WIDER else torch.promote_types(x3.dtype, torch.float32)
-        if self.proxy_params:  # registered(): the module's dicts, not nn.Module's __getattr__ fallback
-            weight, bias, beta, gamma = (_as(t, dtype) for t in layer.registered("weight", "bias", *PROXY_PARAMS))
-        else:
-            weight, bias = (_as(t, dtype) for t in layer.registered("weight", "bias"))
-            beta = gamma = None
+        weight, bias = _affine_params(layer, dtype)
+        beta, gamma = ((_as(t, dtype) for t in layer.registered(*PROXY_PARAMS)) if self.proxy_params
+                       else (None, None))
         return ReluProxyNorm.apply(_as(x3, dtype), weight, bias, beta, gamma, self._proxy(x3.device, dtype), self.eps,
                                    self.scale, standardize)
 
@@ -159,8 +157,10 @@ def _affine(y: Tensor, layer: NormLayer, dtype: torch.dtype, shape: tuple[int, .
 
 
 def _affine_params(layer: NormLayer, dtype: torch.dtype) -> tuple[Tensor | None, Tensor | None]:
-    """The layer's weight and bias in `dtype` (None where absent)."""
-    return _as(layer.weight, dtype), _as(layer.bias, dtype)
+    """The layer's weight and bias in `dtype` (None where absent), read through `registered()` (the module's
+    dicts, not nn.Module's `__getattr__` fallback)."""
+    weight, bias = layer.registered("weight", "bias")
+    return _as(weight, dtype), _as(bias, dtype)
 
 
 def _as(t: Tensor | None, dtype: torch.dtype) -> Tensor | None:
