@@ -5,8 +5,11 @@
 
 Why: at lnn's benchmark shape nearly all of a training step's CPU time is inside the two calls into rows.c
 (torch.profiler: the autograd Function's forward and backward, aten ops about 1 %), so the kernel's own cost,
-timed without the layer around it, is what a change to rows.c moves. One thread, thread CPU time (a loaded
-machine's waits left out); each round times every function in turn (interleaved), median of the rounds.
+timed without the layer around it, is what a change to rows.c moves. Also bnn's eval kernel
+(`nn_channels_eval`, running statistics) against torch's batch_norm in eval at 128x256x8x8: both the bound on
+the inference targets (nothing around the kernel can make the layer cheaper than it). One thread, thread CPU
+time (a loaded machine's waits left out); each round times every function in turn (interleaved), median of the
+rounds; outputs are preallocated (no page faults in the kernels' times; torch's functions allocate theirs).
 """
 
 from __future__ import annotations
@@ -70,12 +73,22 @@ def main() -> None:
             stats.data_ptr(), dx.data_ptr(), dweight.data_ptr(), dbias.data_ptr(), scratch.data_ptr(), numel, n,
             1.0, 1, 1, rows.CHUNKS),
     }
+    images = torch.randn(128, 256, 64, generator=gen)  # bnn's eval benchmark shape, (N, C, S)
+    images_out = torch.empty_like(images)
+    mean, var = torch.randn(256, generator=gen) * 0.1, torch.rand(256, generator=gen) + 0.5
+    scale, lam = torch.rsqrt(var + 1e-5), torch.rand(256, generator=gen) * 0.6 + 0.7
+    channel_weight, channel_bias = torch.rand(256, generator=gen) + 0.5, torch.randn(256, generator=gen)
+    calls["torch batch_norm eval, 128x256x8x8"] = lambda: torch.nn.functional.batch_norm(
+        images, mean, var, channel_weight, channel_bias, training=False)
+    calls["nn_channels_eval, 128x256x8x8"] = lambda: lib.nn_channels_eval(
+        images.data_ptr(), channel_weight.data_ptr(), channel_bias.data_ptr(), mean.data_ptr(), scale.data_ptr(),
+        lam.data_ptr(), images_out.data_ptr(), 128, 256, 64, 1)
     forward(1.0)  # backward reads what a forward wrote
     results: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(args.rounds):
         for name, call in calls.items():
             results[name].append(timed(call, args.calls))
-    print(f"torch {torch.__version__}, 1 thread, {os.cpu_count()} cores, {count}x{n} values, load average "
+    print(f"torch {torch.__version__}, 1 thread, {os.cpu_count()} cores, {count}x{n} values (rows), load average "
           f"{os.getloadavg()[0]:.1f}, {args.rounds} rounds of {args.calls} calls, thread CPU time")
     print("| function | ms |")
     print("|---|---|")

@@ -430,6 +430,67 @@ def test_small_training_steps_take_the_grouped_functions_with_the_eager_paths_no
         torch.testing.assert_close(got, want, rtol=1e-4, atol=EAGER_ATOL)
 
 
+@pytest.mark.parametrize(("spec", "shape", "channel_dim"), [
+    ("bnn", (8, 16, 4, 4), 1),  # an even N: run k's noise pairs with run k + N / 2 inside the channel
+    ("bnn(noise=0.7,momentum=0.3)", (7, 6, 3, 3), 1),  # an odd N: each value computes its own pair
+    ("lnn", (4, 8, 6, 6), 1), ("gnn(groups=4)", (4, 16, 3, 3), 1), ("inn", (5, 8, 5, 5), 1),
+    ("lnn", (4, 8, 32), -1)])
+def test_grouped_steps_from_the_hash_noise_threshold_draw_the_compiled_paths_noise(spec, shape, channel_dim,
+                                                                                    monkeypatch):
+    """From rows.HASH_NOISE_FROM values (lowered to 0 here) the grouped functions draw compiled.standard_normal's
+    hash noise in C, seeded as compiled._seed, so they take over the Inductor path's steps with its noise: the
+    values agree with that path's math (run eagerly) to float32 rounding under the same seed. Another noise (or
+    another pairing of its values) moves values by 1e-2 or more."""
+    monkeypatch.setattr(rows, "HASH_NOISE_FROM", 0)
+    calls = []
+    original = rows.normality_groups
+    monkeypatch.setattr(rows, "normality_groups", lambda *a: calls.append(a[3]) or original(*a))
+    grouped = _training_step(spec, shape, channel_dim)
+    assert len(calls) == 1 and calls[0].noise > 0
+    monkeypatch.setenv("NORMKIT_NN_COMPILE", "eager")  # compiled.forward_math/backward_math, uncompiled
+    monkeypatch.setattr(compiled, "MIN_ELEMENTS", 0)
+    hashed = _training_step(spec, shape, channel_dim)
+    assert len(calls) == 1
+    for got, want in zip(grouped, hashed, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_large_grouped_steps_do_not_depend_on_the_thread_count(monkeypatch):
+    """From HASH_NOISE_FROM values (lowered here) the noise is drawn per value and a batch partition's weight/bias
+    sums are made per channel in C: one order of arithmetic whichever thread takes a group, so 1 and 2 threads
+    give the same bits."""
+    monkeypatch.setattr(rows, "HASH_NOISE_FROM", 0)
+    threads = torch.get_num_threads()
+    try:
+        results = []
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            results.append(_training_step("bnn", (8, 24, 5, 5), 1) + _training_step("gnn(groups=4)", (4, 16, 3, 3), 1))
+    finally:
+        torch.set_num_threads(threads)
+    for one, two in zip(*results, strict=True):
+        assert torch.equal(one, two)
+
+
+def test_a_large_float32_step_runs_in_c_with_the_compiled_paths_noise(monkeypatch):
+    """A bnn training step of 2^20 values (where Inductor's code used to run, compiling for about a minute on
+    its first step): rows.c's grouped functions, nothing compiled, the hash noise; the same values as the compiled
+    path's math under the same seed."""
+    shape = (16, 64, 32, 32)
+    assert math.prod(shape) == rows.HASH_NOISE_FROM == compiled.MIN_ELEMENTS
+    calls = []
+    original = rows.normality_groups
+    monkeypatch.setattr(rows, "normality_groups", lambda *a: calls.append(a[3]) or original(*a))
+    monkeypatch.setattr(compiled, "run", lambda *a: pytest.fail("Inductor's path was taken"))
+    grouped = _training_step("bnn", shape, 1)
+    assert len(calls) == 1
+    monkeypatch.undo()
+    monkeypatch.setenv("NORMKIT_NN_COMPILE", "eager")
+    hashed = _training_step("bnn", shape, 1)
+    for got, want in zip(grouped, hashed, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_grouped_layout_describes_the_groups_in_memory_order():
     """(count, runs, length, step, stride, s_inner, channels, dims) of rows.c's grouped functions, for a tensor in
     memory order: (N, C, *) by channels, (N, *, C) for channels-last tokens, whose only grouping is per token."""

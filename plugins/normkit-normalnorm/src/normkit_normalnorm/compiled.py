@@ -12,10 +12,12 @@ which spares Inductor's cascade-sum and Welford helpers; one reciprocal of mu pe
 a division per value; Box-Muller noise using both of its outputs.
 
 When: `normality_compiled` (the layer's `kernel=auto` on CPU, or `kernel=compiled`) takes this path
-for a training step with gradients of at least `MIN_ELEMENTS` values (per-token layer statistics in
-float32 take the C row kernel of `rows.py` instead, from its own threshold, or where it cannot be built
-these functions run eagerly, with the same hash noise); everything else
-(inference, eval with running statistics, small inputs, other devices) goes to `normality_norm`. The first
+for a training step with gradients of at least `MIN_ELEMENTS` values that `rows.py` does not take: since
+normkit-normalnorm 0.1.9 float32 steps of a dense layout run rows.c's grouped functions at every size (the
+same math and, from MIN_ELEMENTS values, the same hash noise drawn in C; 1.4x BatchNorm's step at
+128x64x32x32 on one AVX2 thread, where this path's code was 2.9x), so this is float64, a batch partition on channels-last
+tokens, or an input that is not contiguous (and where rows.c cannot be built, these functions run
+eagerly, with the same hash noise); everything else goes to rows.c's paths or `normality_norm`. The first
 call per configuration compiles (tens of seconds on 2 cores; logged once, with its time, and
 cached on disk by Inductor for later processes); a second input shape compiles once more, then
 shape-generic code serves every later shape (torch.compile's automatic dynamic shapes). If compiling fails (no C++ compiler, an
@@ -47,7 +49,7 @@ from normkit_normalnorm import fastmath, rows, switches
 from normkit_normalnorm.functional import ema_factor, normality_norm, update_running
 from normkit_normalnorm.fused import FusedConfig
 
-MIN_ELEMENTS = 1 << 20  # 4 MB of float32: below it rows.c's grouped functions (or the eager path) are as fast, uncompiled
+MIN_ELEMENTS = rows.HASH_NOISE_FROM  # 2^20 values: from here the hash noise, and Inductor's code for float64
 _TINY_MU = 1e-20  # as fused.py: stands in for mu == 0
 _log = logging.getLogger("normkit.normalnorm")
 _lock = threading.Lock()
@@ -92,8 +94,9 @@ def normality_compiled(x3: Tensor, weight: Tensor | None, bias: Tensor | None, *
     values, with or without gradients: rows.c's grouped functions in float32 (the eager path's function and
     torch.randn noise, to float32 rounding), except per-token layer statistics in a training step with
     gradients from rows.MIN_ELEMENTS (rows.c's row kernel, hash noise). From MIN_ELEMENTS, with gradients:
-    Inductor's code; without: rows.c's inference functions where they apply. A batch partition's eval with
-    running statistics: rows.c's inference function from rows.MIN_ELEMENTS without gradients. Everything
+    rows.c's grouped functions in float32 (drawing the hash noise in C), else Inductor's code; without: rows.c's
+    inference functions where they apply. A batch partition's eval with running statistics: rows.c's inference
+    function from rows.MIN_ELEMENTS without gradients. Everything
     else (float64 under MIN_ELEMENTS, other devices, this path off): the eager path."""
     tracked = partition == "batch" and running_mean is not None
     wants_grad = needs_grad(x3, weight, bias)
@@ -155,13 +158,14 @@ def takes_grouped_step(mem: Tensor, weight: Tensor | None, bias: Tensor | None,
                        running: tuple[Tensor, Tensor, Tensor] | None, partition: str, groups: int, tokens: bool,
                        training: bool, wants_grad: bool) -> rows.GroupLayout | None:
     """The grouped layout when a float32 step on `mem` (the input in memory order, its C paths on) runs rows.c's
-    grouped functions, else None: from 1 to MIN_ELEMENTS values, dense, weight, bias and the running buffers
-    (`running`, those the step updates, or None) dense float32, except a per-token training step with gradients
-    from rows.MIN_ELEMENTS (the row kernel's). The caller has ruled out eval with running statistics. Shared by
-    `normality_compiled` and the layer's direct call (stage.py)."""
+    grouped functions, else None: from 1 value, under MIN_ELEMENTS without gradients (the inference functions or
+    the eager path take larger ones) and under 2^31 (rows.c's 32-bit noise index) with them, dense, weight, bias
+    and the running buffers (`running`, those the step updates, or None) dense float32, except a per-token
+    training step with gradients from rows.MIN_ELEMENTS (the row kernel's). The caller has ruled out eval with
+    running statistics. Shared by `normality_compiled` and the layer's direct call (stage.py)."""
     numel, setting = mem.numel(), _setting()
-    if not (0 < numel < MIN_ELEMENTS and _on(setting) and setting != "eager" and mem.is_contiguous()
-            and rows.enabled() and _dense_float32(weight) and _dense_float32(bias)
+    most = 2**31 if wants_grad else MIN_ELEMENTS
+    if not (0 < numel < most and _on(setting) and setting != "eager" and mem.is_contiguous() and rows.enabled() and _dense_float32(weight) and _dense_float32(bias)
             and (running is None or all(map(_dense_float32, running)))):
         return None
     if wants_grad and training and tokens and partition == "layer" and numel >= rows.MIN_ELEMENTS:

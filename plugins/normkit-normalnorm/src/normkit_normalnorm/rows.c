@@ -432,8 +432,38 @@ static void scatter_affine(const float *yg, float *y, float *out, const float *w
     }
 }
 
+/* compiled.standard_normal's values of group g's runs, gathered (run k at zg + k * length): the value at memory
+ * offset i of the contiguous tensor (its logical index in memory order) pairs with i + half. Where the partner
+ * lies in the same group (a batch partition with an even N: run k pairs with run k + N / 2) one pair's hash, log
+ * and square root serve both values; otherwise each value computes its pair and keeps its half. */
+static void hash_noise_group(float *zg, int64_t g, int64_t segments, int64_t length, int64_t step, int64_t stride,
+                             uint32_t half, int32_t seed) {
+    const int64_t pair_runs = segments / 2;
+    if (segments % 2 == 0 && pair_runs * stride == (int64_t)half) {
+        for (int64_t k = 0; k < pair_runs; k++) {
+            const uint32_t base = (uint32_t)(g * step + k * stride);
+            float *first = zg + k * length, *second = zg + (k + pair_runs) * length;
+#pragma omp simd
+            for (int32_t j = 0; j < (int32_t)length; j++) {
+                float a, b;
+                hash_normal_pair(base + (uint32_t)j, seed, &a, &b);
+                first[j] = a;
+                second[j] = b;
+            }
+        }
+        return;
+    }
+    for (int64_t k = 0; k < segments; k++) {
+        const uint32_t base = (uint32_t)(g * step + k * stride);
+        float *dst = zg + k * length;
+#pragma omp simd
+        for (int32_t j = 0; j < (int32_t)length; j++) dst[j] = hash_normal(base + (uint32_t)j, half, seed);
+    }
+}
+
 /* forward_math per group: y (noisy pre-affine values, x's layout), out (y with the affine, x's layout), L and P
- * (group-major: group g at g * n), stats[g * NSTATS + k]. z: the noise (x's layout; NULL without noise).
+ * (group-major: group g at g * n), stats[g * NSTATS + k]. The noise: z (torch.randn's values, x's layout), or
+ * with z NULL and seed >= 0 the hash normal of that seed (hash_noise_group); neither: none.
  * weight/bias: per channel (channel_at), or NULL. running_mean/var/lambda: a batch partition's running buffers
  * (one per group), moved towards the group's mean, variance times `unbiased` and lambda by `factor` as torch's
  * lerp_ does; NULL: none. scratch: threads * 5 n floats. */
@@ -442,8 +472,10 @@ static void nn_groups_forward(const float *x, const float *z, const float *weigh
                               float *running_lambda, float unbiased, float factor, float *scratch, int64_t groups,
                               int64_t segments, int64_t length, int64_t step, int64_t stride, int64_t s_inner,
                               int64_t channels, float eps, float alpha, float noise, float lambda_min,
-                              float lambda_max, int threads) {
+                              float lambda_max, int64_t seed, int threads) {
     const int64_t n = segments * length;
+    const uint32_t half = (uint32_t)((groups * n + 1) / 2);
+    const int noisy = z || seed >= 0;
 #pragma omp parallel num_threads(threads)
     {
         float *xg = scratch + (int64_t)thread_id() * 5 * n, *zg = xg + n, *yg = xg + 2 * n, *h = xg + 3 * n;
@@ -452,9 +484,12 @@ static void nn_groups_forward(const float *x, const float *z, const float *weigh
             gather(x, xg, g, segments, length, step, stride);
             float *st = stats + g * NSTATS;
             const float amount = transform_row(xg, L + g * n, P + g * n, yg, st, h, n, eps, alpha,
-                                               z ? noise : 0.0f, lambda_min, lambda_max, NULL, NULL, NULL);
-            if (z) {
-                gather(z, zg, g, segments, length, step, stride);
+                                               noisy ? noise : 0.0f, lambda_min, lambda_max, NULL, NULL, NULL);
+            if (noisy) {
+                if (z)
+                    gather(z, zg, g, segments, length, step, stride);
+                else
+                    hash_noise_group(zg, g, segments, length, step, stride, half, (int32_t)seed);
 #pragma omp simd
                 for (int64_t j = 0; j < n; j++) yg[j] = yg[j] + amount * zg[j];
             }
@@ -496,10 +531,30 @@ static void gather_weighted(const float *dy, float *dst, const float *weight, in
     }
 }
 
+/* A group's sums of dy * y and of dy over its runs (x's layout): run by run in float, the runs added in double,
+ * in one order whatever the thread count. For a batch partition, whose group g is channel g: the weight and bias
+ * gradients (dweight or dbias NULL: not wanted). */
+static void group_affine_sums(const float *dy, const float *y, float *dweight, float *dbias, int64_t g,
+                              int64_t segments, int64_t length, int64_t step, int64_t stride) {
+    double total_w = 0, total_b = 0;
+    for (int64_t k = 0; k < segments; k++) {
+        const float *dyr = dy + g * step + k * stride, *yr = y + g * step + k * stride;
+        float sw = 0, sb = 0;
+#pragma omp simd reduction(+ : sw, sb)
+        for (int64_t j = 0; j < length; j++) { sw += dyr[j] * yr[j]; sb += dyr[j]; }
+        total_w += sw;
+        total_b += sb;
+    }
+    if (dweight) dweight[g] = (float)total_w;
+    if (dbias) dbias[g] = (float)total_b;
+}
+
 /* backward_math per group: dx (x's layout) from dy (x's layout) times the per-channel weight (NULL: none), x,
- * and L, P, stats as nn_groups_forward wrote them. scratch: threads * 6 n floats. */
+ * and L, P, stats as nn_groups_forward wrote them; with y (x's layout) and dweight/dbias (either may be NULL),
+ * a batch partition's weight/bias gradients (group_affine_sums). scratch: threads * 6 n floats. */
 static void nn_groups_backward(const float *dy, const float *weight, const float *x, const float *L, const float *P,
-                               const float *stats, float *dx, float *scratch, int64_t groups, int64_t segments,
+                               const float *stats, float *dx, const float *y, float *dweight, float *dbias,
+                               float *scratch, int64_t groups, int64_t segments,
                                int64_t length, int64_t step, int64_t stride, int64_t s_inner, int64_t channels,
                                float alpha, int lam_grads, int threads) {
     const int64_t n = segments * length;
@@ -513,6 +568,7 @@ static void nn_groups_backward(const float *dy, const float *weight, const float
             backward_row(gg, xg, NULL, L + g * n, P + g * n, stats + g * NSTATS, dxg, h, h + n, h + 2 * n, n, alpha,
                          lam_grads);
             scatter(dxg, dx, g, segments, length, step, stride);
+            if (dweight || dbias) group_affine_sums(dy, y, dweight, dbias, g, segments, length, step, stride);
         }
     }
 }
@@ -520,14 +576,15 @@ static void nn_groups_backward(const float *dy, const float *weight, const float
 /* The grouped functions with their arguments packed by rows.py (`_GROUPS_FORWARD`, `_GROUPS_BACKWARD`,
  * `packed_configs`): ctypes converts every argument of a call from Python, about a thousand machine instructions
  * each, which for the small steps these functions serve cost more than their arithmetic; two byte strings cost
- * two. `pointers`: int64 values (addresses, 0 for NULL, then the thread count; the backward's `product`: y, to be
- * multiplied by dy in place, or 0); `config`: the integers as int64 and the floats as doubles, rounded to float
- * here as ctypes' c_float would round them. Read with memcpy (no alignment assumed). */
+ * two. `pointers`: int64 values (addresses, 0 for NULL, the forward's hash-noise seed or -1, then the thread count;
+ * the backward's `product`: y, to be multiplied by dy in place, or 0; its `y`, `dweight`, `dbias`: for a batch
+ * partition's weight/bias gradients made here, or 0); `config`: the integers as int64 and the floats as doubles,
+ * rounded to float here as ctypes' c_float would round them. Read with memcpy (no alignment assumed). */
 typedef struct {
-    int64_t x, z, weight, bias, y, out, L, P, stats, running_mean, running_var, running_lambda, scratch, threads;
+    int64_t x, z, weight, bias, y, out, L, P, stats, running_mean, running_var, running_lambda, scratch, seed, threads;
 } groups_forward_pointers;
 typedef struct {
-    int64_t dy, weight, x, L, P, stats, dx, scratch, product, threads;
+    int64_t dy, weight, x, L, P, stats, dx, scratch, product, y, dweight, dbias, threads;
 } groups_backward_pointers;
 typedef struct {
     int64_t groups, segments, length, step, stride, s_inner, channels, lam_grads;
@@ -547,7 +604,7 @@ void nn_groups_forward_packed(const char *pointers, const char *config) {
                       ADDRESS(float, p.running_var), ADDRESS(float, p.running_lambda), (float)c.unbiased,
                       (float)c.factor, ADDRESS(float, p.scratch), c.groups, c.segments, c.length, c.step, c.stride,
                       c.s_inner, c.channels, (float)c.eps, (float)c.alpha, (float)c.noise, (float)c.lambda_min,
-                      (float)c.lambda_max, (int)p.threads);
+                      (float)c.lambda_max, p.seed, (int)p.threads);
 }
 
 void nn_groups_backward_packed(const char *pointers, const char *config) {
@@ -557,7 +614,8 @@ void nn_groups_backward_packed(const char *pointers, const char *config) {
     memcpy(&c, config, sizeof c);
     nn_groups_backward(ADDRESS(const float, p.dy), ADDRESS(const float, p.weight), ADDRESS(const float, p.x),
                        ADDRESS(const float, p.L), ADDRESS(const float, p.P), ADDRESS(const float, p.stats),
-                       ADDRESS(float, p.dx), ADDRESS(float, p.scratch), c.groups, c.segments, c.length, c.step,
+                       ADDRESS(float, p.dx), ADDRESS(const float, p.y), ADDRESS(float, p.dweight),
+                       ADDRESS(float, p.dbias), ADDRESS(float, p.scratch), c.groups, c.segments, c.length, c.step,
                        c.stride, c.s_inner, c.channels, (float)c.alpha, (int)c.lam_grads, (int)p.threads);
     if (p.product) { /* y (x's layout) times dy in place, the weight gradient's product: one torch op fewer */
         float *y = ADDRESS(float, p.product);

@@ -22,12 +22,14 @@ noise on torch ops (`compiled.forward_math` eagerly): the noise never depends on
 was there, and `describe()` says which path a machine takes (environment.json records it); nothing is
 built at install time. `NORMKIT_NN_ROWS=0` turns this path off.
 
-Two more uses of the same row arithmetic (issue 40): `normality_groups`, float32 steps of any partition under
-the compiled path's 2^20 values (each normalization group gathered into a per-thread buffer, so a batch
-channel's N runs of S values become one row), with the eager path's `torch.randn` noise, where the eager
-path ran ~180 torch ops per training step; and `inference`, one forward call without noise or saved
-tensors. Built with `-fno-trapping-math`: without it GCC keeps the loops that select (`?:`) scalar on
-AVX2, which has no masked instructions (the AVX-512 build vectorized them anyway).
+Two more uses of the same row arithmetic (issue 40): `normality_groups`, float32 steps of any partition (each
+normalization group gathered into a per-thread buffer, so a batch channel's N runs of S values become one row):
+under the compiled path's 2^20 values with the eager path's `torch.randn` noise, where the eager path ran ~180
+torch ops per training step, and from there, with gradients, with the compiled path's hash noise drawn in C,
+where Inductor's code ran (twice as slow at bnn's 128x64x32x32, after a minute of compiling); and `inference`,
+one forward call without noise or saved tensors. Built with `-fno-trapping-math`: without it GCC keeps the
+loops that select (`?:`) scalar on AVX2, which has no masked instructions (the AVX-512 build vectorized them
+anyway).
 """
 
 from __future__ import annotations
@@ -62,6 +64,9 @@ from normkit_normalnorm.workspace import (
 
 SOURCE = Path(__file__).with_name("rows.c")
 MIN_ELEMENTS = 1 << 14  # per-token training steps from here take the row kernel (hash noise); below, normality_groups
+# values: grouped steps from here draw compiled.standard_normal's hash noise (the compiled path's, whose threshold
+# this is), below it torch.randn's (the eager path's), so every size keeps the noise it had before rows.c took it
+HASH_NOISE_FROM = 1 << 20
 SCRATCH_SLOT = 7  # workspace.py's slot of the grouped functions' temporaries (fused.py uses 0 to 6)
 SMALL_SAVED = 1 << 15  # values: grouped steps under this save heap buffers (no page faults) instead of the pool's
 CHUNKS = 64  # pieces of work per call, handed to the threads dynamically (also dweight's partial sums)
@@ -324,9 +329,10 @@ def grouped_layout(shape: tuple[int, ...] | torch.Size, partition: str, groups: 
 def normality_groups(mem: Tensor, weight: Tensor | None, bias: Tensor | None, cfg: FusedConfig, layout: GroupLayout,
                      running: tuple[Tensor, Tensor, Tensor] | None) -> Tensor:
     """`normality_norm`'s training step for any partition in two calls into rows.c (forward, backward), on a
-    contiguous tensor in memory order (`grouped_layout`), returned in its shape, with the eager path's noise
-    (`standard_normal_like`: torch.randn's values, so torch.manual_seed gives the same draw as there). For the
-    steps under the compiled paths' thresholds, where the eager path costs ~180 torch ops; the layer calls it on
+    contiguous tensor in memory order (`grouped_layout`), returned in its shape, with the noise each size had on
+    the path this replaces (under one torch.manual_seed, the same draw): under HASH_NOISE_FROM values the eager
+    path's (`standard_normal_like`: torch.randn's values), from there the compiled path's hash normal, drawn in C.
+    For the steps where the eager path costs ~180 torch ops and for those Inductor's code ran; the layer calls it on
     its input as it is (no view, so no view's autograd node either). `running`: a batch partition's
     (running_mean, running_var, running_lambda), updated in place."""
     return GroupsFunction.apply(mem, weight, bias, cfg, layout, running)
@@ -334,8 +340,8 @@ def normality_groups(mem: Tensor, weight: Tensor | None, bias: Tensor | None, cf
 
 # rows.c's `nn_groups_*_packed` arguments (see there): per call the addresses and the thread count, per
 # configuration and layout the integers and floats (`packed_configs`), as the C structs lay them out
-_GROUPS_FORWARD = struct.Struct("14q")
-_GROUPS_BACKWARD = struct.Struct("10q")
+_GROUPS_FORWARD = struct.Struct("15q")
+_GROUPS_BACKWARD = struct.Struct("13q")
 _GROUPS_CONFIG = struct.Struct("8q7d")
 
 
@@ -354,8 +360,9 @@ class GroupsFunction(torch.autograd.Function):
     log1p|h|, the power term (group-major) and the per-group statistics. rows.c also writes the affine output,
     multiplies the incoming gradient by the weight and updates the running buffers, and the temporaries live in
     per-thread scratch (workspace.py): these small steps cost their torch ops' host work, not arithmetic. The
-    weight/bias gradient sums stay torch's (their summation order); rows.c makes the weight's product dy * y in
-    place of y when the graph is freed after this backward (the same products, one torch op fewer)."""
+    weight/bias gradient sums stay torch's (their summation order) except a batch partition's from HASH_NOISE_FROM
+    values (made in C, per channel); rows.c makes the weight's product dy * y in place of y when the graph is
+    freed after this backward (the same products, one torch op fewer)."""
 
     @staticmethod
     def forward(ctx: Any, mem: Tensor, weight: Tensor | None, bias: Tensor | None, cfg: FusedConfig,
@@ -363,8 +370,12 @@ class GroupsFunction(torch.autograd.Function):
         count, values = layout.count, layout.runs * layout.length
         numel, threads = mem.numel(), torch.get_num_threads()
         work = scratch_flat(SCRATCH_SLOT, threads * 5 * values)  # rows.c's scratch
-        # standard_normal_like's draw in memory order (tokens: N, S, C)
-        z = scratch_exact(SCRATCH_SLOT, numel).normal_().data_ptr() if cfg.training and cfg.noise else 0
+        z, seed = 0, -1
+        if cfg.training and cfg.noise:
+            if numel >= HASH_NOISE_FROM:  # compiled._seed's draw: the same values as the compiled path's noise
+                seed = int(torch.randint(0, 2**31 - 1, (1,), dtype=torch.int32))
+            else:  # standard_normal_like's draw in memory order (tokens: N, S, C)
+                z = scratch_exact(SCRATCH_SLOT, numel).normal_().data_ptr()
         if numel < SMALL_SAVED or not cfg.grad_enabled:  # one allocation from the heap: no page faults
             saved = (torch.empty(3 * numel + count * NSTATS),)
             base = saved[0].data_ptr()
@@ -377,12 +388,16 @@ class GroupsFunction(torch.autograd.Function):
         configs = packed_configs(cfg, layout)
         library().nn_groups_forward_packed(
             _GROUPS_FORWARD.pack(mem.data_ptr(), z, _ptr(weight), _ptr(bias), pointers[0], out.data_ptr(),
-                                 pointers[1], pointers[2], pointers[3], rm, rv, rl, work.data_ptr(),
+                                 pointers[1], pointers[2], pointers[3], rm, rv, rl, work.data_ptr(), seed,
                                  threads), configs)
         # x and the weight through save_for_backward (autograd's check that nothing changed them in place); the
         # buffers rows.c wrote are this Function's own, kept on ctx (cheaper at these sizes)
         ctx.configs, ctx.layout, ctx.pointers, ctx.saved = configs, layout, pointers, saved
         ctx.has_bias = bias is not None
+        # from HASH_NOISE_FROM values a batch partition's weight/bias sums are made in C, one channel per group
+        # (torch's sum over (N, S) took a fifth of bnn's step at 128x256x8x8); under it torch's, whose summation
+        # order the small steps keep
+        ctx.sums_in_c = cfg.partition == "batch" and numel >= HASH_NOISE_FROM
         ctx.save_for_backward(mem, weight)
         return out
 
@@ -395,7 +410,12 @@ class GroupsFunction(torch.autograd.Function):
         dy = grad.contiguous()
         dx = dweight = dbias = None
         wants_weight, freed = weight is not None and needs[1], graph_freed_after_this_backward()
-        in_place = wants_weight and freed and needs[0]  # rows.c turns y into dy * y (nothing reads y again)
+        wants_bias = ctx.has_bias and needs[2]
+        sums_in_c = ctx.sums_in_c and needs[0]
+        in_place = wants_weight and freed and needs[0] and not sums_in_c  # rows.c turns y into dy * y
+        if sums_in_c:
+            dweight = torch.empty_like(weight) if wants_weight else None
+            dbias = torch.empty(mem.shape[1]) if wants_bias else None
         if needs[0]:
             threads = torch.get_num_threads()
             dx = torch.empty_like(mem)
@@ -403,11 +423,12 @@ class GroupsFunction(torch.autograd.Function):
             library().nn_groups_backward_packed(
                 _GROUPS_BACKWARD.pack(dy.data_ptr(), _ptr(weight), mem.data_ptr(), pointers[1], pointers[2],
                                       pointers[3], dx.data_ptr(), scratch.data_ptr(), pointers[0] if in_place else 0,
-                                      threads), ctx.configs)
-        if wants_weight:
+                                      pointers[0] if sums_in_c else 0, _ptr(dweight), _ptr(dbias), threads),
+                ctx.configs)
+        if wants_weight and not sums_in_c:
             y = saved[0] if len(saved) > 1 else saved[0].as_strided(mem.shape, mem.stride())
             dweight = (y if in_place else dy * y).sum(dims)
-        if ctx.has_bias and needs[2]:
+        if wants_bias and not sums_in_c:
             dbias = dy.sum(dims)
         if len(saved) > 1 and freed:
             give_back(*saved[:3])
