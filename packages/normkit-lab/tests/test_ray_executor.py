@@ -170,6 +170,32 @@ def test_ray_gives_the_local_numbers_and_each_run_once(tmp_path: Path) -> None:
         ("bn", 0), ("bn", 1), ("gn", 0), ("gn", 1)]
 
 
+@needs_ray
+def test_a_session_keeps_one_instance_for_its_runs_and_stops_it_on_ctrl_c(tmp_path: Path) -> None:
+    """A comparison's looks (and a suite's rounds) call `run` inside one `session()`: the first starts Ray, the
+    next reuses that instance (the same driver job: no second start), and the session's end stops it, here
+    by Ctrl-C; each run's events arrive once."""
+    import ray
+
+    from normkit_lab.executors.ray import RayExecutor
+
+    cfg = build_config({"dataset": "digits", "norms": "bn,gn", "seeds": 1, "epochs": 1, "batch_size": 128})
+    check(cfg)
+    store = create_store(cfg, tmp_path / "out")
+    first, second = (Job.make(cfg, item, store) for item in compare_plan(cfg))
+    executor = RayExecutor(ExecutorOptions(kind="ray"))
+    events: list[str] = []
+    with pytest.raises(KeyboardInterrupt), executor.session():
+        executor.run([first], lambda kind, value: events.append(kind))
+        assert ray.is_initialized()
+        job = ray.get_runtime_context().get_job_id()
+        executor.run([second], lambda kind, value: events.append(kind))
+        assert ray.is_initialized() and ray.get_runtime_context().get_job_id() == job
+        raise KeyboardInterrupt
+    assert not ray.is_initialized()
+    assert events.count("end") == 2 and len(store.runs()) == 2
+
+
 def _one_job(tmp_path: Path) -> Job:
     cfg = build_config({"dataset": "digits", "norms": "bn,gn", "seeds": 1, "epochs": 1, "batch_size": 128})
     check(cfg)

@@ -12,8 +12,9 @@ installed. The store's run locks keep a task from training a run that another pr
 the local pool. Progress ("start", "epoch", "end") flows from the tasks through a small Ray actor and
 `on_event` is called here, in the driver; "skip" and failures of dead workers are decided here too.
 Without an address (and without RAY_ADDRESS) a quiet local instance sized to this machine is started
-(no dashboard, token authentication on every port it opens) and shut down at the end of `run`; an
-instance someone else started is left alone. Ray worker logs stay in Ray's session directory
+(no dashboard, token authentication on every port it opens) and shut down at the end of the outermost
+`session()` (a comparison's looks, a suite's workloads and rounds share one instance), or of `run` called
+outside one; an instance someone else started is left alone. Ray worker logs stay in Ray's session directory
 (/tmp/ray/session_latest/logs), not on this terminal.
 """
 
@@ -62,25 +63,42 @@ class RayExecutor:
         self.options = options
         self._ray = _import_ray()  # fail before any store is created when Ray is missing
         self._local_env = contextlib.ExitStack()  # a local instance's token, until it is shut down
+        self._sessions = 0
+        self._connected = False  # Ray started or joined by this executor: shut down when the session ends
         if options.ray_address:
             _probe(options.ray_address)  # an address nothing listens at: before any store is created too
 
-    def session(self) -> contextlib.AbstractContextManager[None]:
-        """Nothing is kept across calls: each `run` starts (or joins) Ray and shuts it down."""
-        return contextlib.nullcontext()
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        """Keep Ray started (or joined) for every `run` inside (nested sessions share the outermost one's): the
+        first `run` starts it and the outermost session's end shuts it down, also on an error or Ctrl-C. Why: a
+        local instance and its workers (each importing torch) take 10 to 15 s to start, once per comparison's
+        look or suite round when each `run` started its own."""
+        self._sessions += 1
+        try:
+            yield
+        finally:
+            self._sessions -= 1
+            if self._sessions == 0:
+                self._disconnect()
 
     def run(self, jobs: list[Job], on_event: Events) -> None:
         if not jobs:
             return
-        ray = self._ray
-        connected = self._connect()
-        try:
+        with self.session():  # outside a caller's session: Ray for this call alone
+            if not self._connected:
+                self._connected = self._connect()
             with _sigterm_through_ray():
                 self._run(jobs, on_event)
-        finally:
-            if connected:  # stops the local instance we started; only disconnects from a cluster
+
+    def _disconnect(self) -> None:
+        """Stop the local instance this executor started; only disconnect from a cluster."""
+        try:
+            if self._connected:
+                self._connected = False
                 with _keep_sigterm_handler():
-                    ray.shutdown()
+                    self._ray.shutdown()
+        finally:
             self._local_env.close()
 
     # -- connecting ------------------------------------------------------------------------------
