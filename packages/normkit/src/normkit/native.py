@@ -12,14 +12,16 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
-def native_standardize(x: Tensor, *, kind: str, tokens: bool, num_channels: int, groups: int,
+def native_standardize(x: Tensor, *, kind: str, tokens: bool, num_channels: int, groups_per_sample: int,
                        weight: Tensor | None, bias: Tensor | None, eps: float,
                        running_mean: Tensor | None, running_var: Tensor | None,
                        use_batch_stats: bool, factor: float) -> Tensor:
     """Standardize over `kind` ("batch", "layer", "instance", "group") and apply the affine.
 
     For "batch": `use_batch_stats` normalizes with the batch's statistics (training, or no running
-    statistics) and updates running_mean/var with `factor` when they are given.
+    statistics) and updates running_mean/var with `factor` when they are given. `groups_per_sample`: the
+    statistics groups of one sample for the other kinds (`Partition.groups_per_sample`: 1, C or `groups`);
+    unused for "batch".
     """
     # A half-precision module (`layer.to(torch.bfloat16)`) gets float32 x from the layer: its
     # parameters and running statistics are used in float32 too, the running statistics written back.
@@ -35,8 +37,7 @@ def native_standardize(x: Tensor, *, kind: str, tokens: bool, num_channels: int,
                 running_mean.copy_(mean)
                 running_var.copy_(var)
     else:
-        g = {"layer": 1, "instance": num_channels, "group": groups}[kind]
-        out = F.group_norm(xt, g, weight, bias, eps)
+        out = F.group_norm(xt, groups_per_sample, weight, bias, eps)
     return out.movedim(1, -1) if tokens else out
 
 

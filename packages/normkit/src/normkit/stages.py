@@ -505,7 +505,7 @@ class Standardize(Step):
             def standardize(xb: Tensor, w: Tensor | None, b: Tensor | None,
                             buffers: tuple[Tensor | None, ...]) -> Tensor:
                 return native_standardize(
-                    xb, kind="batch", tokens=False, num_channels=xb.shape[1], groups=1, weight=w, bias=b,
+                    xb, kind="batch", tokens=False, num_channels=xb.shape[1], groups_per_sample=1, weight=w, bias=b,
                     eps=self.eps, running_mean=buffers[0], running_var=buffers[1], use_batch_stats=True,
                     factor=factor)
 
@@ -513,7 +513,8 @@ class Standardize(Step):
             return y3.transpose(1, 2).reshape(x.shape) if layer.tokens else y3.reshape(x.shape)
         return native_standardize(
             x, kind=partition.kind, tokens=layer.tokens, num_channels=layer.num_channels,
-            groups=partition.groups, weight=weight, bias=bias, eps=self.eps,
+            groups_per_sample=1 if partition.uses_batch else partition.groups_per_sample(layer.num_channels),
+            weight=weight, bias=bias, eps=self.eps,
             running_mean=running[0], running_var=running[1],
             use_batch_stats=layer.training or not tracks, factor=factor)
 
