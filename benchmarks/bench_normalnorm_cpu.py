@@ -7,12 +7,13 @@
 
 Two intra-op threads (`torch.set_num_threads(2)`; `--threads` to change). For each case it times one training step,
 forward + backward of `sum(y * g)`, for the baseline torch layer and the normkit layer (default
-`kernel=auto`: on CPU the compiled path, `normkit_normalnorm.compiled`); the layers take turns
-within every repeat (interleaved) and the table shows the median. `--reference` adds the
-step-by-step autograd path (the layer's reference, forced with a no-op probe; the stand-in for the
-authors' layers, which are written the same way) and how many times faster normkit is than it.
-The first step of each normkit layer includes compiling (once per configuration; Inductor caches
-the result on disk, so a later process pays less): it is printed below the table, not timed.
+`kernel=auto`: on CPU the compiled path, `normkit_normalnorm.compiled`, which runs these float32 cases in
+rows.c); the layers take turns within every repeat (interleaved) and the table shows the median.
+`--reference` adds the step-by-step autograd path (the layer's reference, forced with a no-op probe; the
+stand-in for the authors' layers, which are written the same way) and how many times faster normkit is
+than it. The first step of each normkit layer includes building rows.c (once per process) or compiling
+where Inductor's code runs (once per configuration, cached on disk by Inductor): it is printed below the
+table, not timed.
 
 Peak memory: each (layer, case) runs again in a fresh process that builds the layer and input,
 runs one warm-up step (which compiles, or loads the compiled code; compiling takes hundreds of MB
