@@ -395,7 +395,7 @@ class GroupsFunction(torch.autograd.Function):
         ctx.configs, ctx.layout, ctx.pointers, ctx.saved = configs, layout, pointers, saved
         ctx.has_bias = bias is not None
         # from HASH_NOISE_FROM values a batch partition's weight/bias sums are made in C, one channel per group
-        # (torch's sum over (N, S) took a fifth of bnn's step at 128x256x8x8); under it torch's, whose summation
+        # (torch's two sums over (N, S) took a fifth of bnn's step at 128x256x8x8); under it torch's, whose summation
         # order the small steps keep
         ctx.sums_in_c = cfg.partition == "batch" and numel >= HASH_NOISE_FROM
         ctx.save_for_backward(mem, weight)
