@@ -394,6 +394,14 @@ def test_inference_declines_where_the_eager_path_must_run():
                           partition="batch", tokens=False, training=False, noise=0.0, **common) is None
 
 
+def _record_grouped_calls(monkeypatch) -> list[FusedConfig]:
+    """The configuration of every later call of rows.normality_groups (which still runs)."""
+    calls: list[FusedConfig] = []
+    original = rows.normality_groups
+    monkeypatch.setattr(rows, "normality_groups", lambda *a: calls.append(a[3]) or original(*a))
+    return calls
+
+
 def _training_step(spec: str, shape: tuple[int, ...], channel_dim: int) -> tuple[torch.Tensor, ...]:
     """(out, dx, dweight, dbias, *buffers) of one seeded training step on a skewed input."""
     torch.manual_seed(0)
@@ -418,9 +426,7 @@ def test_small_training_steps_take_the_grouped_functions_with_the_eager_paths_no
     """Under the compiled paths' thresholds a float32 training step of any partition is two calls into rows.c
     (nn_groups_forward_packed/backward_packed), drawing torch.randn's noise as the eager path does: outputs, gradients and
     running buffers agree with the eager path's to float32 rounding under the same seed."""
-    calls = []
-    original = rows.normality_groups
-    monkeypatch.setattr(rows, "normality_groups", lambda *a: calls.append(a[3]) or original(*a))
+    calls = _record_grouped_calls(monkeypatch)
     grouped = _training_step(spec, shape, channel_dim)
     assert len(calls) == 1 and calls[0].training
     monkeypatch.setenv("NORMKIT_NN_ROWS", "0")
@@ -442,9 +448,7 @@ def test_grouped_steps_from_the_hash_noise_threshold_draw_the_compiled_paths_noi
     values agree with that path's math (run eagerly) to float32 rounding under the same seed. Another noise (or
     another pairing of its values) moves values by 1e-2 or more."""
     monkeypatch.setattr(rows, "HASH_NOISE_FROM", 0)
-    calls = []
-    original = rows.normality_groups
-    monkeypatch.setattr(rows, "normality_groups", lambda *a: calls.append(a[3]) or original(*a))
+    calls = _record_grouped_calls(monkeypatch)
     grouped = _training_step(spec, shape, channel_dim)
     assert len(calls) == 1 and calls[0].noise > 0
     monkeypatch.setenv("NORMKIT_NN_COMPILE", "eager")  # compiled.forward_math/backward_math, uncompiled
@@ -478,9 +482,7 @@ def test_a_large_float32_step_runs_in_c_with_the_compiled_paths_noise(monkeypatc
     path's math under the same seed."""
     shape = (16, 64, 32, 32)
     assert math.prod(shape) == rows.HASH_NOISE_FROM == compiled.MIN_ELEMENTS
-    calls = []
-    original = rows.normality_groups
-    monkeypatch.setattr(rows, "normality_groups", lambda *a: calls.append(a[3]) or original(*a))
+    calls = _record_grouped_calls(monkeypatch)
     monkeypatch.setattr(compiled, "run", lambda *a: pytest.fail("Inductor's path was taken"))
     grouped = _training_step("bnn", shape, 1)
     assert len(calls) == 1

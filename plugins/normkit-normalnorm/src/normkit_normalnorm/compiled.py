@@ -15,8 +15,8 @@ When: `normality_compiled` (the layer's `kernel=auto` on CPU, or `kernel=compile
 for a training step with gradients of at least `MIN_ELEMENTS` values that `rows.py` does not take: since
 normkit-normalnorm 0.1.9 float32 steps of a dense layout run rows.c's grouped functions at every size (the
 same math and, from MIN_ELEMENTS values, the same hash noise drawn in C; 1.4x BatchNorm's step at
-128x64x32x32 on one AVX2 thread, where this path's code was 2.9x), so this is float64, a batch partition on channels-last
-tokens, or an input that is not contiguous (and where rows.c cannot be built, these functions run
+128x64x32x32 on one AVX2 thread, where this path's code was 2.9x), so this is float64, a batch partition on
+channels-last tokens, or an input that is not contiguous (and where rows.c cannot be built, these functions run
 eagerly, with the same hash noise); everything else goes to rows.c's paths or `normality_norm`. The first
 call per configuration compiles (tens of seconds on 2 cores; logged once, with its time, and
 cached on disk by Inductor for later processes); a second input shape compiles once more, then
@@ -165,8 +165,8 @@ def takes_grouped_step(mem: Tensor, weight: Tensor | None, bias: Tensor | None,
     running statistics. Shared by `normality_compiled` and the layer's direct call (stage.py)."""
     numel, setting = mem.numel(), _setting()
     most = 2**31 if wants_grad else MIN_ELEMENTS
-    if not (0 < numel < most and _on(setting) and setting != "eager" and mem.is_contiguous() and rows.enabled() and _dense_float32(weight) and _dense_float32(bias)
-            and (running is None or all(map(_dense_float32, running)))):
+    if not (0 < numel < most and _on(setting) and setting != "eager" and mem.is_contiguous() and rows.enabled()
+            and _dense_float32(weight) and _dense_float32(bias) and (running is None or all(map(_dense_float32, running)))):
         return None
     if wants_grad and training and tokens and partition == "layer" and numel >= rows.MIN_ELEMENTS:
         return None
@@ -198,9 +198,9 @@ def _eager(x3: Tensor, weight: Tensor | None, bias: Tensor | None, partition: st
 
 
 def _seed(training: bool, noise: float) -> Tensor:
-    """The noise's seed, one int32 from torch's default generator (so torch.manual_seed repeats it)."""
+    """The noise's seed (`rows.noise_seed`), or 0 where no noise is drawn."""
     if training and noise:
-        return torch.randint(0, 2**31 - 1, (1,), dtype=torch.int32)
+        return rows.noise_seed()
     return torch.zeros(1, dtype=torch.int32)
 
 

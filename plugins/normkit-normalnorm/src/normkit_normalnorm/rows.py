@@ -326,6 +326,12 @@ def grouped_layout(shape: tuple[int, ...] | torch.Size, partition: str, groups: 
     return GroupLayout(n * c * s // size, 1, size, size, 0, s, c, dims)
 
 
+def noise_seed() -> Tensor:
+    """The hash noise's seed: one int32 from torch's default generator (torch.manual_seed repeats it). The one
+    draw of every path with that noise (compiled.py's too), so a step keeps its noise whichever path takes it."""
+    return torch.randint(0, 2**31 - 1, (1,), dtype=torch.int32)
+
+
 def normality_groups(mem: Tensor, weight: Tensor | None, bias: Tensor | None, cfg: FusedConfig, layout: GroupLayout,
                      running: tuple[Tensor, Tensor, Tensor] | None) -> Tensor:
     """`normality_norm`'s training step for any partition in two calls into rows.c (forward, backward), on a
@@ -372,8 +378,8 @@ class GroupsFunction(torch.autograd.Function):
         work = scratch_flat(SCRATCH_SLOT, threads * 5 * values)  # rows.c's scratch
         z, seed = 0, -1
         if cfg.training and cfg.noise:
-            if numel >= HASH_NOISE_FROM:  # compiled._seed's draw: the same values as the compiled path's noise
-                seed = int(torch.randint(0, 2**31 - 1, (1,), dtype=torch.int32))
+            if numel >= HASH_NOISE_FROM:  # the compiled path's draw, so the same noise as that path's
+                seed = int(noise_seed())
             else:  # standard_normal_like's draw in memory order (tokens: N, S, C)
                 z = scratch_exact(SCRATCH_SLOT, numel).normal_().data_ptr()
         if numel < SMALL_SAVED or not cfg.grad_enabled:  # one allocation from the heap: no page faults
