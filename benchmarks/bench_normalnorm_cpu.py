@@ -35,17 +35,20 @@ from collections.abc import Callable
 
 import torch
 
-CASES = [  # name, spec, input shape, channel_dim, target ratio vs torch (issue 40)
+CASES = [  # name, spec, input shape, channel_dim, target ratio vs torch (issue 40's; gnn: bnn's applied to it)
     ("bnn vs BatchNorm2d", "bnn", (128, 64, 32, 32), 1, 2.0),
     ("bnn vs BatchNorm2d", "bnn", (128, 256, 8, 8), 1, 2.0),
     ("lnn vs LayerNorm", "lnn", (32, 65, 768), -1, 1.5),
+    ("gnn vs GroupNorm", "gnn", (128, 64, 32, 32), 1, 2.0),
 ]
+TORCH_MODULES: dict[str, Callable[[int], torch.nn.Module]] = {
+    "bnn": torch.nn.BatchNorm2d, "lnn": torch.nn.LayerNorm, "gnn": lambda channels: torch.nn.GroupNorm(32, channels)}
 
 
 def build(kind: str, spec: str, shape: tuple[int, ...], channel_dim: int) -> torch.nn.Module:
     channels = shape[channel_dim]
     if kind == "torch":
-        return torch.nn.BatchNorm2d(channels) if spec == "bnn" else torch.nn.LayerNorm(channels)
+        return TORCH_MODULES[spec](channels)
     import normkit
 
     layer = normkit.build(spec, channels, channel_dim=channel_dim)

@@ -493,6 +493,87 @@ def test_a_large_float32_step_runs_in_c_with_the_compiled_paths_noise(monkeypatc
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
+def _eval_forward(spec: str, shape: tuple[int, ...], channel_dim: int, grad: bool) -> torch.Tensor:
+    """A seeded layer's output in eval after one training step, on a skewed input, under grad mode (the input
+    requiring grad) or under no_grad."""
+    torch.manual_seed(0)
+    layer = build(spec, shape[channel_dim], channel_dim=channel_dim)
+    if layer.weight is not None:
+        with torch.no_grad():
+            layer.weight.uniform_(0.5, 1.5)
+            layer.bias.normal_()
+    x = torch.randn(shape).exp() - 0.8
+    layer(x)
+    layer.eval()
+    with torch.set_grad_enabled(grad):
+        return layer(x.requires_grad_(grad)).detach()
+
+
+@pytest.mark.parametrize(("spec", "shape", "channel_dim"), [
+    ("gnn(groups=4)", (4, 16, 3, 3), 1), ("inn", (4, 8, 5, 5), 1), ("lnn", (4, 8, 6, 6), 1), ("lnn", (4, 8, 32), -1),
+    ("bnn(track_running_stats=false)", (6, 8, 3, 3), 1), ("gnn(groups=4,affine=false)", (4, 16, 3, 3), 1)])
+def test_inference_in_the_grouped_functions_writes_the_output_alone_with_the_same_bits(spec, shape, channel_dim,
+                                                                                      monkeypatch):
+    """Without a gradient and without noise the grouped forward keeps log1p|h| in its scratch and writes only the
+    output (no saved values): the same bits as the same eval forward with gradients, which saves them."""
+    calls = _record_grouped_calls(monkeypatch)
+    with_grad = _eval_forward(spec, shape, channel_dim, grad=True)
+    without = _eval_forward(spec, shape, channel_dim, grad=False)
+    assert [c.training for c in calls] == [True, False, True, False]  # a training step, then eval, twice
+    assert (calls[1].grad_enabled, calls[3].grad_enabled) == (True, False)
+    assert torch.equal(with_grad, without)
+
+
+def test_inference_without_saved_values_stays_finite_on_constant_groups_and_outliers():
+    """A constant group (variance 0), an outlier whose square overflows and a tiny batch: finite outputs, the
+    same bits as the forward that saves its values."""
+    layer = build("gnn(groups=2)", 4).eval()
+    x = torch.randn(3, 4, 5)
+    x[0, :2] = 7.0
+    x[1, 3, 2] = 3e38
+    outs = []
+    for grad in (True, False):
+        with torch.set_grad_enabled(grad):
+            outs.append(layer(x.clone().requires_grad_(grad)).detach())
+    assert torch.isfinite(outs[1]).all()
+    assert torch.equal(*outs)
+
+
+def test_large_inference_takes_the_grouped_functions_except_noise_and_token_rows(monkeypatch):
+    """From compiled.MIN_ELEMENTS values (lowered here) an eval forward without gradients of a group, instance or
+    layer partition takes the grouped functions (before, about 180 torch ops of the eager path); a training
+    forward without gradients stays on the eager path (torch.randn's noise), and per-token rows on
+    rows.inference's row kernel."""
+    monkeypatch.setattr(compiled, "MIN_ELEMENTS", 64)
+    calls = _record_grouped_calls(monkeypatch)
+    fast = _eval_forward("gnn(groups=4)", (4, 16, 3, 3), 1, grad=False)
+    assert [c.training for c in calls] == [True, False]
+    monkeypatch.setenv("NORMKIT_NN_ROWS", "0")
+    eager = _eval_forward("gnn(groups=4)", (4, 16, 3, 3), 1, grad=False)
+    assert len(calls) == 2
+    torch.testing.assert_close(fast, eager, rtol=1e-4, atol=EAGER_ATOL)
+    monkeypatch.delenv("NORMKIT_NN_ROWS")
+    layer = build("gnn(groups=4)", 16)
+    with torch.no_grad():
+        layer(torch.randn(4, 16, 3, 3))  # training, no gradient: the eager path
+        build("lnn", 32, channel_dim=-1).eval()(torch.randn(4, 8, 32))  # token rows: rows.inference
+    assert len(calls) == 2
+
+
+def test_a_large_inference_forward_runs_in_c_with_the_eager_paths_values(monkeypatch):
+    """gnn in eval under no_grad at 2^20 values: one call into rows.c, nothing saved; the eager path's values to
+    float32 rounding, and bit for bit the grouped functions' values with gradients."""
+    shape = (16, 64, 32, 32)
+    assert math.prod(shape) == compiled.MIN_ELEMENTS
+    calls = _record_grouped_calls(monkeypatch)
+    fast = _eval_forward("gnn(groups=32)", shape, 1, grad=False)
+    assert [(c.training, c.grad_enabled) for c in calls] == [(True, True), (False, False)]  # training, inference
+    assert torch.equal(fast, _eval_forward("gnn(groups=32)", shape, 1, grad=True))
+    monkeypatch.setenv("NORMKIT_NN_ROWS", "0")
+    torch.testing.assert_close(fast, _eval_forward("gnn(groups=32)", shape, 1, grad=False), rtol=1e-4,
+                               atol=EAGER_ATOL)
+
+
 def test_grouped_layout_describes_the_groups_in_memory_order():
     """(count, runs, length, step, stride, s_inner, channels, dims) of rows.c's grouped functions, for a tensor in
     memory order: (N, C, *) by channels, (N, *, C) for channels-last tokens, whose only grouping is per token."""

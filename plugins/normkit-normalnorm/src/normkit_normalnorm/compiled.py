@@ -95,8 +95,9 @@ def normality_compiled(x3: Tensor, weight: Tensor | None, bias: Tensor | None, *
     torch.randn noise, to float32 rounding), except per-token layer statistics in a training step with
     gradients from rows.MIN_ELEMENTS (rows.c's row kernel, hash noise). From MIN_ELEMENTS, with gradients:
     rows.c's grouped functions in float32 (drawing the hash noise in C), else Inductor's code; without: rows.c's
-    inference functions where they apply. A batch partition's eval with running statistics: rows.c's inference
-    function from rows.MIN_ELEMENTS without gradients. Everything
+    inference functions for per-token rows, the grouped functions (output only) for other eval forwards,
+    the eager path in training (torch.randn's noise). A batch partition's eval with running statistics:
+    rows.c's inference function from rows.MIN_ELEMENTS without gradients. Everything
     else (float64 under MIN_ELEMENTS, other devices, this path off): the eager path."""
     tracked = partition == "batch" and running_mean is not None
     wants_grad = needs_grad(x3, weight, bias)
@@ -158,13 +159,14 @@ def takes_grouped_step(mem: Tensor, weight: Tensor | None, bias: Tensor | None,
                        running: tuple[Tensor, Tensor, Tensor] | None, partition: str, groups: int, tokens: bool,
                        training: bool, wants_grad: bool) -> rows.GroupLayout | None:
     """The grouped layout when a float32 step on `mem` (the input in memory order, its C paths on) runs rows.c's
-    grouped functions, else None: from 1 value, under MIN_ELEMENTS without gradients (the inference functions or
-    the eager path take larger ones) and under 2^31 (rows.c's 32-bit noise index) with them, dense, weight, bias
-    and the running buffers (`running`, those the step updates, or None) dense float32, except a per-token
-    training step with gradients from rows.MIN_ELEMENTS (the row kernel's). The caller has ruled out eval with
-    running statistics. Shared by `normality_compiled` and the layer's direct call (stage.py)."""
+    grouped functions, else None: from 1 value and under 2^31 (rows.c's 32-bit noise index), except without
+    gradients in training or on tokens, under MIN_ELEMENTS (there the eager path keeps torch.randn's noise and
+    per-token rows take `rows.inference`); dense, weight, bias and the running buffers (`running`, those the step
+    updates, or None) dense float32; not a per-token training step with gradients from rows.MIN_ELEMENTS (the row
+    kernel's). The caller has ruled out eval with running statistics. Shared by `normality_compiled` and the
+    layer's direct call (stage.py)."""
     numel, setting = mem.numel(), _setting()
-    most = 2**31 if wants_grad else MIN_ELEMENTS
+    most = 2**31 if wants_grad or not (training or tokens) else MIN_ELEMENTS
     if not (0 < numel < most and _on(setting) and setting != "eager" and mem.is_contiguous() and rows.enabled()
             and _dense_float32(weight) and _dense_float32(bias) and (running is None or all(map(_dense_float32, running)))):
         return None

@@ -110,7 +110,8 @@ static inline float hash_normal(uint32_t i, uint32_t half, int32_t seed) {
 /* One row's standardization, lambda and transform (forward_math up to the noise): L, P and the
  * noise-free y of the row, its stats; returns noise * mean|y - mean y| (0 without noise). Without noise and
  * with `outr`, also the row's output y * weight + bias (neither NULL: affine_defaults), in the same pass; then
- * Pr and yr may be NULL (inference: only out is written). */
+ * Pr and yr may be NULL (inference: only out is written). Without noise, `outr` and Pr (inference of a
+ * grouped layout, whose affine is applied when scattering): y only. */
 static float transform_row(const float *xr, float *Lr, float *Pr, float *yr, float *st, float *h, int64_t n,
                            float eps, float alpha, float noise, float lambda_min, float lambda_max,
                            const float *weight, const float *bias, float *outr) {
@@ -161,6 +162,12 @@ static float transform_row(const float *xr, float *Lr, float *Pr, float *yr, flo
             Pr[j] = pw;
             yr[j] = yv;
             outr[j] = yv * weight[j] + bias[j];
+        }
+    } else if (!Pr && noise == 0) { /* inference, y only */
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) {
+            float hv = h[j], mu = hv >= 0 ? lam : 2 - lam, pw = fast_expm1(mu * Lr[j]);
+            yr[j] = pw * (hv >= 0 ? inv_pos : inv_neg);
         }
     } else {
 #pragma omp simd
@@ -385,14 +392,14 @@ static inline int64_t channel_at(int64_t o, int64_t s_inner, int64_t channels) {
 }
 
 /* y and out = y * weight + bias (the layer's affine, as torch.addcmul(bias, y, weight), or y * weight, y + bias,
- * a copy of y) of one group's runs, from its gathered values yg. weight/bias may be NULL. */
+ * a copy of y) of one group's runs, from its gathered values yg. weight/bias may be NULL; y NULL: out only. */
 static void scatter_affine(const float *yg, float *y, float *out, const float *weight, const float *bias, int64_t g,
                            int64_t segments, int64_t length, int64_t step, int64_t stride, int64_t s_inner,
                            int64_t channels) {
     for (int64_t k = 0; k < segments; k++) {
         const int64_t o = g * step + k * stride;
         const float *src = yg + k * length;
-        memcpy(y + o, src, (size_t)length * 4);
+        if (y) memcpy(y + o, src, (size_t)length * 4);
         float *dst = out + o;
         for (int64_t j0 = 0; j0 < length;) {  /* pieces of one channel each (a token row: the whole row) */
             const int64_t j1 = s_inner ? j0 + s_inner - (o + j0) % s_inner : length;
@@ -466,7 +473,8 @@ static void hash_noise_group(float *zg, int64_t g, int64_t segments, int64_t len
  * with z NULL and seed >= 0 the hash normal of that seed (hash_noise_group); neither: none.
  * weight/bias: per channel (channel_at), or NULL. running_mean/var/lambda: a batch partition's running buffers
  * (one per group), moved towards the group's mean, variance times `unbiased` and lambda by `factor` as torch's
- * lerp_ does; NULL: none. scratch: threads * 5 n floats. */
+ * lerp_ does; NULL: none. L NULL (inference: nothing saved for a backward, no noise): P and y NULL too, L kept
+ * per group in the scratch. scratch: threads * 5 n floats. */
 static void nn_groups_forward(const float *x, const float *z, const float *weight, const float *bias, float *y,
                               float *out, float *L, float *P, float *stats, float *running_mean, float *running_var,
                               float *running_lambda, float unbiased, float factor, float *scratch, int64_t groups,
@@ -475,7 +483,7 @@ static void nn_groups_forward(const float *x, const float *z, const float *weigh
                               float lambda_max, int64_t seed, int threads) {
     const int64_t n = segments * length;
     const uint32_t half = (uint32_t)((groups * n + 1) / 2);
-    const int noisy = z || seed >= 0;
+    const int noisy = L && (z || seed >= 0);  /* inference (L NULL) draws nothing */
 #pragma omp parallel num_threads(threads)
     {
         float *xg = scratch + (int64_t)thread_id() * 5 * n, *zg = xg + n, *yg = xg + 2 * n, *h = xg + 3 * n;
@@ -483,8 +491,8 @@ static void nn_groups_forward(const float *x, const float *z, const float *weigh
         for (int64_t g = 0; g < groups; g++) {
             gather(x, xg, g, segments, length, step, stride);
             float *st = stats + g * NSTATS;
-            const float amount = transform_row(xg, L + g * n, P + g * n, yg, st, h, n, eps, alpha,
-                                               noisy ? noise : 0.0f, lambda_min, lambda_max, NULL, NULL, NULL);
+            const float amount = transform_row(xg, L ? L + g * n : xg + 4 * n, L ? P + g * n : NULL, yg, st, h, n, eps,
+                                               alpha, noisy ? noise : 0.0f, lambda_min, lambda_max, NULL, NULL, NULL);
             if (noisy) {
                 if (z)
                     gather(z, zg, g, segments, length, step, stride);

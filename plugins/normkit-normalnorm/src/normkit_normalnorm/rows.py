@@ -368,7 +368,8 @@ class GroupsFunction(torch.autograd.Function):
     per-thread scratch (workspace.py): these small steps cost their torch ops' host work, not arithmetic. The
     weight/bias gradient sums stay torch's (their summation order) except a batch partition's from HASH_NOISE_FROM
     values (made in C, per channel); rows.c makes the weight's product dy * y in place of y when the graph is
-    freed after this backward (the same products, one torch op fewer)."""
+    freed after this backward (the same products, one torch op fewer). A call that wants no gradient and draws no
+    noise (inference) has rows.c write the output alone: L stays in its scratch, P and y are not made."""
 
     @staticmethod
     def forward(ctx: Any, mem: Tensor, weight: Tensor | None, bias: Tensor | None, cfg: FusedConfig,
@@ -382,7 +383,10 @@ class GroupsFunction(torch.autograd.Function):
                 seed = int(noise_seed())
             else:  # standard_normal_like's draw in memory order (tokens: N, S, C)
                 z = scratch_exact(SCRATCH_SLOT, numel).normal_().data_ptr()
-        if numel < SMALL_SAVED or not cfg.grad_enabled:  # one allocation from the heap: no page faults
+        if not cfg.grad_enabled and z == 0 and seed < 0:  # inference: rows.c keeps L per group in its scratch
+            saved = (torch.empty(count * NSTATS),)
+            pointers = (0, 0, 0, saved[0].data_ptr())
+        elif numel < SMALL_SAVED or not cfg.grad_enabled:  # one allocation from the heap: no page faults
             saved = (torch.empty(3 * numel + count * NSTATS),)
             base = saved[0].data_ptr()
             pointers = (base, base + 4 * numel, base + 8 * numel, base + 12 * numel)
