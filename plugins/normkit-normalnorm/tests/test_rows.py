@@ -493,6 +493,20 @@ def test_a_large_float32_step_runs_in_c_with_the_compiled_paths_noise(monkeypatc
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
+class _Allocations(TorchDispatchMode):
+    """The sizes (values) of the tensors allocated with torch.empty/empty_like while active, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes: list[int] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in (torch.ops.aten.empty.memory_format, torch.ops.aten.empty_like.default):
+            self.sizes.append(out.numel())
+        return out
+
+
 def _eval_forward(spec: str, shape: tuple[int, ...], channel_dim: int, grad: bool) -> torch.Tensor:
     """A seeded layer's output in eval after one training step, on a skewed input, under grad mode (the input
     requiring grad) or under no_grad."""
@@ -515,13 +529,16 @@ def _eval_forward(spec: str, shape: tuple[int, ...], channel_dim: int, grad: boo
 def test_inference_in_the_grouped_functions_writes_the_output_alone_with_the_same_bits(spec, shape, channel_dim,
                                                                                       monkeypatch):
     """Without a gradient and without noise the grouped forward keeps log1p|h| in its scratch and writes only the
-    output (no saved values): the same bits as the same eval forward with gradients, which saves them."""
+    output (no saved values: no allocation larger than the output): the same bits as the same eval forward with
+    gradients, which saves them."""
     calls = _record_grouped_calls(monkeypatch)
     with_grad = _eval_forward(spec, shape, channel_dim, grad=True)
-    without = _eval_forward(spec, shape, channel_dim, grad=False)
+    with _Allocations() as allocations:
+        without = _eval_forward(spec, shape, channel_dim, grad=False)
     assert [c.training for c in calls] == [True, False, True, False]  # a training step, then eval, twice
     assert (calls[1].grad_enabled, calls[3].grad_enabled) == (True, False)
     assert torch.equal(with_grad, without)
+    assert max(allocations.sizes[-2:]) == math.prod(shape)  # the eval call's statistics and output
 
 
 def test_inference_without_saved_values_stays_finite_on_constant_groups_and_outliers():
