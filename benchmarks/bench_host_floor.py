@@ -13,7 +13,8 @@ cheapest call that computes the same values with the same kernels:
   first time, cached after); its output and gradients are checked bit for bit against the layer's first.
 What is left above torch's module in these columns is the cost of the ops and of autograd, which only fusing the
 arithmetic into fewer kernels (other roundings) would remove. Same timing as bench_host.py: `sum(y * g)`
-backward with the input requiring grad, every callable timed in turn per round, median per call.
+backward with the input requiring grad, every callable timed in turn per round, median per call: bench_host.py's
+cases, training call and timer.
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+import bench_host  # this folder's: the cases, the training call and its timing
 import torch
 from torch import nn
 
@@ -32,19 +33,7 @@ import normkit
 from normkit_normalnorm import rows
 from normkit_proxynorm.proxy import proxy_quantiles
 
-CASES = {  # name: (spec, shape, channel_dim, torch module)
-    "bnn": ("bnn", (8, 16, 4, 4), 1, lambda: nn.BatchNorm2d(16)),
-    "lnn": ("lnn", (4, 8, 32), -1, lambda: nn.LayerNorm(32)),
-    "gn+pn": ("gn+pn", (8, 16, 4, 4), 1, lambda: nn.GroupNorm(8, 16)),
-}
-
-
-def training_call(forward: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, g: torch.Tensor
-                  ) -> Callable[[], None]:
-    def call() -> None:
-        x.grad = None
-        forward(x).backward(g)
-    return call
+NAMES = ["bnn", "lnn", "gn+pn"]  # bench_host.py's cases timed here
 
 
 def function_alone(layer: nn.Module, x: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -102,32 +91,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--calls", type=int, default=200)
-    parser.add_argument("--case", action="append", choices=list(CASES))
+    parser.add_argument("--case", action="append", choices=NAMES)
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, 1 thread, load average {os.getloadavg()[0]:.1f} at the start, "
           f"{args.rounds} rounds of {args.calls} calls, wall clock")
     print("| layer | input | torch module us | normkit layer us (ratio) | same values, least host work us (ratio) |")
     print("|---|---|---|---|---|")
-    for name in args.case or list(CASES):
-        spec, shape, channel_dim, native = CASES[name]
-        gen = torch.Generator().manual_seed(0)
-        x = torch.randn(shape, generator=gen).requires_grad_(True)
-        g = torch.randn(shape, generator=gen)
+    for name, spec, shape, channel_dim, native, _ in bench_host.CASES:
+        if name not in (args.case or NAMES):
+            continue
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(0)).requires_grad_(True)
         layer = normkit.build(spec, shape[channel_dim], channel_dim=channel_dim)
         floor = same_ops_cpp(layer, x) if name == "gn+pn" else function_alone(layer, x)
-        calls = {"torch": training_call(native(), x, g), "layer": training_call(layer, x, g),
-                 "floor": training_call(floor, x, g)}
+        calls = {kind: bench_host.training_call(f, shape)
+                 for kind, f in (("torch", native(shape[channel_dim])), ("layer", layer), ("floor", floor))}
+        for call in calls.values():  # warm-up
+            bench_host.per_call_seconds(call, max(args.calls // 5, 3))
         times: dict[str, list[float]] = {k: [] for k in calls}
-        for call in calls.values():
-            for _ in range(max(args.calls // 5, 3)):
-                call()
         for _ in range(args.rounds):
             for kind, call in calls.items():
-                start = time.perf_counter()
-                for _ in range(args.calls):
-                    call()
-                times[kind].append(1e6 * (time.perf_counter() - start) / args.calls)
+                times[kind].append(1e6 * bench_host.per_call_seconds(call, args.calls))
         us = {k: statistics.median(v) for k, v in times.items()}
         what = "C++, same ops" if name == "gn+pn" else "Function alone"
         print(f"| {name} | {'x'.join(map(str, shape))} | {us['torch']:.0f} | {us['layer']:.0f} "

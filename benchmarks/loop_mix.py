@@ -15,9 +15,7 @@ conversion work (splitting a float into exponent and mantissa, building 2^k), co
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import shlex
 import subprocess
 import tempfile
 from collections import Counter
@@ -43,7 +41,9 @@ def disassemble(function: str) -> list[tuple[int, str, str]]:
     """(address, mnemonic, operands) of `function` and of the OpenMP bodies GCC outlined from it."""
     with tempfile.TemporaryDirectory() as folder:
         target = Path(folder) / "rows.so"
-        compiler = shlex.split(os.environ.get("CC", "").strip() or "cc")
+        compiler = rows._compiler()  # CC, or the first C compiler found, as rows.py builds with
+        if compiler is None:
+            raise SystemExit("no C compiler: set CC")
         subprocess.run([*compiler, *rows.FLAGS, "-fopenmp", str(rows.SOURCE), "-o", str(target)], check=True)
         text = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(target)], capture_output=True, text=True,
                               check=True).stdout

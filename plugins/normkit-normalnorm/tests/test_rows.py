@@ -493,17 +493,20 @@ def test_a_large_float32_step_runs_in_c_with_the_compiled_paths_noise(monkeypatc
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
-class _Allocations(TorchDispatchMode):
-    """The sizes (values) of the tensors allocated with torch.empty/empty_like while active, in order."""
+class _RecordOps(TorchDispatchMode):
+    """The aten operations dispatched while active, and the sizes (values) of the tensors torch.empty/empty_like
+    allocated, each in order."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.sizes: list[int] = []
+        self.ops: list[str] = []
+        self.allocated: list[int] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
         out = func(*args, **(kwargs or {}))
         if func in (torch.ops.aten.empty.memory_format, torch.ops.aten.empty_like.default):
-            self.sizes.append(out.numel())
+            self.allocated.append(out.numel())
         return out
 
 
@@ -533,12 +536,12 @@ def test_inference_in_the_grouped_functions_writes_the_output_alone_with_the_sam
     gradients, which saves them."""
     calls = _record_grouped_calls(monkeypatch)
     with_grad = _eval_forward(spec, shape, channel_dim, grad=True)
-    with _Allocations() as allocations:
+    with _RecordOps() as recorded:
         without = _eval_forward(spec, shape, channel_dim, grad=False)
     assert [c.training for c in calls] == [True, False, True, False]  # a training step, then eval, twice
     assert (calls[1].grad_enabled, calls[3].grad_enabled) == (True, False)
     assert torch.equal(with_grad, without)
-    assert max(allocations.sizes[-2:]) == math.prod(shape)  # the eval call's statistics and output
+    assert max(recorded.allocated[-2:]) == math.prod(shape)  # the eval call's statistics and output
 
 
 def test_inference_without_saved_values_stays_finite_on_constant_groups_and_outliers():
@@ -657,18 +660,6 @@ def test_inference_fuses_each_affine_into_the_transform_pass(affine, monkeypatch
     torch.testing.assert_close(got.double(), want, rtol=2e-5, atol=5e-5)
 
 
-class _CountOps(TorchDispatchMode):
-    """Counts the aten operations dispatched while active."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops.append(str(func))
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.mark.parametrize(("spec", "shape", "channel_dim", "most"), [
     ("bnn", (8, 16, 4, 4), 1, 11), ("lnn", (4, 8, 32), -1, 10)])
 def test_small_training_steps_run_a_handful_of_torch_ops(spec, shape, channel_dim, most):
@@ -681,7 +672,7 @@ def test_small_training_steps_run_a_handful_of_torch_ops(spec, shape, channel_di
     layer(x).sum().backward()  # first call: builds rows.c, fills the scratch
     x.grad = None
     grad = torch.ones(shape)
-    with _CountOps() as counted:
+    with _RecordOps() as counted:
         layer(x).backward(grad)
     assert len(counted.ops) <= most, counted.ops
 
